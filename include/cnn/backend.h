@@ -1,0 +1,259 @@
+/* backend.h — the op vocabulary and the table of function pointers every backend implements.
+ *
+ * A backend (CPU now, CUDA next) owns memory and runs ops on it. The network executor in src/core only calls
+ * through this table, so adding a backend touches nothing in core. Problem descriptors are typed structs with
+ * CUTLASS's names:
+ *
+ *     input  x  (N, C, H, W)   stored NHWC
+ *     filter w  (K, C, R, S)   stored KRSC
+ *     output y  (N, K, P, Q)   stored NHWC
+ *
+ * Passes are named fprop / dgrad / wgrad for convolutions and forward / backward for everything else.
+ *
+ * Precision: every pointer that carries activations, activation gradients or conv/linear weights holds
+ * elements of be->act_dtype (F32 on the CPU backend). BatchNorm parameters and statistics, the per-channel
+ * epilogue vectors, parameter gradients, optimizer state and losses are always float32.
+ *
+ * Gradient flags: `accumulate` = add into the destination instead of overwriting it (an activation that feeds
+ * two layers receives two gradients). Parameter gradients are always overwritten: each parameter is used once.
+ *
+ * Every op returns CNN_OK or a status with a message (cnn_fail); a shape contract violation is a bug and
+ * aborts (CNN_ASSERT).
+ */
+#ifndef CNN_BACKEND_H
+#define CNN_BACKEND_H
+
+#include "cnn/tensor.h"
+
+/* ---- problem descriptors -------------------------------------------------------------------------------- */
+
+typedef struct cnn_conv2d {
+    int n, c, h, w;       /* input  (N, C, H, W)                  */
+    int k, r, s;          /* filter (K, C, R, S)                  */
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int p, q;             /* output (N, K, P, Q); set by cnn_conv2d_init */
+} cnn_conv2d;
+
+/* Fill a descriptor and derive P, Q. Returns false (and leaves p/q <= 0) when the output would be empty. */
+bool cnn_conv2d_init(cnn_conv2d *cv, int n, int c, int h, int w, int k, int r, int s, int stride, int pad);
+static inline int64_t cnn_conv2d_flops(const cnn_conv2d *cv) {
+    return 2LL * cv->n * cv->p * cv->q * cv->k * cv->c * cv->r * cv->s;
+}
+
+/* Fused epilogue of a convolution or linear layer, applied per output element of channel k:
+ *     y = relu?( acc * scale[k] + shift[k] + residual )
+ * scale NULL means 1, shift NULL means 0, residual NULL means none. residual has y's shape and dtype. */
+typedef struct cnn_epilogue {
+    const float *scale;    /* (K) */
+    const float *shift;    /* (K) */
+    const void *residual;  /* (N, K, P, Q) */
+    bool relu;
+} cnn_epilogue;
+
+typedef enum cnn_pool_kind {
+    CNN_POOL_MAX = 0,       /* padding is -inf; ties go to the first element in (r, s) scan order      */
+    CNN_POOL_AVG,           /* count_include_pad = true (PyTorch's default)                            */
+    CNN_POOL_ADAPTIVE_AVG,  /* PyTorch's bins: [floor(i*H/P), ceil((i+1)*H/P))                        */
+} cnn_pool_kind;
+
+typedef struct cnn_pool2d {
+    cnn_pool_kind kind;
+    int n, c, h, w;         /* input  (N, C, H, W) */
+    int r, s;               /* window (unused for adaptive) */
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int p, q;               /* output (N, C, P, Q) */
+} cnn_pool2d;
+
+/* Window pooling: derive P, Q (floor mode). Returns false when the output would be empty or pad > window/2. */
+bool cnn_pool2d_init(cnn_pool2d *pl, cnn_pool_kind kind, int n, int c, int h, int w, int r, int stride, int pad);
+/* Adaptive average pooling to (p, q). */
+bool cnn_pool2d_init_adaptive(cnn_pool2d *pl, int n, int c, int h, int w, int p, int q);
+
+/* BatchNorm over a (M, C) view of an NHWC tensor, M = N*H*W. */
+typedef struct cnn_bn {
+    int64_t m;
+    int c;
+    float eps;        /* 1e-5 in torchvision      */
+    float momentum;   /* 0.1: running = (1-momentum)*running + momentum*batch; the variance is unbiased */
+} cnn_bn;
+
+/* y (N, OUT) = x (N, IN) · w(OUT, IN)^T + b */
+typedef struct cnn_linear {
+    int n, in, out;
+} cnn_linear;
+
+/* Softmax cross-entropy over logits (N, CLASSES) with integer labels and label smoothing eps:
+ * target = (1-eps)*onehot + eps/CLASSES; loss = mean over the batch of -sum target*log_softmax. */
+typedef struct cnn_xent {
+    int n, classes;
+    float label_smoothing;
+} cnn_xent;
+
+/* Image preparation for CIFAR-shaped uint8 data: per sample, an (optionally flipped) crop of the image
+ * zero-padded by `pad`, then (v/255 - mean[c]) / std[c]; the crop offset for sample i is
+ * (offsets[2i], offsets[2i+1]) in [0, 2*pad], flip[i] in {0,1}. src is (N, C, H, W) uint8 planes, dst NHWC. */
+typedef struct cnn_prep {
+    int n, c, h, w;
+    int pad;
+    float mean[4], std[4];
+} cnn_prep;
+
+typedef struct cnn_sgd {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov;
+    bool first_step;   /* PyTorch initialises the momentum buffer with the first gradient */
+} cnn_sgd;
+
+typedef struct cnn_adamw {
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t step;      /* 1-based, for bias correction */
+} cnn_adamw;
+
+/* ---- the backend table ---------------------------------------------------------------------------------- */
+
+typedef struct cnn_backend cnn_backend;
+
+struct cnn_backend {
+    const char *name;        /* "cpu", "cuda" */
+    char device_name[128];   /* "AMD EPYC (2 threads)", "NVIDIA H100 80GB HBM3" */
+    cnn_dtype act_dtype;     /* storage type of activations and conv/linear weights */
+    bool deterministic;      /* no atomics-order nondeterminism */
+    void *impl;              /* backend-private state */
+
+    void (*destroy)(cnn_backend *be);
+
+    /* memory */
+    cnn_status (*alloc)(cnn_backend *be, size_t bytes, const char *what, void **out);
+    void (*free)(cnn_backend *be, void *ptr);
+    cnn_status (*upload)(cnn_backend *be, void *dst, const void *src, size_t bytes);
+    cnn_status (*download)(cnn_backend *be, void *dst, const void *src, size_t bytes);
+    cnn_status (*copy)(cnn_backend *be, void *dst, const void *src, size_t bytes);
+    cnn_status (*zero)(cnn_backend *be, void *dst, size_t bytes);
+    cnn_status (*sync)(cnn_backend *be);
+
+    /* float32 <-> act_dtype over count elements (a plain copy when act_dtype is F32) */
+    cnn_status (*to_act)(cnn_backend *be, int64_t count, const float *src, void *dst);
+    cnn_status (*from_act)(cnn_backend *be, int64_t count, const void *src, float *dst);
+
+    /* convolution */
+    cnn_status (*conv2d_fprop)(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep,
+                               const void *x,  /* (N, C, H, W) */
+                               const void *w,  /* (K, C, R, S) */
+                               void *y);       /* (N, K, P, Q) */
+    cnn_status (*conv2d_dgrad)(cnn_backend *be, const cnn_conv2d *cv,
+                               const void *dy, /* (N, K, P, Q) */
+                               const void *w,  /* (K, C, R, S) */
+                               void *dx,       /* (N, C, H, W) */
+                               bool accumulate);
+    cnn_status (*conv2d_wgrad)(cnn_backend *be, const cnn_conv2d *cv,
+                               const void *x,  /* (N, C, H, W) */
+                               const void *dy, /* (N, K, P, Q) */
+                               float *dw);     /* (K, C, R, S) float32 */
+
+    /* sum over the M rows of an (M, C) view: bias gradients */
+    cnn_status (*channel_sum)(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
+
+    /* batch norm */
+    cnn_status (*bn_forward_train)(cnn_backend *be, const cnn_bn *bn, const void *x, /* (M, C) */
+                                   const float *gamma, const float *beta,
+                                   float *running_mean, float *running_var,  /* updated in place */
+                                   float *save_mean, float *save_invstd,     /* (C) for backward   */
+                                   void *y);                                 /* (M, C)             */
+    cnn_status (*bn_backward)(cnn_backend *be, const cnn_bn *bn, const void *x, const void *dy,
+                              const float *gamma, const float *save_mean, const float *save_invstd,
+                              void *dx, bool accumulate, float *dgamma, float *dbeta);
+    /* y = relu?(x*scale[c] + shift[c] + residual): eval-mode BN and the unfused epilogue */
+    cnn_status (*scale_shift)(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
+                              const float *shift, const void *residual, bool relu, void *y);
+
+    /* pointwise */
+    cnn_status (*relu_forward)(cnn_backend *be, int64_t count, const void *x, void *y);
+    cnn_status (*relu_backward)(cnn_backend *be, int64_t count, const void *y, const void *dy, void *dx,
+                                bool accumulate);
+    cnn_status (*add_forward)(cnn_backend *be, int64_t count, const void *a, const void *b, void *y);
+    /* dx (+)= dy */
+    cnn_status (*pass_backward)(cnn_backend *be, int64_t count, const void *dy, void *dx, bool accumulate);
+    /* keep with probability 1-p (scaled by 1/(1-p)); the mask is a pure function of (seed, index) */
+    cnn_status (*dropout_forward)(cnn_backend *be, int64_t count, float p, uint64_t seed, const void *x,
+                                  void *y);
+    cnn_status (*dropout_backward)(cnn_backend *be, int64_t count, float p, uint64_t seed, const void *dy,
+                                   void *dx, bool accumulate);
+    /* NHWC (N, H, W, C) -> rows of C*H*W in NCHW order, PyTorch's flatten */
+    cnn_status (*flatten_forward)(cnn_backend *be, cnn_shape s, const void *x, void *y);
+    cnn_status (*flatten_backward)(cnn_backend *be, cnn_shape s, const void *dy, void *dx, bool accumulate);
+
+    /* pooling */
+    cnn_status (*pool2d_forward)(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y);
+    cnn_status (*pool2d_backward)(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y,
+                                  const void *dy, void *dx, bool accumulate);
+
+    /* linear: w (OUT, IN) in act_dtype, bias float32 */
+    cnn_status (*linear_forward)(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                                 const float *bias, void *y);
+    cnn_status (*linear_backward)(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                                  const void *dy, void *dx, bool accumulate, float *dw, float *dbias);
+
+    /* loss: mean loss into *loss (one float32 on the device); dlogits (may be NULL) = d(mean loss)/dlogits.
+     * logits and dlogits are act_dtype; labels int32 in [0, classes). */
+    cnn_status (*xent_forward_backward)(cnn_backend *be, const cnn_xent *xe, const void *logits,
+                                        const int32_t *labels, float *loss, void *dlogits);
+
+    /* data: uint8 planes -> normalised NHWC act_dtype */
+    cnn_status (*prep_images)(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
+                              const uint8_t *flip, void *dst);
+
+    /* optimizers over flat float32 arrays of count elements; grads are scaled by grad_scale first */
+    cnn_status (*sgd_update)(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
+                             float *momentum_buf, float grad_scale);
+    cnn_status (*adamw_update)(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
+                               float *m, float *v, float grad_scale);
+
+    /* number of non-finite values among count float32s, into *out (host) */
+    cnn_status (*count_nonfinite)(cnn_backend *be, int64_t count, const float *x, int64_t *out);
+
+    /* Timing of the work issued between begin and end (device events on a GPU, a synchronised wall clock on
+     * the CPU), in milliseconds. */
+    cnn_status (*time_begin)(cnn_backend *be);
+    cnn_status (*time_end)(cnn_backend *be, double *ms);
+
+    /* Graphs: record the ops issued between begin and end, replay them later. NULL where unsupported. */
+    cnn_status (*graph_begin)(cnn_backend *be);
+    cnn_status (*graph_end)(cnn_backend *be, void **graph);
+    cnn_status (*graph_launch)(cnn_backend *be, void *graph);
+    void (*graph_free)(cnn_backend *be, void *graph);
+
+    /* Peak bytes allocated through alloc() since creation. */
+    size_t (*peak_bytes)(cnn_backend *be);
+};
+
+/* Backend selection. device: "cpu", "cuda" or "auto" (cuda when usable, else cpu with a notice). */
+typedef struct cnn_backend_opts {
+    const char *device;
+    int threads;          /* CPU threads; 0 = OpenMP's default */
+    cnn_dtype act_dtype;  /* F32 unless the backend supports others */
+    bool allow_tf32;
+    bool deterministic;
+    int gpu_index;
+} cnn_backend_opts;
+
+cnn_status cnn_backend_create(const cnn_backend_opts *opts, cnn_backend **out);
+void cnn_backend_destroy(cnn_backend *be);
+
+/* The CPU backend, directly (tests use it as the oracle). */
+cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out);
+
+/* Philox-4x32-10 counter-based generator: 4 words from (key, counter). Identical on every backend;
+ * all engine randomness (init, augmentation, dropout, shuffling) derives from it, so state is a counter. */
+void cnn_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
+/* Uniform float in [0, 1) with 24 random bits from a 32-bit word. */
+static inline float cnn_u01(uint32_t r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }
+/* Dropout keep decision for element i — shared by all backends so masks agree bitwise. */
+static inline bool cnn_dropout_keep(uint64_t seed, int64_t i, float p) {
+    uint32_t r[4];
+    cnn_philox(seed, 0x64726f70ULL, (uint64_t)i >> 2, r);
+    return cnn_u01(r[i & 3]) >= p;
+}
+
+#endif

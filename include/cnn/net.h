@@ -1,0 +1,183 @@
+/* net.h — networks: the layer graph, the parameter table, the model zoo and the runtime model.
+ *
+ *   cnn_net    a symbolic graph (nodes in topological order, shapes per image) and its parameter table
+ *              (torchvision names and shapes). No memory beyond the description. Built by the zoo.
+ *   cnn_model  a net bound to a backend for a maximum batch: device arenas for parameters, gradients,
+ *              optimizer state and activations, planned once (style.md §1.7), plus the executor.
+ *
+ * Example (inference on the CPU):
+ *     cnn_backend *be;  cnn_cpu_backend_create(0, &be);
+ *     cnn_model_opts mo = cnn_model_opts_default();  mo.arch = "resnet18";
+ *     cnn_model *m;     CNN_TRY(cnn_model_create(&mo, be, 224, 224, 32, false, &m));
+ *     CNN_TRY(cnn_model_load(m, "resnet18.safetensors"));
+ *     CNN_TRY(cnn_model_upload_input(m, nchw_float_images, 32));
+ *     CNN_TRY(cnn_model_forward(m, 32, CNN_MODE_EVAL));
+ *     CNN_TRY(cnn_model_download_logits(m, 32, logits));   // (32, 1000)
+ */
+#ifndef CNN_NET_H
+#define CNN_NET_H
+
+#include "cnn/backend.h"
+
+typedef enum cnn_op {
+    CNN_OP_CONV = 0,
+    CNN_OP_BN,
+    CNN_OP_RELU,
+    CNN_OP_MAXPOOL,
+    CNN_OP_AVGPOOL,
+    CNN_OP_ADAPTIVE_AVGPOOL,
+    CNN_OP_LINEAR,
+    CNN_OP_DROPOUT,
+    CNN_OP_FLATTEN,
+    CNN_OP_ADD,
+    CNN_OP_COUNT
+} cnn_op;
+
+const char *cnn_op_name(cnn_op op);
+
+#define CNN_NAME_MAX 96
+
+/* One layer. Output shape is per image (the batch is a run-time value). */
+typedef struct cnn_node {
+    cnn_op op;
+    char name[CNN_NAME_MAX]; /* torchvision module path: "layer1.0.conv1", "features.3", "fc"     */
+    int in[2];               /* producer nodes; -1 = the network input; in[1] only for ADD        */
+    int c, h, w;             /* output (C, H, W)                                                  */
+    int k, r, s, stride, pad;/* conv (k = out channels) and window pools                           */
+    int out_h, out_w;        /* adaptive pool target                                               */
+    float drop_p;            /* dropout probability                                                */
+    int param[5];            /* parameter indices (-1 none): conv/linear {weight, bias};
+                                bn {weight, bias, running_mean, running_var, num_batches_tracked} */
+} cnn_node;
+
+typedef enum cnn_param_kind {
+    CNN_PARAM_TRAINABLE = 0, /* float32, in the trainable arena (gradients, optimizer state) */
+    CNN_PARAM_BUFFER,        /* float32 running statistics, in the buffer arena              */
+    CNN_PARAM_COUNTER,       /* int64 num_batches_tracked, kept on the host                  */
+} cnn_param_kind;
+
+typedef enum cnn_init {
+    CNN_INIT_ZEROS = 0,
+    CNN_INIT_ONES,
+    CNN_INIT_KAIMING_FAN_OUT, /* normal(0, sqrt(2 / fan_out)), fan_out = K*R*S (torchvision's convs) */
+    CNN_INIT_UNIFORM_FAN_IN,  /* uniform(+-1/sqrt(fan_in)): nn.Linear's default for weight and bias */
+    CNN_INIT_NORMAL_001,      /* normal(0, 0.01): VGG's Linear weights                             */
+} cnn_init;
+
+typedef struct cnn_param {
+    char name[CNN_NAME_MAX]; /* "layer1.0.conv1.weight" */
+    int ndim;
+    int64_t shape[4];        /* torchvision shape (OIHW for conv weights); ndim 0 = scalar         */
+    bool krsc;               /* stored KRSC inside, OIHW outside                                   */
+    bool act_copy;           /* conv/linear weight: the backend also keeps an act_dtype copy       */
+    cnn_param_kind kind;
+    cnn_init init;
+    int64_t fan_in;          /* for CNN_INIT_UNIFORM_FAN_IN / KAIMING                               */
+    int64_t fan_out;
+    int64_t count;           /* elements                                                           */
+    int64_t offset;          /* element offset into its arena (trainable or buffer)                */
+    int64_t act_offset;      /* element offset into the act_dtype weight arena when act_copy       */
+} cnn_param;
+
+typedef enum cnn_stem { CNN_STEM_IMAGENET = 0, CNN_STEM_CIFAR } cnn_stem;
+
+typedef struct cnn_model_opts {
+    const char *arch;        /* "resnet18" ... "resnet152", "vgg11" ... "vgg19", "vgg11_bn" ... */
+    int num_classes;         /* default 1000 */
+    cnn_stem stem;           /* ResNets only */
+    float dropout;           /* VGG classifier dropout; default 0.5 */
+    uint64_t seed;           /* weight initialisation */
+} cnn_model_opts;
+
+cnn_model_opts cnn_model_opts_default(void);
+
+typedef struct cnn_net {
+    char arch[32];
+    int num_classes;
+    cnn_stem stem;
+    int in_c, in_h, in_w;
+    cnn_node *nodes;
+    int n_nodes, cap_nodes;
+    cnn_param *params;
+    int n_params, cap_params;
+    int64_t n_trainable;     /* float32 elements in the trainable arena */
+    int64_t n_buffer;        /* float32 elements in the buffer arena    */
+    int64_t n_act_weights;   /* act_dtype elements of the weight copies */
+    int output;              /* node producing the logits               */
+} cnn_net;
+
+/* The zoo: the torchvision architecture named by o->arch for (3, in_h, in_w) inputs. Unknown names and inputs
+ * too small for the network are CNN_E_INVALID with a message. */
+cnn_status cnn_zoo_build(const cnn_model_opts *o, int in_h, int in_w, cnn_net **out);
+/* A space-separated list of the architectures the zoo knows. */
+const char *cnn_zoo_names(void);
+void cnn_net_free(cnn_net *net);
+
+/* Graph building blocks (used by the zoo and by tests). Each returns the new node's index. */
+int cnn_net_conv(cnn_net *net, const char *name, int in, int k, int r, int stride, int pad, bool bias);
+int cnn_net_bn(cnn_net *net, const char *name, int in);
+int cnn_net_relu(cnn_net *net, const char *name, int in);
+int cnn_net_maxpool(cnn_net *net, const char *name, int in, int r, int stride, int pad);
+int cnn_net_avgpool(cnn_net *net, const char *name, int in, int r, int stride, int pad);
+int cnn_net_adaptive_avgpool(cnn_net *net, const char *name, int in, int out_h, int out_w);
+int cnn_net_linear(cnn_net *net, const char *name, int in, int out, cnn_init winit, cnn_init binit);
+int cnn_net_dropout(cnn_net *net, const char *name, int in, float p);
+int cnn_net_flatten(cnn_net *net, const char *name, int in);
+int cnn_net_add(cnn_net *net, const char *name, int a, int b);
+/* After building: false (with a message) if any node's output is empty. */
+cnn_status cnn_net_check(const cnn_net *net);
+int64_t cnn_node_flops(const cnn_net *net, int i);      /* forward FLOPs per image */
+int64_t cnn_node_params(const cnn_net *net, int i);     /* trainable parameter count */
+const cnn_param *cnn_net_find_param(const cnn_net *net, const char *name);
+
+/* ---- runtime model ------------------------------------------------------------------------------------ */
+
+typedef enum cnn_mode { CNN_MODE_EVAL = 0, CNN_MODE_TRAIN } cnn_mode;
+
+typedef struct cnn_model cnn_model;
+
+/* Build the net, plan and allocate arenas for batches up to max_batch, initialise weights from opts->seed.
+ * train = also gradients and optimizer state (n_opt_slots float32 arrays the size of the parameters). */
+cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_h, int in_w, int max_batch,
+                            bool train, cnn_model **out);
+void cnn_model_free(cnn_model *m);
+const cnn_net *cnn_model_net(const cnn_model *m);
+cnn_backend *cnn_model_backend(const cnn_model *m);
+int cnn_model_max_batch(const cnn_model *m);
+/* Device bytes held by the model's arenas. */
+size_t cnn_model_device_bytes(const cnn_model *m);
+
+/* Weights: safetensors with torchvision names and shapes. Load is strict: every tensor present, no extra,
+ * shapes equal, dtype F32/F16/BF16 (I64 for num_batches_tracked). Save is atomic. `extra` (may be NULL)
+ * adds tensors (optimizer state) and metadata for checkpoints. */
+cnn_status cnn_model_load(cnn_model *m, const char *path);
+cnn_status cnn_model_save(cnn_model *m, const char *path);
+
+/* Host access to one parameter in torchvision layout (float32; num_batches_tracked as a float count). */
+cnn_status cnn_model_get_param(cnn_model *m, int index, float *out);
+cnn_status cnn_model_set_param(cnn_model *m, int index, const float *in);
+int64_t cnn_model_num_batches_tracked(const cnn_model *m);
+void cnn_model_set_num_batches_tracked(cnn_model *m, int64_t v);
+
+/* Input: float32 NCHW host images -> the device input buffer (NHWC act_dtype). */
+cnn_status cnn_model_upload_input(cnn_model *m, const float *nchw, int n);
+/* Input already on the device in NHWC act_dtype layout (from prep_images): where to put it. */
+void *cnn_model_input_buffer(cnn_model *m);
+/* Run the forward pass for n images. Train mode uses batch statistics, updates running stats and applies
+ * dropout with masks from dropout_seed. Eval mode uses the fused, BN-folded plan. */
+cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropout_seed);
+cnn_status cnn_model_download_logits(cnn_model *m, int n, float *out);
+/* After a train-mode forward: loss (mean over n) and all parameter gradients. labels are host int64. */
+cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float label_smoothing,
+                              float *loss_out);
+/* Loss only (eval), from the logits of the last forward. */
+cnn_status cnn_model_loss(cnn_model *m, int n, const int64_t *labels, float label_smoothing, float *loss_out);
+
+/* Device arenas, for the optimizer and checkpoints. */
+float *cnn_model_params(cnn_model *m);      /* (n_trainable) */
+float *cnn_model_grads(cnn_model *m);       /* (n_trainable) */
+float *cnn_model_buffers(cnn_model *m);     /* (n_buffer)    */
+/* After the master weights changed: refresh act_dtype copies and invalidate folded BN. */
+cnn_status cnn_model_params_changed(cnn_model *m);
+
+#endif

@@ -1,0 +1,93 @@
+/* status.c — status strings, the thread-local error message, the abort funnel, logging, checked malloc. */
+#include "cnn/cnn.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char err_msg[1024];
+static int log_level = 1;
+
+const char *cnn_status_str(cnn_status s) {
+    switch (s) {
+    case CNN_OK: return "ok";
+    case CNN_E_INVALID: return "invalid argument";
+    case CNN_E_IO: return "i/o error";
+    case CNN_E_FORMAT: return "corrupt or malformed file";
+    case CNN_E_MISMATCH: return "does not match the model";
+    case CNN_E_OOM: return "out of memory";
+    case CNN_E_UNSUPPORTED: return "unsupported";
+    case CNN_E_DEVICE: return "device error";
+    case CNN_E_COMPILE: return "kernel compilation failed";
+    case CNN_E_NONFINITE: return "non-finite value";
+    default: return "unknown status";
+    }
+}
+
+cnn_status cnn_fail(cnn_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+cnn_status cnn_error_prefix(cnn_status s, const char *fmt, ...) {
+    char prefix[512], old[sizeof err_msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err_msg, sizeof old);
+    if (old[0])
+        snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, old);
+    else
+        snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, cnn_status_str(s));
+    return s;
+}
+
+const char *cnn_error_msg(void) { return err_msg; }
+void cnn_error_clear(void) { err_msg[0] = 0; }
+
+void cnn_abort(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "cnn: internal error at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+void cnn_log_set_level(int level) { log_level = level; }
+int cnn_log_level(void) { return log_level; }
+
+void cnn_log(int level, const char *fmt, ...) {
+    if (level > log_level) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void *cnn_malloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) cnn_fail(CNN_E_OOM, "out of host memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+void *cnn_calloc(size_t count, size_t size, const char *what) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) cnn_fail(CNN_E_OOM, "out of host memory allocating %zu x %zu bytes for %s", count, size, what);
+    return p;
+}
+
+double cnn_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
