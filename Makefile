@@ -85,6 +85,19 @@ $(BUILD)/kernels_embed.c: $(BUILD)/tools/embed $(KERNELS)
 $(BUILD)/kernels_embed.o: $(BUILD)/kernels_embed.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# CUDA backend tests (tests/gpu): every op against the CPU backend on a GPU (make test-gpu), or on the CPU
+# emulator of tests/gpu/emu (make test-gpu-emu: fake libcuda/libnvrtc that run the same kernels as C++).
+ifeq ($(HAVE_CUDA),1)
+all: $(BUILD)/gpu_test_ops
+endif
+$(BUILD)/gpu_test_%: tests/gpu/test_gpu_%.c tests/unit/test.h $(BUILD)/libcnn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(BUILD)/libcnn.a $(LDLIBS)
+
+.PHONY: test-gpu-emu
+test-gpu-emu: all
+	@BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) tests/gpu/emu/run.sh
+
 # ---- jobs ---------------------------------------------------------------------------------------------
 # The main job: train a CIFAR-stem ResNet-18 on the built-in synthetic data for a short run, then evaluate.
 demo: all

@@ -89,6 +89,7 @@ typedef struct cnn_linear {
 typedef struct cnn_xent {
     int n, classes;
     float label_smoothing;
+    float grad_scale;  /* dlogits are multiplied by this (fp16 loss scaling); 0 means 1. The loss is not. */
 } cnn_xent;
 
 /* Image preparation for CIFAR-shaped uint8 data: per sample, an (optionally flipped) crop of the image
@@ -236,6 +237,7 @@ typedef struct cnn_backend_opts {
     bool allow_tf32;
     bool deterministic;
     int gpu_index;
+    const char *cache_dir; /* CUDA kernel cache directory; NULL = $CNN_CACHE_DIR, else ~/.cache/cnn; "" = none */
 } cnn_backend_opts;
 
 cnn_status cnn_backend_create(const cnn_backend_opts *opts, cnn_backend **out);
@@ -243,6 +245,9 @@ void cnn_backend_destroy(cnn_backend *be);
 
 /* The CPU backend, directly (tests use it as the oracle). */
 cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out);
+/* The CUDA backend: CNN_E_UNSUPPORTED when built without CUDA headers, CNN_E_DEVICE (with the reason) when
+ * libcuda/libnvrtc cannot be loaded or no usable GPU is present. */
+cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **out);
 
 /* Philox-4x32-10 counter-based generator: 4 words from (key, counter). Identical on every backend;
  * all engine randomness (init, augmentation, dropout, shuffling) derives from it, so state is a counter. */

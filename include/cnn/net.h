@@ -156,6 +156,8 @@ cnn_status cnn_model_save(cnn_model *m, const char *path);
 /* Host access to one parameter in torchvision layout (float32; num_batches_tracked as a float count). */
 cnn_status cnn_model_get_param(cnn_model *m, int index, float *out);
 cnn_status cnn_model_set_param(cnn_model *m, int index, const float *in);
+/* Gradient of a trainable parameter after cnn_model_backward, in torchvision layout. */
+cnn_status cnn_model_get_grad(cnn_model *m, int index, float *out);
 int64_t cnn_model_num_batches_tracked(const cnn_model *m);
 void cnn_model_set_num_batches_tracked(cnn_model *m, int64_t v);
 
@@ -172,6 +174,13 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
                               float *loss_out);
 /* Loss only (eval), from the logits of the last forward. */
 cnn_status cnn_model_loss(cnn_model *m, int n, const int64_t *labels, float label_smoothing, float *loss_out);
+
+/* Multiply the loss gradient by scale in later backward passes (fp16 dynamic loss scaling); default 1. The
+ * parameter gradients come out scaled: the optimizer divides them back (grad_scale = 1/scale). */
+void cnn_model_set_loss_scale(cnn_model *m, float scale);
+
+/* Record device work into backend graphs and replay it (default on where the backend has graphs). */
+void cnn_model_set_graphs(cnn_model *m, bool on);
 
 /* Device arenas, for the optimizer and checkpoints. */
 float *cnn_model_params(cnn_model *m);      /* (n_trainable) */

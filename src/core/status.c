@@ -35,16 +35,18 @@ cnn_status cnn_fail(cnn_status s, const char *fmt, ...) {
 }
 
 cnn_status cnn_error_prefix(cnn_status s, const char *fmt, ...) {
-    char prefix[512], old[sizeof err_msg];
+    char msg[2 * sizeof err_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(msg, sizeof err_msg, fmt, ap);
     va_end(ap);
-    memcpy(old, err_msg, sizeof old);
-    if (old[0])
-        snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, old);
-    else
-        snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, cnn_status_str(s));
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof err_msg) n = (int)sizeof err_msg - 1;
+    snprintf(msg + n, sizeof msg - (size_t)n, ": %s", err_msg[0] ? err_msg : cnn_status_str(s));
+    size_t len = strlen(msg);
+    if (len >= sizeof err_msg) len = sizeof err_msg - 1;
+    memcpy(err_msg, msg, len);
+    err_msg[len] = 0;
     return s;
 }
 

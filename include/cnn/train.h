@@ -1,0 +1,59 @@
+/* train.h — the training loop, learning-rate schedules, evaluation and checkpoints.
+ *
+ * A run is a pure function of its options and seed: batch order, augmentation and dropout derive from
+ * (seed, step) through Philox, and every kernel is deterministic, so `--resume` from a checkpoint continues
+ * bit for bit as if the run had never stopped. Checkpoints are one safetensors file (weights under
+ * torchvision names, optimizer state under "optimizer.*", the position and options in __metadata__), written
+ * atomically.
+ */
+#ifndef CNN_TRAIN_H
+#define CNN_TRAIN_H
+
+#include "cnn/data.h"
+
+typedef enum cnn_optim { CNN_OPTIM_SGD = 0, CNN_OPTIM_ADAMW } cnn_optim;
+typedef enum cnn_sched { CNN_SCHED_CONSTANT = 0, CNN_SCHED_STEP, CNN_SCHED_COSINE } cnn_sched;
+
+typedef struct cnn_train_opts {
+    int batch;
+    int epochs;               /* used when steps == 0 */
+    int64_t steps;            /* total optimizer steps; 0 = epochs * steps_per_epoch */
+    cnn_optim optim;
+    float lr, momentum, weight_decay;
+    bool nesterov;
+    float beta1, beta2, adam_eps;
+    cnn_sched sched;
+    int64_t warmup;           /* linear warm-up steps */
+    int step_size;            /* step schedule: epochs between decays */
+    float gamma;              /* step schedule: decay factor */
+    float label_smoothing;
+    bool augment, shuffle;
+    uint64_t seed;
+    const char *out_dir;      /* model.safetensors, checkpoint.safetensors, metrics.jsonl */
+    int64_t checkpoint_every; /* steps; 0 = at the end of each epoch only */
+    int64_t stop_after;       /* stop (as if killed) after this step's checkpoint; 0 = never */
+    bool resume;
+    const char *resume_path;  /* NULL = out_dir/checkpoint.safetensors */
+    int64_t log_every;        /* step lines on stdout; 0 = epoch lines only */
+    int eval_size;            /* test-split images evaluated after each epoch; 0 = none */
+    bool progress;            /* progress bar on stderr */
+} cnn_train_opts;
+
+cnn_train_opts cnn_train_opts_default(void);
+
+/* Learning rate at 1-based step s of total. */
+float cnn_lr_at(const cnn_train_opts *o, int64_t s, int64_t total, int64_t steps_per_epoch);
+
+typedef struct cnn_eval_result {
+    double loss, top1, top5;  /* mean loss; accuracies in [0, 1] */
+    int n;
+} cnn_eval_result;
+
+/* Evaluate a model (eval mode) on the first n images of a dataset (0 = all), batch by batch. */
+cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_eval_result *out);
+
+/* Train m on train (and evaluate on test after each epoch when test != NULL and eval_size > 0). */
+cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
+                     const cnn_train_opts *o);
+
+#endif
