@@ -1,0 +1,287 @@
+/* data.c — dataset loaders (synthetic, CIFAR-10 binary, safetensors tensors) and the batch loader. */
+#include "cnn/data.h"
+#include "cnn/io.h"
+#include "cnn/safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CIFAR_RECORD 3073
+#define CIFAR_FILE_RECORDS 10000
+
+static const float cifar_mean[3] = {0.4914f, 0.4822f, 0.4465f};
+static const float cifar_std[3] = {0.2470f, 0.2435f, 0.2616f};
+
+void cnn_dataset_free(cnn_dataset *d) {
+    if (!d) return;
+    free(d->pix);
+    free(d->fpix);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- synthetic ---------------------------------------------------------------------------------------- */
+
+/* Ten classes told apart by the orientation of a coloured grating (18 degrees apart) and, less reliably, by a
+ * colour cast; phase, frequency, contrast, brightness, a distracting blob and pixel noise vary per image. A
+ * small CNN reaches high accuracy within a few hundred steps; a linear model on colour alone cannot. */
+static const float palette[10][3] = {
+    {1.0f, 0.3f, 0.3f}, {0.3f, 1.0f, 0.3f}, {0.3f, 0.3f, 1.0f}, {1.0f, 1.0f, 0.3f}, {1.0f, 0.3f, 1.0f},
+    {0.3f, 1.0f, 1.0f}, {1.0f, 0.6f, 0.2f}, {0.6f, 0.2f, 1.0f}, {0.2f, 0.6f, 0.6f}, {0.8f, 0.8f, 0.8f},
+};
+
+int cnn_synthetic_sample(uint64_t seed, cnn_split split, int64_t i, uint8_t *pix) {
+    uint32_t r[4], q[4];
+    uint64_t key = seed * 0x2545F4914F6CDD1DULL + 0x73796e7468ULL + (uint64_t)split;
+    cnn_philox(key, 0, (uint64_t)i, r);
+    cnn_philox(key, 1, (uint64_t)i, q);
+    int label = (int)(r[0] % 10u);
+    const double pi = 3.14159265358979323846;
+    double theta = label * pi / 10.0 + (cnn_u01(r[1]) - 0.5) * (pi / 30.0);
+    double freq = 2.0 + 2.5 * cnn_u01(r[2]);
+    double phase = 2.0 * pi * cnn_u01(r[3]);
+    double amp = 45.0 + 45.0 * cnn_u01(q[0]);
+    double bright = 100.0 + 60.0 * cnn_u01(q[1]);
+    int bx = (int)(q[2] % 32u), by = (int)((q[2] >> 8) % 32u), brad = 3 + (int)((q[2] >> 16) % 5u);
+    int bcol = (int)((q[2] >> 24) % 10u);
+    int cast = (int)(q[3] % 10u) < 6 ? label : (int)((q[3] >> 8) % 10u); /* 60% the class colour */
+    double ct = cos(theta), sn = sin(theta);
+    for (int y = 0; y < 32; y++) {
+        for (int x = 0; x < 32; x++) {
+            double g = sin(2.0 * pi * freq * (x * ct + y * sn) / 32.0 + phase);
+            bool blob = (x - bx) * (x - bx) + (y - by) * (y - by) <= brad * brad;
+            uint32_t nz[4];
+            cnn_philox(key, 2 + (uint64_t)i, (uint64_t)(y * 32 + x), nz);
+            for (int c = 0; c < 3; c++) {
+                double v = bright + amp * g * palette[label][c] + 25.0 * (palette[cast][c] - 0.6);
+                if (blob) v = 0.5 * v + 110.0 * palette[bcol][c];
+                v += 18.0 * (cnn_u01(nz[c]) - 0.5) * 2.0;
+                v = v < 0 ? 0 : v > 255 ? 255 : v;
+                pix[(c * 32 + y) * 32 + x] = (uint8_t)lrint(v);
+            }
+        }
+    }
+    return label;
+}
+
+static cnn_status load_synthetic(const cnn_data_opts *o, cnn_dataset *d) {
+    int n = o->limit > 0 ? o->limit : (o->split == CNN_SPLIT_TRAIN ? 10000 : 2000);
+    d->n = n; d->c = 3; d->h = 32; d->w = 32; d->classes = 10;
+    d->pix = cnn_malloc((size_t)n * 3072, "synthetic images");
+    d->labels = cnn_malloc((size_t)n * sizeof *d->labels, "synthetic labels");
+    if (!d->pix || !d->labels) return CNN_E_OOM;
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int i = 0; i < n; i++) d->labels[i] = cnn_synthetic_sample(o->seed, o->split, i, d->pix + (size_t)i * 3072);
+    return CNN_OK;
+}
+
+/* ---- CIFAR-10 ----------------------------------------------------------------------------------------- */
+
+static cnn_status load_cifar(const char *dir, const cnn_data_opts *o, cnn_dataset *d) {
+    int nfiles = o->split == CNN_SPLIT_TRAIN ? 5 : 1;
+    int total = nfiles * CIFAR_FILE_RECORDS;
+    int n = o->limit > 0 && o->limit < total ? o->limit : total;
+    d->n = n; d->c = 3; d->h = 32; d->w = 32; d->classes = 10;
+    d->pix = cnn_malloc((size_t)n * 3072, "CIFAR-10 images");
+    d->labels = cnn_malloc((size_t)n * sizeof *d->labels, "CIFAR-10 labels");
+    if (!d->pix || !d->labels) return CNN_E_OOM;
+    int filled = 0;
+    for (int f = 0; f < nfiles && filled < n; f++) {
+        char path[4096];
+        if (o->split == CNN_SPLIT_TRAIN) snprintf(path, sizeof path, "%s/data_batch_%d.bin", dir, f + 1);
+        else snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+        uint8_t *buf;
+        size_t len;
+        CNN_TRY(cnn_read_file(path, (size_t)CIFAR_RECORD * CIFAR_FILE_RECORDS + 1, &buf, &len));
+        if (len != (size_t)CIFAR_RECORD * CIFAR_FILE_RECORDS) {
+            free(buf);
+            return cnn_fail(CNN_E_FORMAT, "%s: %zu bytes, a CIFAR-10 batch file has exactly %d (10000 records of 3073)",
+                            path, len, CIFAR_RECORD * CIFAR_FILE_RECORDS);
+        }
+        for (int r = 0; r < CIFAR_FILE_RECORDS && filled < n; r++, filled++) {
+            const uint8_t *rec = buf + (size_t)r * CIFAR_RECORD;
+            if (rec[0] > 9) {
+                int bad = rec[0];
+                free(buf);
+                return cnn_fail(CNN_E_FORMAT, "%s: record %d has label %d, CIFAR-10 labels are 0..9", path, r, bad);
+            }
+            d->labels[filled] = rec[0];
+            memcpy(d->pix + (size_t)filled * 3072, rec + 1, 3072);
+        }
+        free(buf);
+    }
+    return CNN_OK;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------------------ */
+
+static cnn_status load_tensors(const char *path, const cnn_data_opts *o, cnn_dataset *d) {
+    cnn_st_file f;
+    CNN_TRY(cnn_st_open(path, &f));
+    cnn_status st = CNN_OK;
+    const cnn_st_entry *im = cnn_st_find(&f, "images"), *lb = cnn_st_find(&f, "labels");
+    char b[96];
+    if (!im || !lb) st = cnn_fail(CNN_E_MISMATCH, "%s: needs tensors \"images\" and \"labels\"", path);
+    else if (im->dtype != CNN_DTYPE_F32 || im->ndim != 4 || im->shape[1] != 3)
+        st = cnn_fail(CNN_E_MISMATCH, "%s: \"images\" must be F32 (N, 3, H, W), got %s %s", path,
+                      cnn_dtype_name(im->dtype), cnn_shape_str(im->shape, im->ndim, b, sizeof b));
+    else if (lb->dtype != CNN_DTYPE_I64 || lb->ndim != 1 || lb->shape[0] != im->shape[0])
+        st = cnn_fail(CNN_E_MISMATCH, "%s: \"labels\" must be I64 (N,) with N = %lld", path, (long long)im->shape[0]);
+    else if (im->shape[0] < 1 || im->shape[0] > (1 << 30) || im->shape[2] < 1 || im->shape[3] < 1 ||
+             im->shape[2] > 8192 || im->shape[3] > 8192)
+        st = cnn_fail(CNN_E_MISMATCH, "%s: \"images\" shape %s out of range", path,
+                      cnn_shape_str(im->shape, im->ndim, b, sizeof b));
+    if (st != CNN_OK) {
+        cnn_st_free(&f);
+        return st;
+    }
+    int total = (int)im->shape[0];
+    int n = o->limit > 0 && o->limit < total ? o->limit : total;
+    d->n = n; d->c = 3; d->h = (int)im->shape[2]; d->w = (int)im->shape[3];
+    size_t per = (size_t)3 * d->h * d->w;
+    d->fpix = cnn_malloc((size_t)n * per * sizeof(float), "images");
+    d->labels = cnn_malloc((size_t)n * sizeof *d->labels, "labels");
+    if (!d->fpix || !d->labels) {
+        cnn_st_free(&f);
+        return CNN_E_OOM;
+    }
+    memcpy(d->fpix, cnn_st_tensor_data(&f, im), (size_t)n * per * sizeof(float));
+    const uint8_t *lbytes = cnn_st_tensor_data(&f, lb);
+    int64_t maxl = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, lbytes + 8 * (size_t)i, 8);
+        if (v < 0 || v >= 1000000) {
+            cnn_st_free(&f);
+            return cnn_fail(CNN_E_MISMATCH, "%s: label %lld of image %d is negative or too large", path, (long long)v, i);
+        }
+        if (v > maxl) maxl = v;
+        d->labels[i] = (int32_t)v;
+    }
+    d->classes = (int)maxl + 1;
+    cnn_st_free(&f);
+    return CNN_OK;
+}
+
+cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
+    memset(d, 0, sizeof *d);
+    memcpy(d->mean, cifar_mean, sizeof d->mean);
+    memcpy(d->std, cifar_std, sizeof d->std);
+    const char *s = o->source ? o->source : "";
+    cnn_status st;
+    if (strcmp(s, "synthetic") == 0) {
+        snprintf(d->source, sizeof d->source, "synthetic");
+        st = load_synthetic(o, d);
+    } else if (strncmp(s, "cifar10:", 8) == 0 && s[8]) {
+        snprintf(d->source, sizeof d->source, "cifar10");
+        st = load_cifar(s + 8, o, d);
+    } else if (strncmp(s, "tensors:", 8) == 0 && s[8]) {
+        snprintf(d->source, sizeof d->source, "tensors");
+        st = load_tensors(s + 8, o, d);
+    } else {
+        return cnn_fail(CNN_E_INVALID, "unknown data source '%s' (expected synthetic, cifar10:DIR or tensors:FILE)", s);
+    }
+    if (st != CNN_OK) cnn_dataset_free(d);
+    return st;
+}
+
+/* ---- batches ------------------------------------------------------------------------------------------ */
+
+void cnn_loader_free(cnn_loader *l) {
+    if (!l) return;
+    if (l->be) {
+        if (l->dev_pix) l->be->free(l->be, l->dev_pix);
+        if (l->dev_off) l->be->free(l->be, l->dev_off);
+        if (l->dev_flip) l->be->free(l->be, l->dev_flip);
+    }
+    free(l->perm);
+    free(l->host_pix);
+    free(l->host_off);
+    free(l->host_flip);
+    free(l->host_f);
+    memset(l, 0, sizeof *l);
+}
+
+cnn_status cnn_loader_init(cnn_loader *l, const cnn_dataset *ds, cnn_backend *be, int max_batch, bool augment,
+                           bool shuffle, uint64_t seed) {
+    memset(l, 0, sizeof *l);
+    l->ds = ds; l->be = be; l->max_batch = max_batch; l->augment = augment && ds->pix; l->shuffle = shuffle;
+    l->seed = seed;
+    l->perm_epoch = -1;
+    size_t per = (size_t)ds->c * ds->h * ds->w;
+    l->perm = cnn_malloc((size_t)ds->n * sizeof *l->perm, "epoch order");
+    if (!l->perm) return CNN_E_OOM;
+    cnn_status st = CNN_OK;
+    if (ds->pix) {
+        l->host_pix = cnn_malloc((size_t)max_batch * per, "batch pixels");
+        l->host_off = cnn_malloc((size_t)max_batch * 2 * sizeof(int32_t), "batch crops");
+        l->host_flip = cnn_malloc((size_t)max_batch, "batch flips");
+        if (!l->host_pix || !l->host_off || !l->host_flip) st = CNN_E_OOM;
+        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * per, "batch pixels", &l->dev_pix);
+        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * 8, "batch crops", &l->dev_off);
+        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch, "batch flips", &l->dev_flip);
+    } else {
+        l->host_f = cnn_malloc((size_t)max_batch * per * sizeof(float), "batch images");
+        if (!l->host_f) st = CNN_E_OOM;
+    }
+    if (st != CNN_OK) cnn_loader_free(l);
+    return st;
+}
+
+/* Fisher-Yates with Philox draws keyed by (seed, epoch): the order of an epoch is a pure function. */
+static void make_perm(cnn_loader *l, int64_t epoch) {
+    int n = l->ds->n;
+    for (int i = 0; i < n; i++) l->perm[i] = i;
+    if (l->shuffle) {
+        for (int i = n - 1; i > 0; i--) {
+            uint32_t r[4];
+            cnn_philox(l->seed ^ 0x5348554646ULL, (uint64_t)epoch, (uint64_t)i, r);
+            uint64_t x = ((uint64_t)r[0] << 32) | r[1];
+            int j = (int)(x % (uint64_t)(i + 1));
+            int32_t t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->perm_epoch = epoch;
+}
+
+cnn_status cnn_loader_batch(cnn_loader *l, cnn_model *m, int64_t epoch, int64_t start, int n, int64_t *labels) {
+    const cnn_dataset *ds = l->ds;
+    const cnn_net *net = cnn_model_net(m);
+    if (n < 1 || n > l->max_batch || start < 0 || start + n > ds->n)
+        return cnn_fail(CNN_E_INVALID, "batch [%lld, %lld) outside the dataset of %d", (long long)start,
+                        (long long)(start + n), ds->n);
+    if (ds->c != net->in_c || ds->h != net->in_h || ds->w != net->in_w)
+        return cnn_fail(CNN_E_MISMATCH, "data is %dx%dx%d but the model expects %dx%dx%d", ds->c, ds->h, ds->w,
+                        net->in_c, net->in_h, net->in_w);
+    if (l->perm_epoch != epoch) make_perm(l, epoch);
+    size_t per = (size_t)ds->c * ds->h * ds->w;
+    for (int i = 0; i < n; i++) labels[i] = ds->labels[l->perm[start + i]];
+    if (ds->fpix) {
+        for (int i = 0; i < n; i++)
+            memcpy(l->host_f + (size_t)i * per, ds->fpix + (size_t)l->perm[start + i] * per, per * sizeof(float));
+        return cnn_model_upload_input(m, l->host_f, n);
+    }
+    int pad = l->augment ? 4 : 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(l->host_pix + (size_t)i * per, ds->pix + (size_t)l->perm[start + i] * per, per);
+        uint32_t r[4];
+        cnn_philox(l->seed ^ 0x4155474dULL, (uint64_t)epoch, (uint64_t)(start + i), r);
+        l->host_off[2 * i] = l->augment ? (int32_t)(r[0] % 9u) : 0;
+        l->host_off[2 * i + 1] = l->augment ? (int32_t)(r[1] % 9u) : 0;
+        l->host_flip[i] = l->augment ? (uint8_t)(r[2] & 1u) : 0;
+    }
+    cnn_backend *be = l->be;
+    CNN_TRY(be->upload(be, l->dev_pix, l->host_pix, (size_t)n * per));
+    CNN_TRY(be->upload(be, l->dev_off, l->host_off, (size_t)n * 8));
+    CNN_TRY(be->upload(be, l->dev_flip, l->host_flip, (size_t)n));
+    cnn_prep pp = {.n = n, .c = ds->c, .h = ds->h, .w = ds->w, .pad = pad};
+    for (int c = 0; c < 3; c++) {
+        pp.mean[c] = ds->mean[c];
+        pp.std[c] = ds->std[c];
+    }
+    return be->prep_images(be, &pp, l->dev_pix, l->dev_off, l->dev_flip, cnn_model_input_buffer(m));
+}

@@ -1,0 +1,396 @@
+/* train.c — the training loop: batches, forward/backward, optimizer, schedules, evaluation, metrics,
+ * progress and checkpoints (atomic; exact resume). */
+#include "cnn/train.h"
+#include "cnn/io.h"
+#include "cnn/safetensors.h"
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CKPT_FORMAT "cnn.checkpoint.v1"
+
+cnn_train_opts cnn_train_opts_default(void) {
+    cnn_train_opts o = {
+        .batch = 64, .epochs = 1, .steps = 0, .optim = CNN_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f,
+        .weight_decay = 5e-4f, .nesterov = false, .beta1 = 0.9f, .beta2 = 0.999f, .adam_eps = 1e-8f,
+        .sched = CNN_SCHED_COSINE, .warmup = 0, .step_size = 30, .gamma = 0.1f, .label_smoothing = 0.0f,
+        .augment = true, .shuffle = true, .seed = 0, .out_dir = "runs/last", .checkpoint_every = 0,
+        .stop_after = 0, .resume = false, .resume_path = NULL, .log_every = 0, .eval_size = 0, .progress = true,
+    };
+    return o;
+}
+
+float cnn_lr_at(const cnn_train_opts *o, int64_t s, int64_t total, int64_t steps_per_epoch) {
+    if (o->warmup > 0 && s <= o->warmup) return o->lr * (float)s / (float)o->warmup;
+    switch (o->sched) {
+    case CNN_SCHED_CONSTANT: return o->lr;
+    case CNN_SCHED_STEP: {
+        int64_t every = (int64_t)o->step_size * steps_per_epoch;
+        int64_t k = every > 0 ? (s - 1) / every : 0;
+        return o->lr * powf(o->gamma, (float)k);
+    }
+    case CNN_SCHED_COSINE: {
+        int64_t span = total - o->warmup;
+        if (span <= 1) return o->lr;
+        double t = (double)(s - 1 - o->warmup) / (double)(span - 1);
+        return (float)(0.5 * o->lr * (1.0 + cos(3.14159265358979323846 * t)));
+    }
+    }
+    return o->lr;
+}
+
+/* ---- evaluation --------------------------------------------------------------------------------------- */
+
+cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_eval_result *out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0 || n > ds->n) n = ds->n;
+    if (batch > cnn_model_max_batch(m)) batch = cnn_model_max_batch(m);
+    int classes = cnn_model_net(m)->num_classes;
+    cnn_loader l;
+    CNN_TRY(cnn_loader_init(&l, ds, cnn_model_backend(m), batch, false, false, 0));
+    float *logits = malloc((size_t)batch * classes * sizeof *logits);
+    int64_t *labels = malloc((size_t)batch * sizeof *labels);
+    cnn_status st = logits && labels ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory evaluating");
+    double loss_sum = 0;
+    int64_t c1 = 0, c5 = 0;
+    for (int start = 0; start < n && st == CNN_OK; start += batch) {
+        int b = n - start < batch ? n - start : batch;
+        float loss;
+        st = cnn_loader_batch(&l, m, 0, start, b, labels);
+        if (st == CNN_OK) st = cnn_model_forward(m, b, CNN_MODE_EVAL, 0);
+        if (st == CNN_OK) st = cnn_model_loss(m, b, labels, 0.0f, &loss);
+        if (st == CNN_OK) st = cnn_model_download_logits(m, b, logits);
+        if (st != CNN_OK) break;
+        loss_sum += (double)loss * b;
+        for (int i = 0; i < b; i++) {
+            const float *z = logits + (size_t)i * classes;
+            float t = z[labels[i]];
+            int above = 0;
+            for (int j = 0; j < classes; j++) above += z[j] > t || (z[j] == t && j < labels[i]);
+            c1 += above < 1;
+            c5 += above < 5;
+        }
+    }
+    free(logits);
+    free(labels);
+    cnn_loader_free(&l);
+    CNN_TRY(st);
+    out->n = n;
+    out->loss = loss_sum / n;
+    out->top1 = (double)c1 / n;
+    out->top5 = (double)c5 / n;
+    return CNN_OK;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------------------- */
+
+/* Everything that must be equal for a resumed run to continue the original exactly. */
+static void options_string(const cnn_model *m, const cnn_train_opts *o, const cnn_dataset *ds, int64_t total,
+                           char *buf, size_t cap) {
+    const cnn_net *net = cnn_model_net(m);
+    snprintf(buf, cap,
+             "arch=%s classes=%d stem=%d input=%dx%d data=%s:%d batch=%d steps=%lld optim=%d lr=%.9g momentum=%.9g "
+             "wd=%.9g nesterov=%d betas=%.9g,%.9g eps=%.9g sched=%d warmup=%lld step_size=%d gamma=%.9g ls=%.9g "
+             "augment=%d shuffle=%d seed=%llu dtype=%s",
+             net->arch, net->num_classes, (int)net->stem, net->in_h, net->in_w, ds->source, ds->n, o->batch,
+             (long long)total, (int)o->optim, (double)o->lr, (double)o->momentum, (double)o->weight_decay,
+             (int)o->nesterov, (double)o->beta1, (double)o->beta2, (double)o->adam_eps, (int)o->sched,
+             (long long)o->warmup, o->step_size, (double)o->gamma, (double)o->label_smoothing, (int)o->augment,
+             (int)o->shuffle, (unsigned long long)o->seed, cnn_dtype_name(cnn_model_backend((cnn_model *)m)->act_dtype));
+}
+
+/* fp16 dynamic loss scaling (as torch.cuda.amp.GradScaler): start at 2^16, halve and skip the step when a
+ * gradient overflows, double after 2000 clean steps. */
+#define SCALE_INIT 65536.0f
+#define SCALE_GROWTH_INTERVAL 2000
+
+typedef struct train_state {
+    cnn_model *m;
+    float loss_scale;   /* 1 unless fp16 */
+    int64_t good_steps; /* clean steps since the last change of the scale */
+    float *opt[2];      /* device optimizer state (momentum; or exp_avg, exp_avg_sq) */
+    int n_opt;
+    int64_t n_trainable;
+} train_state;
+
+static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t step, const char *options) {
+    cnn_model *m = ts->m;
+    const cnn_net *net = cnn_model_net(m);
+    cnn_backend *be = cnn_model_backend(m);
+    int n_items = net->n_params + ts->n_opt;
+    cnn_st_item *items = calloc((size_t)n_items, sizeof *items);
+    float *opt_host = malloc((size_t)(ts->n_opt ? ts->n_opt : 1) * ts->n_trainable * sizeof(float));
+    float *host = NULL;
+    cnn_status st = items && opt_host ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory writing a checkpoint");
+    if (st == CNN_OK) st = cnn_model_state_items(m, items, &host);
+    static const char *opt_names[2][2] = {{"optimizer.momentum_buffer", NULL}, {"optimizer.exp_avg", "optimizer.exp_avg_sq"}};
+    for (int k = 0; k < ts->n_opt && st == CNN_OK; k++) {
+        float *dst = opt_host + (size_t)k * ts->n_trainable;
+        st = be->download(be, dst, ts->opt[k], (size_t)ts->n_trainable * sizeof(float));
+        cnn_st_item *it = &items[net->n_params + k];
+        it->name = opt_names[ts->n_opt - 1][k];
+        it->dtype = CNN_DTYPE_F32;
+        it->ndim = 1;
+        it->shape[0] = ts->n_trainable;
+        it->data = dst;
+    }
+    char stepbuf[32], scalebuf[48];
+    snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
+    snprintf(scalebuf, sizeof scalebuf, "%.9g %lld", (double)ts->loss_scale, (long long)ts->good_steps);
+    cnn_st_kv meta[] = {{"format", CKPT_FORMAT}, {"step", stepbuf}, {"options", options}, {"loss_scale", scalebuf}};
+    if (st == CNN_OK) st = cnn_st_write(path, items, n_items, meta, 4);
+    free(host);
+    free(items);
+    free(opt_host);
+    return st;
+}
+
+static cnn_status load_checkpoint(train_state *ts, const char *path, const char *options, int64_t *step) {
+    cnn_st_file f;
+    CNN_TRY(cnn_st_open(path, &f));
+    cnn_status st = CNN_OK;
+    const char *fmt = cnn_st_meta_get(&f, "format"), *sstep = cnn_st_meta_get(&f, "step");
+    const char *opts = cnn_st_meta_get(&f, "options"), *scale = cnn_st_meta_get(&f, "loss_scale");
+    char *end = NULL;
+    long long s = sstep ? strtoll(sstep, &end, 10) : -1;
+    double ls = 0;
+    long long good = -1;
+    if (scale && sscanf(scale, "%lg %lld", &ls, &good) == 2 && ls > 0 && good >= 0) {
+        ts->loss_scale = (float)ls;
+        ts->good_steps = good;
+    } else {
+        scale = NULL;
+    }
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0 || !sstep || !opts || !scale || *end || s < 0)
+        st = cnn_fail(CNN_E_FORMAT, "%s: not a cnn checkpoint (metadata format/step/options missing or invalid)", path);
+    else if (strcmp(opts, options) != 0)
+        st = cnn_fail(CNN_E_MISMATCH, "%s: written by a run with other options; checkpoint: [%s] now: [%s]", path,
+                      opts, options);
+    if (st == CNN_OK) st = cnn_model_load_st(ts->m, &f, path, "optimizer.");
+    static const char *opt_names[2][2] = {{"optimizer.momentum_buffer", NULL}, {"optimizer.exp_avg", "optimizer.exp_avg_sq"}};
+    for (int k = 0; k < ts->n_opt && st == CNN_OK; k++) {
+        const cnn_st_entry *e = cnn_st_find(&f, opt_names[ts->n_opt - 1][k]);
+        if (!e || e->dtype != CNN_DTYPE_F32 || e->ndim != 1 || e->shape[0] != ts->n_trainable) {
+            st = cnn_fail(CNN_E_MISMATCH, "%s: optimizer state \"%s\" missing or of the wrong shape", path,
+                          opt_names[ts->n_opt - 1][k]);
+            break;
+        }
+        cnn_backend *be = cnn_model_backend(ts->m);
+        st = be->upload(be, ts->opt[k], cnn_st_tensor_data(&f, e), (size_t)ts->n_trainable * sizeof(float));
+    }
+    cnn_st_free(&f);
+    *step = s;
+    return st;
+}
+
+/* Keep only the metrics records of steps <= step (a resumed run rewrites what came after its checkpoint). */
+static cnn_status truncate_metrics(const char *path, int64_t step) {
+    uint8_t *buf;
+    size_t len;
+    if (access(path, F_OK) != 0) return CNN_OK;
+    CNN_TRY(cnn_read_file(path, (size_t)1 << 30, &buf, &len));
+    cnn_afile af;
+    cnn_status st = cnn_afile_open(&af, path);
+    size_t pos = 0;
+    while (st == CNN_OK && pos < len) {
+        size_t e = pos;
+        while (e < len && buf[e] != '\n') e++;
+        long long s = -1;
+        char head[48] = {0};
+        memcpy(head, buf + pos, e - pos < sizeof head - 1 ? e - pos : sizeof head - 1);
+        if (e < len && sscanf(head, "{\"step\":%lld", &s) == 1 && s <= step) /* drop a torn last line */
+            st = cnn_afile_write(&af, buf + pos, e < len ? e - pos + 1 : e - pos);
+        pos = e + 1;
+    }
+    free(buf);
+    if (st == CNN_OK) return cnn_afile_commit(&af);
+    cnn_afile_discard(&af);
+    return st;
+}
+
+/* ---- the loop ----------------------------------------------------------------------------------------- */
+
+static void progress(const cnn_train_opts *o, int64_t step, int64_t total, double elapsed, float loss) {
+    if (!o->progress || !isatty(STDERR_FILENO)) return;
+    int width = 30, fill = (int)(width * step / (total ? total : 1));
+    double eta = step ? elapsed / step * (double)(total - step) : 0;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[width] = 0;
+    fprintf(stderr, "\r[%s] %3d%% step %lld/%lld loss %.4f ETA %d:%02d ", bar, (int)(100 * step / (total ? total : 1)),
+            (long long)step, (long long)total, (double)loss, (int)eta / 60, (int)eta % 60);
+    if (step == total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static cnn_status optimizer_step(train_state *ts, const cnn_train_opts *o, int64_t step, float lr, float grad_scale) {
+    cnn_backend *be = cnn_model_backend(ts->m);
+    float *w = cnn_model_params(ts->m), *g = cnn_model_grads(ts->m);
+    if (o->optim == CNN_OPTIM_SGD) {
+        cnn_sgd s = {.lr = lr, .momentum = o->momentum, .dampening = 0.0f, .weight_decay = o->weight_decay,
+                     .nesterov = o->nesterov, .first_step = step == 1};
+        CNN_TRY(be->sgd_update(be, &s, ts->n_trainable, w, g, ts->n_opt ? ts->opt[0] : NULL, grad_scale));
+    } else {
+        cnn_adamw a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
+                       .weight_decay = o->weight_decay, .step = step};
+        CNN_TRY(be->adamw_update(be, &a, ts->n_trainable, w, g, ts->opt[0], ts->opt[1], grad_scale));
+    }
+    return cnn_model_params_changed(ts->m);
+}
+
+static void join_path(char *buf, size_t cap, const char *dir, const char *file) {
+    snprintf(buf, cap, "%s/%s", dir, file);
+}
+
+cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
+                     const cnn_train_opts *o) {
+    (void)mo;
+    cnn_backend *be = cnn_model_backend(m);
+    const cnn_net *net = cnn_model_net(m);
+    if (o->batch < 1 || o->batch > cnn_model_max_batch(m))
+        return cnn_fail(CNN_E_INVALID, "batch %d out of range [1, %d]", o->batch, cnn_model_max_batch(m));
+    if (train->classes > net->num_classes)
+        return cnn_fail(CNN_E_MISMATCH, "the data has %d classes but the model only %d (--num-classes)", train->classes,
+                        net->num_classes);
+    int64_t spe = train->n / o->batch; /* full batches only */
+    if (spe < 1)
+        return cnn_fail(CNN_E_INVALID, "the training set (%d images) is smaller than one batch (%d)", train->n, o->batch);
+    int64_t total = o->steps > 0 ? o->steps : (int64_t)o->epochs * spe;
+    if (total < 1) return cnn_fail(CNN_E_INVALID, "nothing to train: 0 steps");
+
+    char options[1024], ckpt[4096], model_path[4096], metrics_path[4096];
+    options_string(m, o, train, total, options, sizeof options);
+    CNN_TRY(cnn_mkdir_p(o->out_dir));
+    join_path(ckpt, sizeof ckpt, o->out_dir, "checkpoint.safetensors");
+    join_path(model_path, sizeof model_path, o->out_dir, "model.safetensors");
+    join_path(metrics_path, sizeof metrics_path, o->out_dir, "metrics.jsonl");
+
+    bool fp16 = be->act_dtype == CNN_DTYPE_F16;
+    train_state ts = {.m = m, .n_trainable = net->n_trainable, .loss_scale = fp16 ? SCALE_INIT : 1.0f};
+    ts.n_opt = o->optim == CNN_OPTIM_ADAMW ? 2 : (o->momentum != 0.0f ? 1 : 0);
+    cnn_status st = CNN_OK;
+    for (int k = 0; k < ts.n_opt && st == CNN_OK; k++) {
+        st = be->alloc(be, (size_t)ts.n_trainable * sizeof(float), "optimizer state", (void **)&ts.opt[k]);
+        if (st == CNN_OK) st = be->zero(be, ts.opt[k], (size_t)ts.n_trainable * sizeof(float));
+    }
+    int64_t start_step = 0;
+    if (st == CNN_OK && o->resume) {
+        const char *rp = o->resume_path ? o->resume_path : ckpt;
+        st = load_checkpoint(&ts, rp, options, &start_step);
+        if (st == CNN_OK) st = truncate_metrics(metrics_path, start_step);
+        if (st == CNN_OK) cnn_log(1, "cnn: resumed from %s at step %lld of %lld", rp, (long long)start_step, (long long)total);
+    } else if (st == CNN_OK) {
+        /* a fresh run starts a fresh metrics file */
+        FILE *f = fopen(metrics_path, "w");
+        if (!f) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
+        else fclose(f);
+    }
+    cnn_loader loader;
+    memset(&loader, 0, sizeof loader);
+    if (st == CNN_OK) st = cnn_loader_init(&loader, train, be, o->batch, o->augment, o->shuffle, o->seed);
+    FILE *metrics = st == CNN_OK ? fopen(metrics_path, "a") : NULL;
+    if (st == CNN_OK && !metrics) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
+    int classes = net->num_classes;
+    float *logits = malloc((size_t)o->batch * classes * sizeof *logits);
+    int64_t *labels = malloc((size_t)o->batch * sizeof *labels);
+    if (st == CNN_OK && (!logits || !labels)) st = cnn_fail(CNN_E_OOM, "out of host memory for a batch");
+
+    double t0 = cnn_now(), t_epoch = t0, loss_epoch = 0;
+    int64_t correct_epoch = 0, seen_epoch = 0;
+    float loss = 0;
+    for (int64_t step = start_step + 1; step <= total && st == CNN_OK; step++) {
+        int64_t epoch = (step - 1) / spe, pos = (step - 1) % spe;
+        float lr = cnn_lr_at(o, step, total, spe);
+        st = cnn_loader_batch(&loader, m, epoch, pos * o->batch, o->batch, labels);
+        float used_scale = ts.loss_scale;
+        cnn_model_set_loss_scale(m, used_scale);
+        if (st == CNN_OK) st = cnn_model_forward(m, o->batch, CNN_MODE_TRAIN, o->seed * 1000003ULL + (uint64_t)step);
+        if (st == CNN_OK) st = cnn_model_backward(m, o->batch, labels, o->label_smoothing, &loss);
+        if (st == CNN_OK) st = cnn_model_download_logits(m, o->batch, logits);
+        if (st == CNN_OK && !isfinite(loss))
+            st = cnn_fail(CNN_E_NONFINITE, "loss is %g at step %lld (lr %g): training diverged", (double)loss,
+                          (long long)step, (double)lr);
+        bool skip_step = false;
+        if (st == CNN_OK && fp16) {
+            int64_t bad = 0;
+            st = be->count_nonfinite(be, ts.n_trainable, cnn_model_grads(m), &bad);
+            if (bad > 0) {
+                skip_step = true;
+                cnn_log(2, "cnn: step %lld: %lld non-finite gradients at loss scale %g; skipping the update and halving",
+                        (long long)step, (long long)bad, (double)ts.loss_scale);
+                ts.loss_scale *= 0.5f;
+                ts.good_steps = 0;
+            } else if (++ts.good_steps == SCALE_GROWTH_INTERVAL) {
+                ts.loss_scale *= 2.0f;
+                ts.good_steps = 0;
+            }
+        }
+        if (st == CNN_OK && !skip_step) st = optimizer_step(&ts, o, step, lr, 1.0f / used_scale);
+        if (st != CNN_OK) break;
+        int correct = 0;
+        for (int i = 0; i < o->batch; i++) {
+            const float *z = logits + (size_t)i * classes;
+            int best = 0;
+            for (int j = 1; j < classes; j++)
+                if (z[j] > z[best]) best = j;
+            correct += best == labels[i];
+        }
+        correct_epoch += correct;
+        seen_epoch += o->batch;
+        loss_epoch += loss;
+        double now = cnn_now();
+        fprintf(metrics,
+                "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"acc\":%.6f,\"time_s\":%.3f%s}\n",
+                (long long)step, (long long)epoch + 1, (double)loss, (double)lr, (double)correct / o->batch, now - t0,
+                skip_step ? ",\"skipped\":true" : "");
+        fflush(metrics);
+        if (o->log_every > 0 && step % o->log_every == 0)
+            printf("step %lld/%lld  epoch %lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s\n", (long long)step,
+                   (long long)total, (long long)epoch + 1, (double)loss, 100.0 * correct / o->batch, (double)lr,
+                   (double)(step - start_step) * o->batch / (now - t0));
+        progress(o, step, total, now - t0, loss);
+        bool epoch_end = pos == spe - 1 || step == total;
+        bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
+        if (epoch_end) {
+            double dt = now - t_epoch;
+            int64_t steps_here = seen_epoch / o->batch;
+            if (o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
+            printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s", (long long)epoch + 1,
+                   (long long)step, (long long)total, loss_epoch / (steps_here ? steps_here : 1),
+                   100.0 * correct_epoch / (seen_epoch ? seen_epoch : 1), (double)lr, seen_epoch / (dt > 0 ? dt : 1));
+            if (test && o->eval_size > 0) {
+                cnn_eval_result ev;
+                st = cnn_evaluate(m, test, o->eval_size, o->batch, &ev);
+                if (st != CNN_OK) break;
+                printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%%", ev.loss, 100 * ev.top1, 100 * ev.top5);
+                fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"eval_loss\":%.9g,\"eval_top1\":%.6f,\"eval_top5\":%.6f}\n",
+                        (long long)step, (long long)epoch + 1, ev.loss, ev.top1, ev.top5);
+                fflush(metrics);
+            }
+            printf("\n");
+            fflush(stdout);
+            t_epoch = cnn_now();
+            loss_epoch = 0;
+            correct_epoch = seen_epoch = 0;
+        }
+        if (ckpt_now) st = save_checkpoint(&ts, ckpt, step, options);
+        if (st == CNN_OK && o->stop_after > 0 && step == o->stop_after) {
+            cnn_log(1, "cnn: stopping after step %lld (--stop-after); resume with --resume", (long long)step);
+            break;
+        }
+        if (st == CNN_OK && step == total) st = cnn_model_save(m, model_path);
+    }
+    if (start_step >= total && st == CNN_OK) cnn_log(1, "cnn: checkpoint is already at step %lld of %lld", (long long)start_step, (long long)total);
+    if (metrics) fclose(metrics);
+    free(logits);
+    free(labels);
+    cnn_loader_free(&loader);
+    for (int k = 0; k < ts.n_opt; k++)
+        if (ts.opt[k]) be->free(be, ts.opt[k]);
+    return st;
+}
