@@ -1,0 +1,89 @@
+/* cli.h — the command line's option tables, parsing and the options every subcommand shares.
+ *
+ * Each subcommand declares a table of cli_opt; the same table parses argv, validates values (numbers fully
+ * parsed and range-checked, choices from a fixed list) and prints --help, so help and parser cannot
+ * disagree. Exit codes: 0 ok, 1 runtime error, 2 usage error.
+ */
+#ifndef CNN_CLI_H
+#define CNN_CLI_H
+
+#include "cnn/net.h"
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_RUNTIME 1
+#define CLI_EXIT_USAGE 2
+
+typedef enum cli_kind {
+    CLI_FLAG = 0, /* bool, no value           */
+    CLI_INT,      /* int, range [lo, hi]      */
+    CLI_I64,      /* int64_t, range [lo, hi]  */
+    CLI_FLOAT,    /* float, finite, [lo, hi]  */
+    CLI_STR,      /* const char *             */
+    CLI_CHOICE,   /* const char *, one of `choices` ("a|b|c") */
+} cli_kind;
+
+typedef struct cli_opt {
+    const char *name;    /* long name without dashes */
+    char short_name;     /* 0 = none */
+    cli_kind kind;
+    const char *metavar;
+    void *dst;
+    double lo, hi;
+    const char *choices;
+    const char *help;
+} cli_opt;
+
+#define CLI_MAX_OPTS 96
+
+typedef struct cli_table {
+    cli_opt opts[CLI_MAX_OPTS];
+    bool seen[CLI_MAX_OPTS]; /* set by the parser: the option was given */
+    int n;
+} cli_table;
+
+void cli_add(cli_table *t, cli_opt o);
+/* Parse argv (argv[0] is the subcommand). Returns -1 to continue, or an exit code (0 after --help). */
+int cli_parse(cli_table *t, const char *cmd, const char *synopsis, const char *description, int argc, char **argv);
+bool cli_seen(const cli_table *t, const char *name);
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print the recorded error ("cnn: <message>") and map the status to an exit code. */
+int cli_fail(cnn_status st);
+
+/* Options every subcommand takes. */
+typedef struct cli_common {
+    const char *device;
+    int threads;
+    const char *dtype;
+    bool deterministic;
+    bool quiet, verbose;
+    const char *cache_dir;
+} cli_common;
+
+/* Options every subcommand with a model takes. */
+typedef struct cli_model {
+    const char *model;
+    int num_classes;
+    const char *stem;
+    const char *input_size;
+    const char *weights;
+    int64_t seed;
+    float dropout;
+} cli_model;
+
+void cli_add_common(cli_table *t, cli_common *c);
+void cli_add_model(cli_table *t, cli_model *m, bool weights);
+/* Apply verbosity, create the backend; prints the error and returns an exit code on failure, else -1. */
+int cli_backend(const cli_common *c, cnn_backend **be);
+/* Model options and input size. default_classes is used when --num-classes is absent. Returns -1 or an exit code. */
+int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int default_classes, cnn_model_opts *mo,
+                   int *h, int *w);
+
+/* Subcommands */
+int cmd_info(int argc, char **argv);
+int cmd_infer(int argc, char **argv);
+int cmd_grad(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

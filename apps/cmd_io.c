@@ -1,0 +1,205 @@
+/* cmd_io.c — `cnn infer` and `cnn grad`: the scriptable, file-in/file-out interface tests rely on.
+ *
+ *   infer: X.safetensors {"input": F32 (N, 3, H, W)} -> Y.safetensors {"logits": F32 (N, classes)}   (eval mode)
+ *   grad:  X + L.safetensors {"labels": I64 (N,)}    -> G.safetensors {"loss": F32 [], <param>: F32 ...}
+ * Outputs are written atomically: on any error no output file appears.
+ */
+#include "cli.h"
+#include "cnn/safetensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Read the float images of X (any float dtype) into a float32 NCHW array. */
+static cnn_status read_input(const char *path, float **out, int *n, int *h, int *w) {
+    cnn_st_file f;
+    CNN_TRY(cnn_st_open(path, &f));
+    const cnn_st_entry *e = cnn_st_find(&f, "input");
+    char b[96];
+    cnn_status st = CNN_OK;
+    if (!e) st = cnn_fail(CNN_E_MISMATCH, "%s: no tensor named \"input\"", path);
+    else if (e->ndim != 4 || e->shape[1] != 3 || e->shape[0] < 1 || e->shape[2] < 1 || e->shape[3] < 1 ||
+             e->shape[0] > (1 << 24) || e->shape[2] > 8192 || e->shape[3] > 8192)
+        st = cnn_fail(CNN_E_MISMATCH, "%s: \"input\" has shape %s, expected (N, 3, H, W)", path,
+                      cnn_shape_str(e->shape, e->ndim, b, sizeof b));
+    else if (e->dtype != CNN_DTYPE_F32 && e->dtype != CNN_DTYPE_F16 && e->dtype != CNN_DTYPE_BF16)
+        st = cnn_fail(CNN_E_MISMATCH, "%s: \"input\" has dtype %s, expected F32", path, cnn_dtype_name(e->dtype));
+    if (st == CNN_OK) {
+        size_t count = (size_t)e->shape[0] * 3 * e->shape[2] * e->shape[3];
+        *out = cnn_malloc(count * sizeof(float), "input images");
+        if (!*out) st = CNN_E_OOM;
+        else cnn_convert_to_f32(*out, cnn_st_tensor_data(&f, e), e->dtype, count);
+        *n = (int)e->shape[0];
+        *h = (int)e->shape[2];
+        *w = (int)e->shape[3];
+    }
+    cnn_st_free(&f);
+    return st;
+}
+
+static cnn_status read_labels(const char *path, int n, int64_t **out) {
+    cnn_st_file f;
+    CNN_TRY(cnn_st_open(path, &f));
+    const cnn_st_entry *e = cnn_st_find(&f, "labels");
+    char b[96];
+    cnn_status st = CNN_OK;
+    if (!e) st = cnn_fail(CNN_E_MISMATCH, "%s: no tensor named \"labels\"", path);
+    else if (e->dtype != CNN_DTYPE_I64 || e->ndim != 1 || e->shape[0] != n)
+        st = cnn_fail(CNN_E_MISMATCH, "%s: \"labels\" is %s %s, expected I64 (%d,)", path, cnn_dtype_name(e->dtype),
+                      cnn_shape_str(e->shape, e->ndim, b, sizeof b), n);
+    if (st == CNN_OK) {
+        *out = cnn_malloc((size_t)n * sizeof(int64_t), "labels");
+        if (!*out) st = CNN_E_OOM;
+        else memcpy(*out, cnn_st_tensor_data(&f, e), (size_t)n * sizeof(int64_t));
+    }
+    cnn_st_free(&f);
+    return st;
+}
+
+int cmd_infer(int argc, char **argv) {
+    cli_table t = {0};
+    cli_common c = {0};
+    cli_model mm = {0};
+    const char *input = NULL, *output = NULL;
+    int batch = 64;
+    cli_add_model(&t, &mm, true);
+    cli_add(&t, (cli_opt){"input", 0, CLI_STR, "X.safetensors", &input, 0, 0, NULL, "float32 \"input\" (N, 3, H, W)"});
+    cli_add(&t, (cli_opt){"output", 0, CLI_STR, "Y.safetensors", &output, 0, 0, NULL, "receives float32 \"logits\" (N, classes)"});
+    cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &batch, 1, 65536, NULL, "images per forward pass"});
+    cli_add_common(&t, &c);
+    int rc = cli_parse(&t, "infer", "--model M [--weights W] --input X.safetensors --output Y.safetensors",
+                       "Run the model in eval mode (BatchNorm running statistics, no dropout) on the images of X and "
+                       "write their logits to Y.",
+                       argc, argv);
+    if (rc >= 0) return rc;
+    if (!input || !output) return cli_usage_error("infer", "--input and --output are required");
+    cnn_model_opts mo;
+    int h, w;
+    if ((rc = cli_model_opts("infer", &t, &mm, 1000, &mo, &h, &w)) >= 0) return rc;
+
+    float *x = NULL, *logits = NULL;
+    int n = 0;
+    cnn_backend *be = NULL;
+    cnn_model *m = NULL;
+    cnn_status st = read_input(input, &x, &n, &h, &w);
+    if (st == CNN_OK && cli_seen(&t, "input-size")) {
+        int hh, ww;
+        cli_model_opts("infer", &t, &mm, 1000, &mo, &hh, &ww);
+        if (hh != h || ww != w)
+            st = cnn_fail(CNN_E_INVALID, "--input-size %dx%d disagrees with %s (%dx%d)", hh, ww, input, h, w);
+    }
+    if (st != CNN_OK) {
+        free(x);
+        return cli_fail(st);
+    }
+    if ((rc = cli_backend(&c, &be)) >= 0) {
+        free(x);
+        return rc;
+    }
+    int b = n < batch ? n : batch;
+    st = cnn_model_create(&mo, be, h, w, b, false, &m);
+    if (st == CNN_OK && mm.weights) st = cnn_model_load(m, mm.weights);
+    int classes = mo.num_classes;
+    if (st == CNN_OK) {
+        logits = cnn_malloc((size_t)n * classes * sizeof(float), "logits");
+        if (!logits) st = CNN_E_OOM;
+    }
+    for (int s = 0; s < n && st == CNN_OK; s += b) {
+        int k = n - s < b ? n - s : b;
+        st = cnn_model_upload_input(m, x + (size_t)s * 3 * h * w, k);
+        if (st == CNN_OK) st = cnn_model_forward(m, k, CNN_MODE_EVAL, 0);
+        if (st == CNN_OK) st = cnn_model_download_logits(m, k, logits + (size_t)s * classes);
+    }
+    if (st == CNN_OK) {
+        cnn_st_item it = {.name = "logits", .dtype = CNN_DTYPE_F32, .ndim = 2, .shape = {n, classes}, .data = logits};
+        st = cnn_st_write(output, &it, 1, NULL, 0);
+    }
+    rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
+    cnn_model_free(m);
+    cnn_backend_destroy(be);
+    free(x);
+    free(logits);
+    return rc;
+}
+
+int cmd_grad(int argc, char **argv) {
+    cli_table t = {0};
+    cli_common c = {0};
+    cli_model mm = {0};
+    const char *input = NULL, *labels_path = NULL, *output = NULL;
+    float smoothing = 0.0f;
+    cli_add_model(&t, &mm, true);
+    cli_add(&t, (cli_opt){"input", 0, CLI_STR, "X.safetensors", &input, 0, 0, NULL, "float32 \"input\" (N, 3, H, W)"});
+    cli_add(&t, (cli_opt){"labels", 0, CLI_STR, "L.safetensors", &labels_path, 0, 0, NULL, "int64 \"labels\" (N,)"});
+    cli_add(&t, (cli_opt){"output", 0, CLI_STR, "G.safetensors", &output, 0, 0, NULL,
+                          "receives \"loss\" and every parameter's gradient"});
+    cli_add(&t, (cli_opt){"label-smoothing", 0, CLI_FLOAT, "E", &smoothing, 0, 1, NULL, "cross-entropy label smoothing"});
+    cli_add_common(&t, &c);
+    int rc = cli_parse(&t, "grad", "--model M [--weights W] --input X --labels L --output G",
+                       "One training-mode forward (batch statistics; dropout with --dropout, seed from --seed) and "
+                       "backward with softmax cross-entropy; writes the mean loss and the gradient of every "
+                       "trainable parameter under its torchvision name and shape.",
+                       argc, argv);
+    if (rc >= 0) return rc;
+    if (!input || !labels_path || !output) return cli_usage_error("grad", "--input, --labels and --output are required");
+    cnn_model_opts mo;
+    int h, w, n = 0;
+    if ((rc = cli_model_opts("grad", &t, &mm, 1000, &mo, &h, &w)) >= 0) return rc;
+    float *x = NULL, *host = NULL;
+    int64_t *labels = NULL;
+    cnn_st_item *items = NULL;
+    cnn_backend *be = NULL;
+    cnn_model *m = NULL;
+    cnn_status st = read_input(input, &x, &n, &h, &w);
+    if (st == CNN_OK) st = read_labels(labels_path, n, &labels);
+    if (st != CNN_OK) {
+        free(x);
+        free(labels);
+        return cli_fail(st);
+    }
+    if ((rc = cli_backend(&c, &be)) >= 0) {
+        free(x);
+        free(labels);
+        return rc;
+    }
+    st = cnn_model_create(&mo, be, h, w, n, true, &m);
+    if (st == CNN_OK && mm.weights) st = cnn_model_load(m, mm.weights);
+    if (st == CNN_OK) st = cnn_model_upload_input(m, x, n);
+    if (st == CNN_OK) st = cnn_model_forward(m, n, CNN_MODE_TRAIN, (uint64_t)mm.seed);
+    float loss = 0;
+    if (st == CNN_OK) st = cnn_model_backward(m, n, labels, smoothing, &loss);
+    const cnn_net *net = st == CNN_OK ? cnn_model_net(m) : NULL;
+    int n_items = 0;
+    if (net) {
+        items = calloc((size_t)net->n_params + 1, sizeof *items);
+        host = malloc(((size_t)net->n_trainable + 1) * sizeof(float));
+        if (!items || !host) st = cnn_fail(CNN_E_OOM, "out of host memory for gradients");
+    }
+    if (st == CNN_OK) {
+        host[0] = loss;
+        items[n_items++] = (cnn_st_item){.name = "loss", .dtype = CNN_DTYPE_F32, .ndim = 0, .data = host};
+        size_t off = 1;
+        for (int i = 0; i < net->n_params && st == CNN_OK; i++) {
+            const cnn_param *p = &net->params[i];
+            if (p->kind != CNN_PARAM_TRAINABLE) continue;
+            st = cnn_model_get_grad(m, i, host + off);
+            cnn_st_item *it = &items[n_items++];
+            it->name = p->name;
+            it->dtype = CNN_DTYPE_F32;
+            it->ndim = p->ndim;
+            for (int d = 0; d < p->ndim; d++) it->shape[d] = p->shape[d];
+            it->data = host + off;
+            off += (size_t)p->count;
+        }
+    }
+    if (st == CNN_OK) st = cnn_st_write(output, items, n_items, NULL, 0);
+    rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
+    cnn_model_free(m);
+    cnn_backend_destroy(be);
+    free(x);
+    free(labels);
+    free(items);
+    free(host);
+    return rc;
+}
