@@ -1,0 +1,245 @@
+/* common.cuh -- the one header every kernel includes. NVRTC-clean: no host headers, no cuda_fp16.h or
+ * cuda_bf16.h (NVRTC does not find them without include paths), only builtins and inline PTX.
+ *
+ * Activation storage type, chosen by -DACT (src/cuda/registry.c writes it):
+ *     ACT=0  float32   act_t = float
+ *     ACT=1  float16   act_t = unsigned short (IEEE binary16 bits)
+ *     ACT=2  bfloat16  act_t = unsigned short (the top half of a float32)
+ * Kernels load act_t into float, compute in float (fp32 accumulation always) and round once on the store
+ * (round to nearest even, like cnn_f32_to_bf16 / cnn_f32_to_f16 on the host). Programs that do not touch
+ * activations are compiled without ACT.
+ *
+ * Also here: Philox-4x32-10 bit-identical to src/core/rng.c (dropout masks agree with the CPU backend), and
+ * fixed-order warp/block reductions (deterministic: the same inputs give the same bits on every run).
+ */
+#ifndef CNN_KERNELS_COMMON_CUH
+#define CNN_KERNELS_COMMON_CUH
+
+#define ACT_F32 0
+#define ACT_F16 1
+#define ACT_BF16 2
+
+#define CNN_INF __int_as_float(0x7f800000)
+
+/* ---- half-precision conversions (bit exact, round to nearest even) ------------------------------------ */
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+#if __CUDA_ARCH__ >= 800
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+#endif
+}
+
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#else
+/* Bit-exact C for builds without PTX: the CPU emulator of tests/gpu/emu compiles these kernels as C++. */
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+    unsigned int u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* subnormal: round a * 2^24 to nearest even */
+        float v = __uint_as_float(a) * 16777216.0f;
+        unsigned int k = (unsigned int)v;
+        float frac = v - (float)k;
+        if (frac > 0.5f || (frac == 0.5f && (k & 1u))) k++;
+        return (unsigned short)(sign | k);
+    }
+    unsigned int r = a + 0xfffu + ((a >> 13) & 1u);
+    return (unsigned short)(sign | (((r >> 23) - 112u) << 10) | ((r >> 13) & 0x3ffu));
+}
+#endif
+
+/* ---- the activation type -------------------------------------------------------------------------------- */
+
+#ifdef ACT
+#if ACT == ACT_F32
+typedef float act_t;
+#define ACT_VEC 4 /* elements per 16-byte vector */
+__device__ __forceinline__ float act_to_f32(act_t v) { return v; }
+__device__ __forceinline__ act_t f32_to_act(float v) { return v; }
+#elif ACT == ACT_F16
+typedef unsigned short act_t;
+#define ACT_VEC 8
+__device__ __forceinline__ float act_to_f32(act_t v) { return f16_to_f32(v); }
+__device__ __forceinline__ act_t f32_to_act(float v) { return f32_to_f16(v); }
+#elif ACT == ACT_BF16
+typedef unsigned short act_t;
+#define ACT_VEC 8
+__device__ __forceinline__ float act_to_f32(act_t v) { return bf16_to_f32(v); }
+__device__ __forceinline__ act_t f32_to_act(float v) { return f32_to_bf16(v); }
+#else
+#error "ACT must be 0 (f32), 1 (f16) or 2 (bf16)"
+#endif
+__device__ __forceinline__ float act_load(const act_t *p, long long i) { return act_to_f32(p[i]); }
+__device__ __forceinline__ void act_store(act_t *p, long long i, float v) { p[i] = f32_to_act(v); }
+
+/* Conversions of one 16-byte vector (ACT_VEC elements) between act_t and float, p 16-byte aligned. */
+__device__ __forceinline__ void act_load_vec(const act_t *p, float *v) {
+    uint4 u = *(const uint4 *)p;
+#if ACT == ACT_F32
+    v[0] = __uint_as_float(u.x); v[1] = __uint_as_float(u.y); v[2] = __uint_as_float(u.z); v[3] = __uint_as_float(u.w);
+#else
+    unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+#if ACT == ACT_F16
+        v[2 * k] = f16_to_f32((unsigned short)(w[k] & 0xffffu));
+        v[2 * k + 1] = f16_to_f32((unsigned short)(w[k] >> 16));
+#else
+        v[2 * k] = bf16_to_f32((unsigned short)(w[k] & 0xffffu));
+        v[2 * k + 1] = bf16_to_f32((unsigned short)(w[k] >> 16));
+#endif
+    }
+#endif
+}
+
+__device__ __forceinline__ void act_store_vec(act_t *p, const float *v) {
+    uint4 u;
+#if ACT == ACT_F32
+    u.x = __float_as_uint(v[0]); u.y = __float_as_uint(v[1]); u.z = __float_as_uint(v[2]); u.w = __float_as_uint(v[3]);
+#else
+    unsigned int w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+#if ACT == ACT_F16
+        w[k] = (unsigned int)f32_to_f16(v[2 * k]) | ((unsigned int)f32_to_f16(v[2 * k + 1]) << 16);
+#else
+        w[k] = (unsigned int)f32_to_bf16(v[2 * k]) | ((unsigned int)f32_to_bf16(v[2 * k + 1]) << 16);
+#endif
+    }
+    u.x = w[0]; u.y = w[1]; u.z = w[2]; u.w = w[3];
+#endif
+    *(uint4 *)p = u;
+}
+
+#if ACT != ACT_F32
+/* d += A (16x16, row-major) * B (16x8, column-major) on the tensor cores, fp32 accumulation (sm_80+). Fragments
+ * as the PTX ISA lays them out for mma.m16n8k16 (g = lane/4, t = lane%4; each register holds 2 elements, the
+ * lower k in the low half):  a[0] A[g][2t..2t+1]  a[1] A[g+8][2t..]  a[2] A[g][2t+8..]  a[3] A[g+8][2t+8..];
+ * b[0] B[2t..2t+1][g]  b[1] B[2t+8..][g];  d[0..1] D[g][2t..2t+1]  d[2..3] D[g+8][2t..2t+1]. */
+__device__ __forceinline__ void mma_m16n8k16(float *d, const unsigned *a, const unsigned *b) {
+#ifdef __CUDA_ARCH__
+#if ACT == ACT_BF16
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+#else
+    emu_mma_m16n8k16(d, a, b, ACT == ACT_BF16); /* the CPU emulator of tests/gpu/emu */
+#endif
+}
+#endif
+#endif /* ACT */
+
+/* ---- Philox-4x32-10, identical to cnn_philox (src/core/rng.c) ----------------------------------------- */
+
+__device__ __forceinline__ void philox4x32_10(unsigned long long key, unsigned long long counter_hi,
+                                              unsigned long long counter_lo, unsigned int out[4]) {
+    unsigned int c0 = (unsigned int)counter_lo, c1 = (unsigned int)(counter_lo >> 32);
+    unsigned int c2 = (unsigned int)counter_hi, c3 = (unsigned int)(counter_hi >> 32);
+    unsigned int k0 = (unsigned int)key, k1 = (unsigned int)(key >> 32);
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+        unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        unsigned int n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* cnn_u01: uniform in [0, 1) from the top 24 bits. */
+__device__ __forceinline__ float u01(unsigned int r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }
+
+/* ---- deterministic reductions ---------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result. `sh` holds at
+ * least 32 floats. Must be reached by all threads of the block. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(t);
+}
+
+__device__ __forceinline__ double block_sum_d(double v, double *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    double t = lane < nw ? sh[lane] : 0.0;
+    return warp_sum_d(t);
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : -CNN_INF;
+    return warp_max(t);
+}
+
+/* Grid-stride loop bounds in 64 bits. */
+#define GRID_TID ((long long)blockIdx.x * blockDim.x + threadIdx.x)
+#define GRID_STRIDE ((long long)gridDim.x * blockDim.x)
+
+#endif

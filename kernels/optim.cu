@@ -1,0 +1,59 @@
+/* optim.cu -- kernels over flat float32 arrays: SGD and AdamW updates (PyTorch's formulas, as the CPU backend)
+ * and the non-finite count. No ACT: parameters, gradients and optimizer state are always float32.
+ *
+ * sgd:   g' = g*grad_scale + wd*w
+ *        buf = first_step ? g' : momentum*buf + (1-dampening)*g'     (only when momentum != 0)
+ *        d = momentum == 0 ? g' : nesterov ? g' + momentum*buf : buf
+ *        w -= lr*d
+ * adamw: w *= 1 - lr*wd;  g' = g*grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+ *        w -= step_size * m / (sqrt(v)/bc2_sqrt + eps)     step_size = lr/(1-b1^t), bc2_sqrt = sqrt(1-b2^t)
+ */
+#include "common.cuh"
+#include "params.cuh"
+
+extern "C" __global__ void sgd_update(const optim_args a) {
+    for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {
+        float w = a.w[i];
+        float g = a.g[i] * a.grad_scale + a.weight_decay * w;
+        float d = g;
+        if (a.momentum != 0.0f) {
+            float b = a.first_step ? g : a.momentum * a.buf[i] + (1.0f - a.dampening) * g;
+            a.buf[i] = b;
+            d = a.nesterov ? g + a.momentum * b : b;
+        }
+        a.w[i] = w - a.lr * d;
+    }
+}
+
+extern "C" __global__ void adamw_update(const optim_args a) {
+    for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {
+        float w = a.w[i] * (1.0f - a.lr * a.weight_decay);
+        float g = a.g[i] * a.grad_scale;
+        float m = a.beta1 * a.buf[i] + (1.0f - a.beta1) * g;
+        float v = a.beta2 * a.v[i] + (1.0f - a.beta2) * g * g;
+        a.buf[i] = m;
+        a.v[i] = v;
+        a.w[i] = w - a.step_size * (m / (sqrtf(v) / a.bc2_sqrt + a.eps));
+    }
+}
+
+/* *counter += number of NaN/Inf among x[0, count): per-block count, one integer atomic per block (integer
+ * addition is order-independent, so the result is deterministic). */
+extern "C" __global__ void count_nonfinite(const optim_args a) {
+    __shared__ unsigned int sh[32];
+    unsigned int n = 0;
+    for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {
+        unsigned int u = __float_as_uint(a.x[i]);
+        n += (u & 0x7f800000u) == 0x7f800000u;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh[warp] = n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long t = 0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) t += sh[k];
+        if (t) atomicAdd(a.counter, t);
+    }
+}

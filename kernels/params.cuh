@@ -1,0 +1,129 @@
+/* params.cuh -- the argument struct of every kernel, shared by the kernels (NVRTC, C++) and the launchers in
+ * src/cuda (C11), so host and device can never disagree on an argument list: each kernel takes exactly one
+ * of these structs by value and each launcher fills the same struct. Plain C only: int, long long, float and
+ * pointers (8 bytes on both sides), no bool, no stdint. Pointers to activations hold act_t elements (see
+ * common.cuh); `float *` ones are always float32.
+ */
+#ifndef CNN_KERNELS_PARAMS_CUH
+#define CNN_KERNELS_PARAMS_CUH
+
+/* Implicit-GEMM convolution (conv2d.cu). GEMM view C[gm][gn] = sum over gk of A[gm][gk] B[gk][gn]:
+ *     fprop  gm = N*P*Q  gn = K  gk = R*S*C   A = im2col(x)        B = w^T          C = y
+ *     dgrad  gm = N*H*W  gn = C  gk = R*S*K   A = col2im-gather(dy) B = w (rotated)  C = dx
+ *     wgrad  gm = K      gn = R*S*C  gk = N*P*Q  A = dy^T          B = im2col(x)    C = dw (float32)
+ */
+typedef struct conv_args {
+    int n, c, h, w;          /* input  (N, C, H, W) */
+    int k, r, s;             /* filter (K, C, R, S) */
+    int p, q;                /* output (N, K, P, Q) */
+    int stride_h, stride_w, pad_h, pad_w;
+    int gm, gn, gk;          /* the GEMM view above */
+    int ktiles_per_split;    /* wgrad: BK-wide reduction tiles per blockIdx.z; others: all of them */
+    int splits;              /* wgrad: number of reduction splits (gridDim.z) */
+    int relu;                /* fprop epilogue */
+    int accumulate;          /* dgrad: dx += result */
+    int pad0;
+    const void *x;           /* (N, H, W, C) act */
+    const void *wt;          /* (K, R, S, C) act */
+    const void *dy;          /* (N, P, Q, K) act */
+    void *out;               /* fprop y (N,P,Q,K) act; dgrad dx (N,H,W,C) act; wgrad dw (K,R,S,C) float */
+    float *ws;               /* wgrad with splits > 1: (splits, K, R*S*C) float partial sums */
+    const float *scale;      /* fprop epilogue (K) or NULL */
+    const float *shift;      /* fprop epilogue (K) or NULL */
+    const void *residual;    /* fprop epilogue (N,P,Q,K) act or NULL */
+} conv_args;
+
+/* Elementwise and layout ops (pointwise.cu). */
+typedef struct pw_args {
+    long long count;         /* elements */
+    const void *a;           /* first input  (x, y for relu backward, src of conversions) */
+    const void *b;           /* second input (b of add, dy of backwards) */
+    void *out;               /* y or dx */
+    int accumulate;          /* dx += result */
+    float p;                 /* dropout probability */
+    float scale;             /* dropout 1/(1-p) */
+    int pad0;
+    unsigned long long seed; /* dropout */
+    int n, c, hw, pad1;      /* flatten: (N, H*W, C) <-> (N, C*H*W) */
+} pw_args;
+
+/* Per-channel reductions over an (M, C) view, BatchNorm and scale/shift (batchnorm.cu). Reductions are
+ * two-level and fixed-order: chan_partial writes one partial sum per (row chunk, channel), a finalize kernel
+ * adds the chunks in order. */
+typedef struct red_args {
+    long long m;             /* rows */
+    int c;                   /* channels */
+    int chunks;              /* row chunks of the partial pass (gridDim.y) */
+    long long rows_per_chunk;
+    int mode;                /* chan_partial: 0 sum x, 1 sum (x-mean)^2, 2 sum dy and sum dy*xhat */
+    int accumulate;          /* bn backward: dx += result */
+    int relu;                /* scale_shift */
+    float eps, momentum;
+    int pad0;
+    const void *x;           /* (M, C) act */
+    const void *dy;          /* (M, C) act */
+    const void *residual;    /* scale_shift (M, C) act or NULL */
+    void *out;               /* y / dx (M, C) act */
+    double *partial;         /* (2, chunks, C) workspace */
+    double *coef;            /* (3, C) workspace of bn backward: gamma*invstd, mean dy, mean dy*xhat */
+    float *fout;             /* channel_sum result (C) */
+    const float *gamma, *beta;
+    const float *scale, *shift;      /* scale_shift (C) or NULL */
+    float *mean, *invstd;            /* save_mean / save_invstd (C) */
+    float *running_mean, *running_var;
+    float *dgamma, *dbeta;           /* (C) or NULL */
+} red_args;
+
+/* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */
+typedef struct pool_args {
+    int kind;
+    int n, c, h, w;
+    int r, s, stride_h, stride_w, pad_h, pad_w;
+    int p, q;
+    int accumulate;
+    const void *x;           /* (N, H, W, C) act */
+    const void *dy;          /* (N, P, Q, C) act */
+    void *out;               /* forward y (N, P, Q, C); backward dx (N, H, W, C) */
+} pool_args;
+
+/* Softmax cross-entropy (loss.cu). */
+typedef struct xent_args {
+    int n, classes;
+    float smoothing;
+    float dscale;            /* dlogits multiplier: grad_scale / n */
+    const void *logits;      /* (N, CLASSES) act */
+    const int *labels;       /* (N) int32 */
+    float *row_loss;         /* (N) float workspace */
+    float *loss;             /* (1) float */
+    void *dlogits;           /* (N, CLASSES) act or NULL */
+} xent_args;
+
+/* Image preparation (prep.cu): crop of the zero-padded image, optional horizontal flip, normalise. */
+typedef struct prep_args {
+    int n, c, h, w, pad, pad0;
+    float mean[4], std[4];
+    const unsigned char *src;     /* (N, C, H, W) uint8 planes */
+    const int *offsets;           /* (N, 2) crop offsets (y, x) in [0, 2*pad] */
+    const unsigned char *flip;    /* (N) 0/1 */
+    void *dst;                    /* (N, H, W, C) act */
+} prep_args;
+
+/* Optimizers and checks over flat float32 arrays (optim.cu). */
+typedef struct optim_args {
+    long long count;
+    float *w;
+    const float *g;
+    float *buf;              /* sgd momentum buffer (or NULL when momentum == 0) / adamw m */
+    float *v;                /* adamw v */
+    float grad_scale;
+    float lr, momentum, dampening, weight_decay;
+    int nesterov, first_step;
+    float beta1, beta2, eps;
+    float step_size;         /* adamw: lr / (1 - beta1^t) */
+    float bc2_sqrt;          /* adamw: sqrt(1 - beta2^t) */
+    int pad0;
+    const float *x;          /* count_nonfinite input */
+    unsigned long long *counter;  /* count_nonfinite result (integer atomics: order-independent) */
+} optim_args;
+
+#endif

@@ -1,0 +1,147 @@
+/* pool.cu -- 2-D pooling over NHWC act_t tensors, forward and backward, for the three kinds of cnn_pool_kind:
+ *     0 max       padding is -inf; ties go to the first element in (r, s) scan order (strict >)
+ *     1 avg       count_include_pad: divisor R*S (with floor-mode output sizes and pad <= window/2 a window
+ *                 never reaches past the padded border, so this is PyTorch's divisor)
+ *     2 adaptive  PyTorch's bins [floor(i*H/P), ceil((i+1)*H/P)), divisor = bin area
+ * Forward: one thread per output element (n, p, q, c), c fastest (coalesced).
+ * Backward is a gather, not a scatter: one thread per input element (n, h, w, c) visits the output windows that
+ * cover it and adds their contributions in (p, q) order -- no atomics, deterministic; max pooling recomputes each
+ * window's first argmax from x, exactly as the forward chose it. Specialisation: ACT only.
+ */
+#include "common.cuh"
+#include "params.cuh"
+
+#define POOL_MAX 0
+#define POOL_AVG 1
+#define POOL_ADAPTIVE 2
+
+__device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+extern "C" __global__ void pool_forward(const pool_args a) {
+    const act_t *x = (const act_t *)a.x;
+    act_t *y = (act_t *)a.out;
+    const long long total = (long long)a.n * a.p * a.q * a.c;
+    for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
+        int c = (int)(o % a.c);
+        long long t = o / a.c;
+        int qq = (int)(t % a.q);
+        t /= a.q;
+        int pp = (int)(t % a.p);
+        long long n = t / a.p;
+        const act_t *xi = x + n * a.h * a.w * a.c + c;
+        float v;
+        if (a.kind == POOL_MAX) {
+            int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
+            float best = -CNN_INF;
+            for (int r = 0; r < a.r; r++) {
+                int hi = h0 + r;
+                if ((unsigned)hi >= (unsigned)a.h) continue;
+                for (int s = 0; s < a.s; s++) {
+                    int wi = w0 + s;
+                    if ((unsigned)wi >= (unsigned)a.w) continue;
+                    float e = act_load(xi, ((long long)hi * a.w + wi) * a.c);
+                    if (e > best) best = e;
+                }
+            }
+            v = best;
+        } else if (a.kind == POOL_AVG) {
+            int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
+            float sum = 0.0f;
+            for (int r = 0; r < a.r; r++) {
+                int hi = h0 + r;
+                if ((unsigned)hi >= (unsigned)a.h) continue;
+                for (int s = 0; s < a.s; s++) {
+                    int wi = w0 + s;
+                    if ((unsigned)wi >= (unsigned)a.w) continue;
+                    sum += act_load(xi, ((long long)hi * a.w + wi) * a.c);
+                }
+            }
+            v = sum / (float)(a.r * a.s);
+        } else {
+            int hs = (pp * a.h) / a.p, he = ((pp + 1) * a.h + a.p - 1) / a.p;
+            int ws = (qq * a.w) / a.q, we = ((qq + 1) * a.w + a.q - 1) / a.q;
+            float sum = 0.0f;
+            for (int hi = hs; hi < he; hi++)
+                for (int wi = ws; wi < we; wi++) sum += act_load(xi, ((long long)hi * a.w + wi) * a.c);
+            v = sum / (float)((he - hs) * (we - ws));
+        }
+        act_store(y, o, v);
+    }
+}
+
+/* Position (hi*W + wi) of the first maximum of window (pp, qq) of channel plane xi; -1 if the window is empty
+ * or holds no value > -inf (then the forward wrote -inf and no input receives a gradient). */
+__device__ __forceinline__ int max_argmax(const pool_args &a, const act_t *xi, int pp, int qq) {
+    int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
+    float best = -CNN_INF;
+    int arg = -1;
+    for (int r = 0; r < a.r; r++) {
+        int hi = h0 + r;
+        if ((unsigned)hi >= (unsigned)a.h) continue;
+        for (int s = 0; s < a.s; s++) {
+            int wi = w0 + s;
+            if ((unsigned)wi >= (unsigned)a.w) continue;
+            float e = act_load(xi, ((long long)hi * a.w + wi) * a.c);
+            if (e > best) {
+                best = e;
+                arg = hi * a.w + wi;
+            }
+        }
+    }
+    return arg;
+}
+
+extern "C" __global__ void pool_backward(const pool_args a) {
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
+    act_t *dx = (act_t *)a.out;
+    const long long total = (long long)a.n * a.h * a.w * a.c;
+    for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
+        int c = (int)(o % a.c);
+        long long t = o / a.c;
+        int wi = (int)(t % a.w);
+        t /= a.w;
+        int hi = (int)(t % a.h);
+        long long n = t / a.h;
+        const act_t *dyi = dy + n * a.p * a.q * a.c + c;
+        float g = 0.0f;
+        if (a.kind == POOL_ADAPTIVE) {
+            /* bins containing hi: p in [floor(hi*P/H), ceil((hi+1)*P/H) - 1], re-checked exactly */
+            int p0 = (hi * a.p) / a.h, p1 = ((hi + 1) * a.p + a.h - 1) / a.h - 1;
+            int q0 = (wi * a.q) / a.w, q1 = ((wi + 1) * a.q + a.w - 1) / a.w - 1;
+            if (p0 < 0) p0 = 0;
+            if (q0 < 0) q0 = 0;
+            if (p1 > a.p - 1) p1 = a.p - 1;
+            if (q1 > a.q - 1) q1 = a.q - 1;
+            for (int pp = p0; pp <= p1; pp++) {
+                int hs = (pp * a.h) / a.p, he = ((pp + 1) * a.h + a.p - 1) / a.p;
+                if (hi < hs || hi >= he) continue;
+                for (int qq = q0; qq <= q1; qq++) {
+                    int ws = (qq * a.w) / a.q, we = ((qq + 1) * a.w + a.q - 1) / a.q;
+                    if (wi < ws || wi >= we) continue;
+                    g += act_load(dyi, ((long long)pp * a.q + qq) * a.c) / (float)((he - hs) * (we - ws));
+                }
+            }
+        } else {
+            /* windows with pp*stride - pad <= hi <= pp*stride - pad + R - 1 */
+            int p0 = floor_div(hi + a.pad_h - a.r, a.stride_h) + 1, p1 = floor_div(hi + a.pad_h, a.stride_h);
+            int q0 = floor_div(wi + a.pad_w - a.s, a.stride_w) + 1, q1 = floor_div(wi + a.pad_w, a.stride_w);
+            if (p0 < 0) p0 = 0;
+            if (q0 < 0) q0 = 0;
+            if (p1 > a.p - 1) p1 = a.p - 1;
+            if (q1 > a.q - 1) q1 = a.q - 1;
+            if (a.kind == POOL_MAX) {
+                const act_t *xi = x + n * a.h * a.w * a.c + c;
+                const int me = hi * a.w + wi;
+                for (int pp = p0; pp <= p1; pp++)
+                    for (int qq = q0; qq <= q1; qq++)
+                        if (max_argmax(a, xi, pp, qq) == me) g += act_load(dyi, ((long long)pp * a.q + qq) * a.c);
+            } else {
+                const float inv = (float)(a.r * a.s);
+                for (int pp = p0; pp <= p1; pp++)
+                    for (int qq = q0; qq <= q1; qq++) g += act_load(dyi, ((long long)pp * a.q + qq) * a.c) / inv;
+            }
+        }
+        if (a.accumulate) g += act_load(dx, o);
+        act_store(dx, o, g);
+    }
+}

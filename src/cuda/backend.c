@@ -1,0 +1,470 @@
+/* backend.c -- the CUDA backend's table: creation (driver, device, NVRTC, one stream), memory (cuMemAlloc with
+ * accounting and named OOM errors), copies, events, graphs (stream capture -> cuGraphInstantiate -> cuGraphLaunch),
+ * the shared workspace and the launch helper. The ops themselves live in one launcher file per family.
+ *
+ * All device work goes to one non-blocking stream owned by the backend, in issue order; `sync` waits for it.
+ * upload/download are synchronous for the host (the host buffer is free to reuse on return). Every kernel
+ * reduces in a fixed order, so the backend is always deterministic.
+ *
+ * Environment, read once here at creation and nowhere else: CNN_CACHE_DIR (when opts->cache_dir is NULL),
+ * HOME / XDG_CACHE_HOME (the default cache directory), CUDA_HOME (where else to look for libnvrtc),
+ * CNN_SYNC_DEBUG=1 (synchronise and check after every launch, naming the kernel that failed), CNN_CONV_MMA=0
+ * (convolutions use the SIMT kernels only, never the tensor-core ones).
+ */
+#include "cuda/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB (1024.0 * 1024.0)
+
+/* A failure here (a broken context) surfaces as the error of the next driver call, with its name. */
+void cuda_bind(cuda_be *cb) {
+    CUcontext cur = NULL;
+    if (cu.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur != cb->ctx) cu.CtxSetCurrent(cb->ctx);
+}
+
+static cuda_be *enter(cnn_backend *be) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    return cb;
+}
+
+unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads) {
+    long long blocks = (work + threads - 1) / threads;
+    long long cap = (long long)cb->sm_count * 16;
+    if (blocks > cap) blocks = cap;
+    return blocks < 1 ? 1u : (unsigned)blocks;
+}
+
+cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
+                       unsigned bx, unsigned by, void *args) {
+    CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
+    CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
+    void *params[1] = {args};
+    CUresult r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, 0, cb->stream, params, NULL);
+    if (r != CUDA_SUCCESS) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "launch of %s (grid %u x %u x %u, block %u x %u)", what, gx, gy, gz, bx, by);
+        return cuda_fail(r, msg);
+    }
+    cb->stats.launches++;
+    if (cb->sync_debug && !cb->capturing) {
+        r = cu.StreamSynchronize(cb->stream);
+        if (r != CUDA_SUCCESS) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "kernel %s (grid %u x %u x %u, block %u x %u) failed", what, gx, gy, gz, bx, by);
+            return cuda_fail(r, msg);
+        }
+    }
+    return CNN_OK;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------------- */
+
+static cnn_status oom(cuda_be *cb, size_t bytes, const char *what) {
+    size_t fr = 0, tot = 0;
+    cu.MemGetInfo(&fr, &tot);
+    return cnn_fail(CNN_E_OOM, "out of GPU memory allocating %s: %zu bytes (%.1f MiB); %.1f MiB free of %.1f MiB",
+                    what ? what : "a buffer", bytes, bytes / MiB, fr / MiB, tot / MiB);
+}
+
+static cnn_status dev_alloc(cuda_be *cb, size_t bytes, const char *what, CUdeviceptr *out) {
+    *out = 0;
+    size_t fr = 0, tot = 0;
+    CU_TRY(cu.MemGetInfo(&fr, &tot), "cuMemGetInfo");
+    if (bytes > tot) return oom(cb, bytes, what);
+    CUresult r = cu.MemAlloc(out, bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return oom(cb, bytes, what);
+    if (r != CUDA_SUCCESS) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cuMemAlloc(%zu bytes for %s)", bytes, what ? what : "a buffer");
+        return cuda_fail(r, msg);
+    }
+    return CNN_OK;
+}
+
+static cnn_status be_alloc(cnn_backend *be, size_t bytes, const char *what, void **out) {
+    cuda_be *cb = enter(be);
+    *out = NULL;
+    if (bytes == 0) bytes = 256;
+    if (cb->n_allocs == cb->cap_allocs) {
+        int cap = cb->cap_allocs ? 2 * cb->cap_allocs : 64;
+        cuda_alloc *a = realloc(cb->allocs, (size_t)cap * sizeof *a);
+        if (!a) return cnn_fail(CNN_E_OOM, "out of host memory for the allocation table");
+        cb->allocs = a;
+        cb->cap_allocs = cap;
+    }
+    CUdeviceptr p;
+    CNN_TRY(dev_alloc(cb, bytes, what, &p));
+    cb->allocs[cb->n_allocs++] = (cuda_alloc){p, bytes};
+    cb->cur_bytes += bytes;
+    if (cb->cur_bytes > cb->peak) cb->peak = cb->cur_bytes;
+    *out = (void *)(uintptr_t)p;
+    return CNN_OK;
+}
+
+static void be_free(cnn_backend *be, void *ptr) {
+    if (!ptr) return;
+    cuda_be *cb = enter(be);
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    for (int i = 0; i < cb->n_allocs; i++) {
+        if (cb->allocs[i].ptr != p) continue;
+        cb->cur_bytes -= cb->allocs[i].bytes;
+        cb->allocs[i] = cb->allocs[--cb->n_allocs];
+        CUresult r = cu.MemFree(p);
+        if (r != CUDA_SUCCESS) {
+            char buf[160];
+            cnn_log(0, "cnn: cuMemFree: %s", cuda_error_text(r, buf, sizeof buf));
+        }
+        return;
+    }
+    cnn_abort(__FILE__, __LINE__, "cuda free of %p, which alloc() did not return (or was freed already)", ptr);
+}
+
+static size_t be_peak_bytes(cnn_backend *be) { return cuda_impl(be)->peak; }
+
+cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
+    if (bytes <= cb->ws_bytes) {
+        *out = (void *)(uintptr_t)cb->ws;
+        return CNN_OK;
+    }
+    if (cb->capturing)
+        cnn_log(2, "cnn: workspace grows to %zu bytes during graph capture (the first eager run should have sized it)",
+                bytes);
+    size_t want = bytes + (bytes >> 1);
+    want = (want + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    CUdeviceptr p;
+    CNN_TRY(dev_alloc(cb, want, "workspace", &p));
+    if (cb->ws && cb->graphs_live == 0 && !cb->capturing) {
+        /* queued kernels may still use the old buffer */
+        CUresult r = cu.StreamSynchronize(cb->stream);
+        if (r != CUDA_SUCCESS) {
+            cu.MemFree(p);
+            return cuda_fail(r, "cuStreamSynchronize (before replacing the workspace; an earlier kernel failed)");
+        }
+        cu.MemFree(cb->ws);
+    } else if (cb->ws) {
+        /* a recorded graph may still point at the old buffer: keep it until destroy */
+        CUdeviceptr *r = realloc(cb->retired, (size_t)(cb->n_retired + 1) * sizeof *r);
+        if (!r) {
+            cu.MemFree(p);
+            return cnn_fail(CNN_E_OOM, "out of host memory");
+        }
+        cb->retired = r;
+        cb->retired[cb->n_retired++] = cb->ws;
+    }
+    cb->ws = p;
+    cb->ws_bytes = want;
+    *out = (void *)(uintptr_t)p;
+    return CNN_OK;
+}
+
+/* ---- copies ------------------------------------------------------------------------------------------- */
+
+static cnn_status not_while_capturing(cuda_be *cb, const char *op) {
+    if (cb->capturing) return cnn_fail(CNN_E_INVALID, "%s is not allowed while a graph is being recorded", op);
+    return CNN_OK;
+}
+
+static cnn_status be_upload(cnn_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *cb = enter(be);
+    CNN_TRY(not_while_capturing(cb, "upload"));
+    if (bytes == 0) return CNN_OK;
+    CU_TRY(cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, cb->stream), "upload (cuMemcpyHtoDAsync)");
+    CU_TRY(cu.StreamSynchronize(cb->stream), "upload (cuStreamSynchronize)");
+    return CNN_OK;
+}
+
+static cnn_status be_download(cnn_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *cb = enter(be);
+    CNN_TRY(not_while_capturing(cb, "download"));
+    if (bytes == 0) return CNN_OK;
+    CU_TRY(cu.MemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, cb->stream), "download (cuMemcpyDtoHAsync)");
+    CU_TRY(cu.StreamSynchronize(cb->stream), "download (cuStreamSynchronize)");
+    return CNN_OK;
+}
+
+static cnn_status be_copy(cnn_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *cb = enter(be);
+    if (bytes == 0 || dst == src) return CNN_OK;
+    CU_TRY(cu.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, cb->stream),
+           "copy (cuMemcpyDtoDAsync)");
+    return CNN_OK;
+}
+
+static cnn_status be_zero(cnn_backend *be, void *dst, size_t bytes) {
+    cuda_be *cb = enter(be);
+    if (bytes == 0) return CNN_OK;
+    CU_TRY(cu.MemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, cb->stream), "zero (cuMemsetD8Async)");
+    return CNN_OK;
+}
+
+static cnn_status be_sync(cnn_backend *be) {
+    cuda_be *cb = enter(be);
+    CNN_TRY(not_while_capturing(cb, "sync"));
+    CU_TRY(cu.StreamSynchronize(cb->stream), "cuStreamSynchronize (a kernel issued earlier failed)");
+    return CNN_OK;
+}
+
+/* ---- timing ------------------------------------------------------------------------------------------- */
+
+static cnn_status be_time_begin(cnn_backend *be) {
+    cuda_be *cb = enter(be);
+    CNN_TRY(not_while_capturing(cb, "time_begin"));
+    CU_TRY(cu.EventRecord(cb->ev_begin, cb->stream), "cuEventRecord");
+    cb->timing = true;
+    return CNN_OK;
+}
+
+static cnn_status be_time_end(cnn_backend *be, double *ms) {
+    cuda_be *cb = enter(be);
+    *ms = 0;
+    CNN_TRY(not_while_capturing(cb, "time_end"));
+    if (!cb->timing) return cnn_fail(CNN_E_INVALID, "time_end without time_begin");
+    cb->timing = false;
+    CU_TRY(cu.EventRecord(cb->ev_end, cb->stream), "cuEventRecord");
+    CU_TRY(cu.EventSynchronize(cb->ev_end), "cuEventSynchronize (a kernel in the timed region failed)");
+    float f = 0;
+    CU_TRY(cu.EventElapsedTime(&f, cb->ev_begin, cb->ev_end), "cuEventElapsedTime");
+    *ms = f;
+    return CNN_OK;
+}
+
+/* ---- graphs ------------------------------------------------------------------------------------------- */
+
+static cnn_status be_graph_begin(cnn_backend *be) {
+    cuda_be *cb = enter(be);
+    if (cb->capturing) return cnn_fail(CNN_E_INVALID, "graph_begin while a graph is already being recorded");
+    /* relaxed: a kernel compiled or a workspace grown during capture is legal (the executor avoids both by
+     * running each sequence eagerly once before recording it) */
+    CU_TRY(cu.StreamBeginCapture(cb->stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+    cb->capturing = true;
+    return CNN_OK;
+}
+
+static cnn_status be_graph_end(cnn_backend *be, void **graph) {
+    cuda_be *cb = enter(be);
+    *graph = NULL;
+    if (!cb->capturing) return cnn_fail(CNN_E_INVALID, "graph_end without graph_begin");
+    CUgraph g = NULL;
+    CUresult r = cu.StreamEndCapture(cb->stream, &g);
+    cb->capturing = false;
+    if (r != CUDA_SUCCESS) {
+        if (g) cu.GraphDestroy(g);
+        return cuda_fail(r, "cuStreamEndCapture (an operation in the recorded region was not capturable)");
+    }
+    CUgraphExec exec = NULL;
+    r = cu.GraphInstantiateWithFlags(&exec, g, 0);
+    cu.GraphDestroy(g);
+    if (r != CUDA_SUCCESS) return cuda_fail(r, "cuGraphInstantiateWithFlags");
+    *graph = exec;
+    cb->graphs_live++;
+    return CNN_OK;
+}
+
+static cnn_status be_graph_launch(cnn_backend *be, void *graph) {
+    cuda_be *cb = enter(be);
+    CNN_ASSERT(graph);
+    CNN_TRY(not_while_capturing(cb, "graph_launch"));
+    CU_TRY(cu.GraphLaunch((CUgraphExec)graph, cb->stream), "cuGraphLaunch");
+    if (cb->sync_debug) CU_TRY(cu.StreamSynchronize(cb->stream), "graph replay failed");
+    return CNN_OK;
+}
+
+static void be_graph_free(cnn_backend *be, void *graph) {
+    if (!graph) return;
+    cuda_be *cb = enter(be);
+    cb->graphs_live--;
+    CUresult r = cu.GraphExecDestroy((CUgraphExec)graph);
+    if (r != CUDA_SUCCESS) {
+        char buf[160];
+        cnn_log(0, "cnn: cuGraphExecDestroy: %s", cuda_error_text(r, buf, sizeof buf));
+    }
+}
+
+/* ---- hooks ------------------------------------------------------------------------------------------- */
+
+void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out) { *out = cuda_impl(be)->stats; }
+
+cnn_status cnn_cuda_mem_info(cnn_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    enter(be);
+    CU_TRY(cu.MemGetInfo(free_bytes, total_bytes), "cuMemGetInfo");
+    return CNN_OK;
+}
+
+const char *cnn_cuda_arch(cnn_backend *be) { return cuda_impl(be)->arch; }
+const char *cnn_cuda_cache_dir(cnn_backend *be) { return cuda_impl(be)->cache_dir; }
+void cnn_cuda_conv_force_config(cnn_backend *be, int cfg) {
+    CNN_ASSERT(cfg >= -1 && cfg < cnn_cuda_conv_config_count());
+    cuda_impl(be)->conv_force_cfg = cfg;
+}
+
+/* ---- creation ----------------------------------------------------------------------------------------- */
+
+static void be_destroy(cnn_backend *be) {
+    if (!be) return;
+    cuda_be *cb = cuda_impl(be);
+    if (cb->ctx) {
+        cu.CtxSetCurrent(cb->ctx);
+        if (cb->stream) {
+            if (cb->capturing) {
+                CUgraph g = NULL;
+                if (cu.StreamEndCapture(cb->stream, &g) == CUDA_SUCCESS && g) cu.GraphDestroy(g);
+            }
+            cu.StreamSynchronize(cb->stream);
+        }
+        for (int i = 0; i < cb->n_mods; i++)
+            if (cb->mods[i].mod) cu.ModuleUnload(cb->mods[i].mod);
+        if (cb->n_allocs) cnn_log(2, "cnn: cuda backend destroyed with %d buffers still allocated; freeing them", cb->n_allocs);
+        for (int i = 0; i < cb->n_allocs; i++) cu.MemFree(cb->allocs[i].ptr);
+        for (int i = 0; i < cb->n_retired; i++) cu.MemFree(cb->retired[i]);
+        if (cb->ws) cu.MemFree(cb->ws);
+        if (cb->scratch) cu.MemFree(cb->scratch);
+        if (cb->ev_begin) cu.EventDestroy(cb->ev_begin);
+        if (cb->ev_end) cu.EventDestroy(cb->ev_end);
+        if (cb->stream) cu.StreamDestroy(cb->stream);
+        cu.DevicePrimaryCtxRelease(cb->dev);
+    }
+    free(cb->allocs);
+    free(cb->retired);
+    free(cb->mods);
+    free(cb);
+}
+
+static void default_cache_dir(char *buf, size_t cap) {
+    const char *env = getenv("CNN_CACHE_DIR");
+    if (env) {
+        snprintf(buf, cap, "%s", env);
+        return;
+    }
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/')
+        snprintf(buf, cap, "%s/cnn", xdg);
+    else if (home && home[0])
+        snprintf(buf, cap, "%s/.cache/cnn", home);
+    else
+        buf[0] = 0; /* nowhere sensible: no disk cache */
+}
+
+static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
+    CNN_TRY(cuda_driver_load());
+    CUresult r = cu.Init(0);
+    if (r != CUDA_SUCCESS) {
+        char buf[200];
+        return cnn_fail(CNN_E_DEVICE, "no usable GPU: cuInit failed with %s", cuda_error_text(r, buf, sizeof buf));
+    }
+    CU_TRY(cu.DriverGetVersion(&cb->driver_version), "cuDriverGetVersion");
+    int count = 0;
+    CU_TRY(cu.DeviceGetCount(&count), "cuDeviceGetCount");
+    if (count == 0) return cnn_fail(CNN_E_DEVICE, "no usable GPU: the CUDA driver sees no device");
+    if (opts->gpu_index < 0 || opts->gpu_index >= count)
+        return cnn_fail(CNN_E_DEVICE, "GPU index %d out of range (%d device%s)", opts->gpu_index, count, count == 1 ? "" : "s");
+    CU_TRY(cu.DeviceGet(&cb->dev, opts->gpu_index), "cuDeviceGet");
+    CU_TRY(cu.DeviceGetName(cb->pub.device_name, (int)sizeof cb->pub.device_name, cb->dev), "cuDeviceGetName");
+    CU_TRY(cu.DeviceGetAttribute(&cb->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cb->dev), "cuDeviceGetAttribute");
+    CU_TRY(cu.DeviceGetAttribute(&cb->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cb->dev), "cuDeviceGetAttribute");
+    CU_TRY(cu.DeviceGetAttribute(&cb->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cb->dev), "cuDeviceGetAttribute");
+    if (cb->cc_major < 7)
+        return cnn_fail(CNN_E_UNSUPPORTED, "GPU %s (sm_%d%d) is too old: compute capability 7.0 or newer is needed",
+                        cb->pub.device_name, cb->cc_major, cb->cc_minor);
+
+    CNN_TRY(cnn_cuda_nvrtc_load(getenv("CUDA_HOME")));
+    CNN_TRY(cuda_pick_arch(cb->cc_major, cb->cc_minor, cb->arch, sizeof cb->arch));
+
+    CU_TRY(cu.DevicePrimaryCtxRetain(&cb->ctx, cb->dev), "cuDevicePrimaryCtxRetain");
+    CU_TRY(cu.CtxSetCurrent(cb->ctx), "cuCtxSetCurrent");
+    CU_TRY(cu.StreamCreate(&cb->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CU_TRY(cu.EventCreate(&cb->ev_begin, CU_EVENT_DEFAULT), "cuEventCreate");
+    CU_TRY(cu.EventCreate(&cb->ev_end, CU_EVENT_DEFAULT), "cuEventCreate");
+    CNN_TRY(dev_alloc(cb, 256, "backend scratch", &cb->scratch));
+
+    cb->n_mods = cuda_program_total();
+    cb->mods = calloc((size_t)cb->n_mods, sizeof *cb->mods);
+    if (!cb->mods) return cnn_fail(CNN_E_OOM, "out of host memory for the module table");
+
+    if (opts->cache_dir)
+        snprintf(cb->cache_dir, sizeof cb->cache_dir, "%s", opts->cache_dir);
+    else
+        default_cache_dir(cb->cache_dir, sizeof cb->cache_dir);
+    const char *dbg = getenv("CNN_SYNC_DEBUG");
+    cb->sync_debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
+    const char *mma = getenv("CNN_CONV_MMA");
+    cb->no_mma = mma && strcmp(mma, "0") == 0;
+    cb->allow_tf32 = opts->allow_tf32;
+    cb->conv_force_cfg = -1;
+    return CNN_OK;
+}
+
+cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **out) {
+    *out = NULL;
+    cnn_dtype dt = opts->act_dtype;
+    if (dt != CNN_DTYPE_F32 && dt != CNN_DTYPE_BF16 && dt != CNN_DTYPE_F16)
+        return cnn_fail(CNN_E_UNSUPPORTED, "the CUDA backend stores activations as F32, BF16 or F16, not %s",
+                        cnn_dtype_name(dt));
+    cuda_be *cb = calloc(1, sizeof *cb);
+    if (!cb) return cnn_fail(CNN_E_OOM, "out of host memory for the CUDA backend");
+    cnn_backend *be = &cb->pub;
+    be->impl = cb;
+    cnn_status st = create(opts, cb);
+    if (st != CNN_OK) {
+        be_destroy(be); /* releases whatever was acquired */
+        return st;
+    }
+    be->name = "cuda";
+    be->act_dtype = dt;
+    be->deterministic = true; /* every reduction has a fixed order */
+    be->destroy = be_destroy;
+    be->alloc = be_alloc;
+    be->free = be_free;
+    be->upload = be_upload;
+    be->download = be_download;
+    be->copy = be_copy;
+    be->zero = be_zero;
+    be->sync = be_sync;
+    be->to_act = cuda_to_act;
+    be->from_act = cuda_from_act;
+    be->conv2d_fprop = cuda_conv2d_fprop;
+    be->conv2d_dgrad = cuda_conv2d_dgrad;
+    be->conv2d_wgrad = cuda_conv2d_wgrad;
+    be->channel_sum = cuda_channel_sum;
+    be->bn_forward_train = cuda_bn_forward_train;
+    be->bn_backward = cuda_bn_backward;
+    be->scale_shift = cuda_scale_shift;
+    be->relu_forward = cuda_relu_forward;
+    be->relu_backward = cuda_relu_backward;
+    be->add_forward = cuda_add_forward;
+    be->pass_backward = cuda_pass_backward;
+    be->dropout_forward = cuda_dropout_forward;
+    be->dropout_backward = cuda_dropout_backward;
+    be->flatten_forward = cuda_flatten_forward;
+    be->flatten_backward = cuda_flatten_backward;
+    be->pool2d_forward = cuda_pool2d_forward;
+    be->pool2d_backward = cuda_pool2d_backward;
+    be->linear_forward = cuda_linear_forward;
+    be->linear_backward = cuda_linear_backward;
+    be->xent_forward_backward = cuda_xent_forward_backward;
+    be->prep_images = cuda_prep_images;
+    be->sgd_update = cuda_sgd_update;
+    be->adamw_update = cuda_adamw_update;
+    be->count_nonfinite = cuda_count_nonfinite;
+    be->time_begin = be_time_begin;
+    be->time_end = be_time_end;
+    be->graph_begin = be_graph_begin;
+    be->graph_end = be_graph_end;
+    be->graph_launch = be_graph_launch;
+    be->graph_free = be_graph_free;
+    be->peak_bytes = be_peak_bytes;
+    int nv_major, nv_minor;
+    cnn_cuda_nvrtc_version(&nv_major, &nv_minor);
+    cnn_log(2, "cnn: cuda backend on %s (%s, %d SMs), driver %d.%d, NVRTC %d.%d, %s activations, kernel cache %s%s",
+            be->device_name, cb->arch, cb->sm_count, cb->driver_version / 1000, cb->driver_version % 1000 / 10, nv_major,
+            nv_minor, cuda_dtype_str(dt), cb->cache_dir[0] ? cb->cache_dir : "off",
+            cb->sync_debug ? ", CNN_SYNC_DEBUG on" : "");
+    if (cb->no_mma) cnn_log(1, "cnn: CNN_CONV_MMA=0: tensor-core convolution kernels are off");
+    if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set; fp32 convolutions still use exact fp32 FMA kernels");
+    *out = be;
+    return CNN_OK;
+}

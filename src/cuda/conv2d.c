@@ -1,0 +1,301 @@
+/* conv2d.c -- launchers of the convolution passes (kernels/conv2d.cu) and their search space.
+ *
+ * Every pass is an implicit GEMM (views in kernels/params.cuh). The variants below are the candidates of all
+ * three passes: SIMT tiles (fp32 FMA, every dtype) and tensor-core tiles (mma.sync on F16/BF16 operands, sm_80
+ * and newer). A variant is valid for every shape (edges are masked), so choosing one is only about speed:
+ *     cuda_conv_candidates()  the variants usable for a problem on this backend (dtype, GPU)
+ *     cuda_conv_pick()        the heuristic choice among them (or the variant forced by cnn_cuda_conv_force_config)
+ * An autotuner times the candidates and overrides the pick; that is the whole interface it needs.
+ *
+ * Variants are numbered across both kinds: 0 .. N_SIMT-1 are SIMT configs, N_SIMT .. are tensor-core configs;
+ * each kind is its own kernel family per pass (conv2d_fprop, conv2d_fprop_mma, ...), compiled from conv2d.cu
+ * with -DMMA=0/1.
+ *
+ * wgrad reduces over N*P*Q, usually far longer than the output is wide, so it splits the reduction over
+ * gridDim.z; each split writes a partial tile to the workspace and conv2d_wgrad_reduce adds them in split order:
+ * deterministic. The number of splits depends only on the shape and the GPU's SM count.
+ */
+#include "cuda/internal.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct conv_config {
+    const char *name;
+    bool mma;         /* tensor cores: F16/BF16 only, sm_80+ */
+    int bm, bn, bk;   /* CTA tile of the GEMM view */
+    int tm, tn;       /* SIMT: per-thread sub-tile; MMA: warps along rows (WM) and columns (WN) */
+    float speed;      /* relative throughput of a full tile, for the heuristic */
+} conv_config;
+
+static const conv_config configs[] = {
+    /* SIMT */
+    {"128x128x8/8x8", false, 128, 128, 8, 8, 8, 1.00f},
+    {"128x64x8/8x4", false, 128, 64, 8, 8, 4, 0.90f},
+    {"64x128x8/4x8", false, 64, 128, 8, 4, 8, 0.90f},
+    {"64x64x16/4x4", false, 64, 64, 16, 4, 4, 0.75f},
+    {"32x64x16/2x4", false, 32, 64, 16, 2, 4, 0.55f},
+    /* tensor cores */
+    {"mma128x128x32/w2x4", true, 128, 128, 32, 2, 4, 8.0f},
+    {"mma128x64x32/w2x2", true, 128, 64, 32, 2, 2, 7.0f},
+    {"mma64x128x32/w2x2", true, 64, 128, 32, 2, 2, 7.0f},
+    {"mma64x64x32/w2x2", true, 64, 64, 32, 2, 2, 5.5f},
+};
+#define N_VARIANTS ((int)(sizeof configs / sizeof configs[0]))
+#define N_SIMT 5 /* the first N_SIMT are SIMT */
+
+enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
+
+static int threads_of(const conv_config *c) {
+    return c->mma ? 32 * c->tm * c->tn : (c->bm / c->tm) * (c->bn / c->tn);
+}
+
+/* The static_asserts of conv2d.cu, checked on the host before a launch can fail for them. */
+static void check_config(const conv_config *c) {
+    int nt = threads_of(c);
+    if (c->mma)
+        CNN_ASSERT((c->bm / c->tm) % 16 == 0 && (c->bn / c->tn) % 8 == 0 && c->bk % 16 == 0);
+    else
+        CNN_ASSERT(c->bm % c->tm == 0 && c->bn % c->tn == 0);
+    CNN_ASSERT(nt % 32 == 0 && nt <= 1024);
+    CNN_ASSERT((c->bm * c->bk) % nt == 0 && (c->bk * c->bn) % nt == 0);
+    CNN_ASSERT(nt % c->bk == 0 && nt % c->bm == 0 && nt % c->bn == 0);
+}
+
+int cnn_cuda_conv_config_count(void) { return N_VARIANTS; }
+const char *cnn_cuda_conv_config_name(int v) {
+    CNN_ASSERT(v >= 0 && v < N_VARIANTS);
+    return configs[v].name;
+}
+
+/* ---- the kernel families: per pass, one SIMT and one tensor-core family; config index within the kind ---- */
+
+static const char *simt_name(int cfg) { return configs[cfg].name; }
+static const char *mma_name(int cfg) { return configs[N_SIMT + cfg].name; }
+
+static void defines_pass(int pass, const conv_config *c, char *buf, size_t cap) {
+    if (c->mma)
+        snprintf(buf, cap, "-DPASS=%d -DMMA=1 -DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d", pass, c->bm, c->bn, c->bk, c->tm,
+                 c->tn);
+    else
+        snprintf(buf, cap, "-DPASS=%d -DMMA=0 -DBM=%d -DBN=%d -DBK=%d -DTM=%d -DTN=%d", pass, c->bm, c->bn, c->bk, c->tm,
+                 c->tn);
+}
+static void def_fprop(int cfg, char *buf, size_t cap) { defines_pass(PASS_FPROP, &configs[cfg], buf, cap); }
+static void def_dgrad(int cfg, char *buf, size_t cap) { defines_pass(PASS_DGRAD, &configs[cfg], buf, cap); }
+static void def_wgrad(int cfg, char *buf, size_t cap) { defines_pass(PASS_WGRAD, &configs[cfg], buf, cap); }
+static void def_fprop_mma(int cfg, char *buf, size_t cap) { defines_pass(PASS_FPROP, &configs[N_SIMT + cfg], buf, cap); }
+static void def_dgrad_mma(int cfg, char *buf, size_t cap) { defines_pass(PASS_DGRAD, &configs[N_SIMT + cfg], buf, cap); }
+static void def_wgrad_mma(int cfg, char *buf, size_t cap) { defines_pass(PASS_WGRAD, &configs[N_SIMT + cfg], buf, cap); }
+
+static const char *const fprop_entries[] = {"conv2d_fprop"};
+static const char *const dgrad_entries[] = {"conv2d_dgrad"};
+static const char *const wgrad_entries[] = {"conv2d_wgrad", "conv2d_wgrad_reduce"};
+enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
+#define HALF_DTS (CUDA_DT_F16 | CUDA_DT_BF16)
+
+const cuda_family cuda_family_conv2d_fprop = {"conv2d_fprop", "conv2d.cu", fprop_entries, 1, CUDA_DT_ALL, N_SIMT,
+                                              def_fprop, simt_name};
+const cuda_family cuda_family_conv2d_dgrad = {"conv2d_dgrad", "conv2d.cu", dgrad_entries, 1, CUDA_DT_ALL, N_SIMT,
+                                              def_dgrad, simt_name};
+const cuda_family cuda_family_conv2d_wgrad = {"conv2d_wgrad", "conv2d.cu", wgrad_entries, 2, CUDA_DT_ALL, N_SIMT,
+                                              def_wgrad, simt_name};
+const cuda_family cuda_family_conv2d_fprop_mma = {"conv2d_fprop_mma", "conv2d.cu", fprop_entries, 1, HALF_DTS,
+                                                  N_VARIANTS - N_SIMT, def_fprop_mma, mma_name};
+const cuda_family cuda_family_conv2d_dgrad_mma = {"conv2d_dgrad_mma", "conv2d.cu", dgrad_entries, 1, HALF_DTS,
+                                                  N_VARIANTS - N_SIMT, def_dgrad_mma, mma_name};
+const cuda_family cuda_family_conv2d_wgrad_mma = {"conv2d_wgrad_mma", "conv2d.cu", wgrad_entries, 2, HALF_DTS,
+                                                  N_VARIANTS - N_SIMT, def_wgrad_mma, mma_name};
+
+static const cuda_family *family_of(int pass, int v) {
+    static const cuda_family *const fams[2][3] = {
+        {&cuda_family_conv2d_fprop, &cuda_family_conv2d_dgrad, &cuda_family_conv2d_wgrad},
+        {&cuda_family_conv2d_fprop_mma, &cuda_family_conv2d_dgrad_mma, &cuda_family_conv2d_wgrad_mma}};
+    return fams[configs[v].mma][pass];
+}
+static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
+
+/* ---- choosing a variant ---------------------------------------------------------------------------------- */
+
+bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
+    CNN_ASSERT(v >= 0 && v < N_VARIANTS);
+    if (!configs[v].mma) return true;
+    return be->act_dtype != CNN_DTYPE_F32 && cuda_impl(be)->cc_major >= 8 && !cuda_impl(be)->no_mma;
+}
+
+/* GEMM view of a pass, in 64 bits (callers check the int range) */
+static void gemm_dims(const cnn_conv2d *cv, int pass, int64_t *gm, int64_t *gn, int64_t *gk) {
+    int64_t npq = (int64_t)cv->n * cv->p * cv->q, rsc = (int64_t)cv->r * cv->s * cv->c;
+    switch (pass) {
+    case PASS_FPROP: *gm = npq, *gn = cv->k, *gk = rsc; break;
+    case PASS_DGRAD: *gm = (int64_t)cv->n * cv->h * cv->w, *gn = cv->c, *gk = (int64_t)cv->r * cv->s * cv->k; break;
+    default: *gm = cv->k, *gn = rsc, *gk = npq; break;
+    }
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int *out, int cap) {
+    (void)cv;
+    (void)pass;
+    int n = 0;
+    for (int v = 0; v < N_VARIANTS && n < cap; v++)
+        if (cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, v)) out[n++] = v;
+    return n;
+}
+
+int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv, int pass) {
+    if (cb->conv_force_cfg >= 0) return cb->conv_force_cfg;
+    int64_t gm, gn, gk;
+    gemm_dims(cv, pass, &gm, &gn, &gk);
+    int cand[N_VARIANTS];
+    int nc = cuda_conv_candidates(cb, cv, pass, cand, N_VARIANTS);
+    CNN_ASSERT(nc > 0);
+    int best = cand[0];
+    double best_score = -1;
+    for (int i = 0; i < nc; i++) {
+        const conv_config *c = &configs[cand[i]];
+        int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn);
+        double util = (double)gm * gn / ((double)tiles * c->bm * c->bn); /* edge waste */
+        /* enough CTAs to fill the GPU twice over; wgrad fills it with reduction splits instead */
+        double par = pass == PASS_WGRAD ? 1.0 : (double)tiles / (2.0 * cb->sm_count);
+        if (par > 1.0) par = 1.0;
+        double score = c->speed * util * par;
+        if (score > best_score + 1e-9) {
+            best_score = score;
+            best = cand[i];
+        }
+    }
+    return best;
+}
+
+/* ---- launching ---------------------------------------------------------------------------------------- */
+
+static cnn_status check_problem(const cnn_conv2d *cv, int pass) {
+    CNN_ASSERT(cv->n > 0 && cv->c > 0 && cv->h > 0 && cv->w > 0 && cv->k > 0 && cv->r > 0 && cv->s > 0);
+    CNN_ASSERT(cv->stride_h > 0 && cv->stride_w > 0 && cv->pad_h >= 0 && cv->pad_w >= 0);
+    CNN_ASSERT(cv->p == (cv->h + 2 * cv->pad_h - cv->r) / cv->stride_h + 1 && cv->p > 0);
+    CNN_ASSERT(cv->q == (cv->w + 2 * cv->pad_w - cv->s) / cv->stride_w + 1 && cv->q > 0);
+    int64_t gm, gn, gk;
+    gemm_dims(cv, pass, &gm, &gn, &gk);
+    if (gm > INT_MAX - 256 || gn > INT_MAX - 256 || gk > INT_MAX - 256 || (int64_t)cv->n * cv->h * cv->w > INT_MAX)
+        return cnn_fail(CNN_E_UNSUPPORTED, "convolution too large for 32-bit GEMM indices (%lld x %lld x %lld)",
+                        (long long)gm, (long long)gn, (long long)gk);
+    if (cdiv(gn, 32) > 65535) return cnn_fail(CNN_E_UNSUPPORTED, "convolution output width %lld too large", (long long)gn);
+    return CNN_OK;
+}
+
+static conv_args make_args(const cnn_conv2d *cv, int pass, const conv_config *c) {
+    conv_args a = {0};
+    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
+    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
+    a.stride_h = cv->stride_h, a.stride_w = cv->stride_w, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
+    int64_t gm, gn, gk;
+    gemm_dims(cv, pass, &gm, &gn, &gk);
+    a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
+    a.ktiles_per_split = (int)cdiv(gk, c->bk);
+    a.splits = 1;
+    return a;
+}
+
+static void label(char *buf, size_t cap, const char *pass, cnn_dtype dt, int v, const cnn_conv2d *cv) {
+    snprintf(buf, cap, "conv2d_%s[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d", pass, cuda_dtype_str(dt),
+             configs[v].name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h,
+             cv->pad_w);
+}
+
+/* variant and kernel of a pass */
+static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int entry, int *v_out, CUfunction *f) {
+    cuda_be *cb = cuda_impl(be);
+    CNN_TRY(check_problem(cv, pass));
+    int v = cuda_conv_pick(cb, cv, pass);
+    if (!cnn_cuda_conv_config_usable(be, v))
+        return cnn_fail(CNN_E_UNSUPPORTED, "conv variant %s cannot run %s activations on sm_%d%d", configs[v].name,
+                        cuda_dtype_str(be->act_dtype), cb->cc_major, cb->cc_minor);
+    check_config(&configs[v]);
+    *v_out = v;
+    return cuda_kernel(cb, family_of(pass, v), be->act_dtype, family_cfg(v), entry, f);
+}
+
+cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                             const void *w, void *y) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(x && w && y);
+    int v;
+    CUfunction f;
+    CNN_TRY(prepare(be, cv, PASS_FPROP, 0, &v, &f));
+    const conv_config *c = &configs[v];
+    conv_args a = make_args(cv, PASS_FPROP, c);
+    a.x = x, a.wt = w, a.out = y;
+    if (ep) {
+        a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual;
+        a.relu = ep->relu;
+    }
+    char what[200];
+    label(what, sizeof what, "fprop", be->act_dtype, v, cv);
+    return cuda_launch(cb, f, what, (unsigned)cdiv(a.gm, c->bm), (unsigned)cdiv(a.gn, c->bn), 1,
+                       (unsigned)threads_of(c), 1, &a);
+}
+
+cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
+                             bool accumulate) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(dy && w && dx);
+    int v;
+    CUfunction f;
+    CNN_TRY(prepare(be, cv, PASS_DGRAD, 0, &v, &f));
+    const conv_config *c = &configs[v];
+    conv_args a = make_args(cv, PASS_DGRAD, c);
+    a.dy = dy, a.wt = w, a.out = dx;
+    a.accumulate = accumulate;
+    char what[200];
+    label(what, sizeof what, "dgrad", be->act_dtype, v, cv);
+    return cuda_launch(cb, f, what, (unsigned)cdiv(a.gm, c->bm), (unsigned)cdiv(a.gn, c->bn), 1,
+                       (unsigned)threads_of(c), 1, &a);
+}
+
+#define WGRAD_WS_CAP ((int64_t)256 << 20) /* bytes of split partials at most */
+
+cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(x && dy && dw);
+    int v;
+    CUfunction f, fr = NULL;
+    CNN_TRY(prepare(be, cv, PASS_WGRAD, WGRAD_MAIN, &v, &f));
+    const conv_config *c = &configs[v];
+    conv_args a = make_args(cv, PASS_WGRAD, c);
+    a.x = x, a.dy = dy, a.out = dw;
+
+    /* reduction splits: about 4 CTAs per SM, at least 4 BK-slices per split, partials within WGRAD_WS_CAP */
+    int64_t ktiles = cdiv(a.gk, c->bk), tiles = cdiv(a.gm, c->bm) * cdiv(a.gn, c->bn);
+    int64_t splits = cdiv(4LL * cb->sm_count, tiles);
+    int64_t out_bytes = (int64_t)a.gm * a.gn * (int64_t)sizeof(float);
+    if (splits > ktiles / 4) splits = ktiles / 4;
+    if (splits > WGRAD_WS_CAP / out_bytes) splits = WGRAD_WS_CAP / out_bytes;
+    if (splits > 65535) splits = 65535;
+    if (splits < 1) splits = 1;
+    int64_t kps = cdiv(ktiles, splits);
+    splits = cdiv(ktiles, kps); /* no empty split */
+    a.ktiles_per_split = (int)kps;
+    a.splits = (int)splits;
+    if (splits > 1) {
+        CNN_TRY(cuda_kernel(cb, family_of(PASS_WGRAD, v), be->act_dtype, family_cfg(v), WGRAD_REDUCE, &fr));
+        void *ws;
+        CNN_TRY(cuda_workspace(cb, (size_t)(splits * out_bytes), &ws));
+        a.ws = ws;
+    }
+    char what[220];
+    label(what, sizeof what, "wgrad", be->act_dtype, v, cv);
+    CNN_TRY(cuda_launch(cb, f, what, (unsigned)cdiv(a.gm, c->bm), (unsigned)cdiv(a.gn, c->bn), (unsigned)splits,
+                        (unsigned)threads_of(c), 1, &a));
+    if (splits > 1) {
+        size_t n = strlen(what);
+        snprintf(what + n, sizeof what - n, " reduce of %lld splits", (long long)splits);
+        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a.gm * a.gn, 256), 1, 1, 256, 1, &a));
+    }
+    return CNN_OK;
+}

@@ -1,0 +1,84 @@
+/* hooks.h -- the CUDA backend's entry points beyond struct cnn_backend, for tests (tests/unit/test_nvrtc.c,
+ * tests/gpu/test_gpu_ops.c) and the autotuner to come. No CUDA types here: it compiles without CUDA headers'
+ * types leaking into its users. Everything in it exists only when CNN_HAVE_CUDA is defined.
+ */
+#ifndef CNN_CUDA_HOOKS_H
+#define CNN_CUDA_HOOKS_H
+
+#include "cnn/backend.h"
+
+/* ---- NVRTC, without a GPU ----------------------------------------------------------------------------- */
+
+/* Load libnvrtc (once per process). cuda_home: where to look after the default library path (NULL:
+ * /usr/local/cuda). On failure returns CNN_E_DEVICE with the reason. */
+cnn_status cnn_cuda_nvrtc_load(const char *cuda_home);
+/* NVRTC's version, after a successful load. */
+void cnn_cuda_nvrtc_version(int *major, int *minor);
+
+/* ---- the kernel registry: every program (kernel file x dtype x config) the engine can compile ---------- */
+
+typedef struct cnn_cuda_program_info {
+    const char *family;       /* "conv2d_fprop" */
+    const char *file;         /* "conv2d.cu" */
+    char label[96];           /* "conv2d_fprop[bf16 128x128x8/8x8]" */
+    char defines[256];        /* "-DACT=2 -DPASS=0 -DBM=128 ..." */
+    const char *const *entries; /* kernel names in the program */
+    int n_entries;
+} cnn_cuda_program_info;
+
+int cnn_cuda_program_count(void);
+void cnn_cuda_program_describe(int id, cnn_cuda_program_info *out);
+
+/* Compile program `id` for `arch` ("sm_90a", "sm_80", or "compute_XY" for PTX) exactly as the engine does
+ * (plus `extra_option` when not NULL, e.g. "--ptxas-options=-v"). On success *image (malloc'd) holds the CUBIN
+ * (or PTX), and *log (malloc'd, may be NULL) the compiler log. On failure CNN_E_COMPILE with the log. */
+cnn_status cnn_cuda_compile_program(int id, const char *arch, const char *extra_option, void **image, size_t *len,
+                                    char **log);
+
+/* ---- the on-disk kernel cache ------------------------------------------------------------------------- */
+
+typedef enum cnn_cuda_cache_result {
+    CNN_CUDA_CACHE_HIT = 0,
+    CNN_CUDA_CACHE_MISS,     /* no entry */
+    CNN_CUDA_CACHE_REJECTED, /* an entry exists but fails a check (corrupt, truncated, stale): rebuild it */
+} cnn_cuda_cache_result;
+
+/* Entry for the descriptor text `desc` (everything the binary depends on) in directory dir. On a hit *data
+ * (malloc'd) and *len hold the payload; on a rejection `why` says which check failed. */
+cnn_cuda_cache_result cnn_cuda_cache_load(const char *dir, const char *desc, void **data, size_t *len, char *why,
+                                          size_t why_cap);
+/* Write atomically (temp file + rename; dir created if missing). */
+cnn_status cnn_cuda_cache_store(const char *dir, const char *desc, const void *data, size_t len);
+/* The path of desc's entry. */
+void cnn_cuda_cache_path(const char *dir, const char *desc, char *buf, size_t cap);
+/* FNV-1a 64 of bytes, continuing from h (start with CNN_FNV_OFFSET). */
+#define CNN_FNV_OFFSET 0xcbf29ce484222325ULL
+uint64_t cnn_fnv1a64(uint64_t h, const void *data, size_t len);
+
+/* ---- a live backend ------------------------------------------------------------------------------------ */
+
+typedef struct cnn_cuda_stats {
+    long compiles;       /* NVRTC compilations */
+    long disk_hits;      /* modules loaded from the disk cache */
+    long disk_rejects;   /* cache entries found corrupt or stale (and rebuilt) */
+    long disk_stores;    /* entries written */
+    long module_loads;   /* cuModuleLoadData calls */
+    long launches;
+} cnn_cuda_stats;
+
+void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);
+/* Free and total device memory (cuMemGetInfo). */
+cnn_status cnn_cuda_mem_info(cnn_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* The arch the backend compiles for ("sm_90a") and the cache directory ("" = no disk cache). */
+const char *cnn_cuda_arch(cnn_backend *be);
+const char *cnn_cuda_cache_dir(cnn_backend *be);
+
+/* Convolution variants (SIMT and tensor-core tile configs): how many, their names, whether one can run on
+ * this backend (tensor cores need F16/BF16 and sm_80+), and forcing one (-1 = the heuristic) for every
+ * following conv2d_fprop/dgrad/wgrad and linear call on this backend. */
+int cnn_cuda_conv_config_count(void);
+const char *cnn_cuda_conv_config_name(int v);
+bool cnn_cuda_conv_config_usable(cnn_backend *be, int v);
+void cnn_cuda_conv_force_config(cnn_backend *be, int v);
+
+#endif

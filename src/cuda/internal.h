@@ -1,0 +1,297 @@
+/* internal.h -- the CUDA backend's private interface: the driver and NVRTC function tables (loaded with dlopen,
+ * nothing is linked), the backend state, the kernel registry and the launch helpers shared by the launcher
+ * files (one per op family: conv2d.c linear.c batchnorm.c pointwise.c pool.c loss.c prep.c optim.c).
+ *
+ * Errors: anything the driver or NVRTC can refuse at run time returns a cnn_status (cuda_fail names the call
+ * and the driver's error name); a broken shape contract is a CNN_ASSERT. Kernel arguments are the structs of
+ * kernels/params.cuh, shared with the device code.
+ */
+#ifndef CNN_CUDA_INTERNAL_H
+#define CNN_CUDA_INTERNAL_H
+
+#include "cnn/backend.h"
+#include "cuda/hooks.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <nvrtc.h>
+
+#include "../../kernels/params.cuh"
+
+/* ---- the driver API (driver.c) ------------------------------------------------------------------------ */
+
+/* X(field, symbol, version, newer_version, exported_name): resolved with cuGetProcAddress(symbol, newer_version
+ * first when non-zero, then version); the pointer type is PFN_<symbol>_v<version> from cudaTypedefs.h, whose
+ * signature every variant listed shares. exported_name is the dlsym fallback for drivers without
+ * cuGetProcAddress. Pinning the version keeps the ABI of the CUDA 12.0+ headers we were built with, whatever
+ * the driver's own version. */
+#define CUDA_DRIVER_SYMBOLS(X)                                                                                \
+    X(Init, cuInit, 2000, 0, "cuInit")                                                                        \
+    X(DriverGetVersion, cuDriverGetVersion, 2020, 0, "cuDriverGetVersion")                                    \
+    X(GetErrorName, cuGetErrorName, 6000, 0, "cuGetErrorName")                                                \
+    X(GetErrorString, cuGetErrorString, 6000, 0, "cuGetErrorString")                                          \
+    X(DeviceGetCount, cuDeviceGetCount, 2000, 0, "cuDeviceGetCount")                                          \
+    X(DeviceGet, cuDeviceGet, 2000, 0, "cuDeviceGet")                                                         \
+    X(DeviceGetName, cuDeviceGetName, 2000, 0, "cuDeviceGetName")                                             \
+    X(DeviceGetAttribute, cuDeviceGetAttribute, 2000, 0, "cuDeviceGetAttribute")                              \
+    X(DeviceTotalMem, cuDeviceTotalMem, 3020, 0, "cuDeviceTotalMem_v2")                                       \
+    X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0, "cuDevicePrimaryCtxRetain")                  \
+    X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000, 0, "cuDevicePrimaryCtxRelease_v2")           \
+    X(CtxSetCurrent, cuCtxSetCurrent, 4000, 0, "cuCtxSetCurrent")                                             \
+    X(CtxGetCurrent, cuCtxGetCurrent, 4000, 0, "cuCtxGetCurrent")                                             \
+    X(MemAlloc, cuMemAlloc, 3020, 0, "cuMemAlloc_v2")                                                         \
+    X(MemFree, cuMemFree, 3020, 0, "cuMemFree_v2")                                                            \
+    X(MemGetInfo, cuMemGetInfo, 3020, 0, "cuMemGetInfo_v2")                                                   \
+    X(MemcpyHtoDAsync, cuMemcpyHtoDAsync, 3020, 0, "cuMemcpyHtoDAsync_v2")                                    \
+    X(MemcpyDtoHAsync, cuMemcpyDtoHAsync, 3020, 0, "cuMemcpyDtoHAsync_v2")                                    \
+    X(MemcpyDtoDAsync, cuMemcpyDtoDAsync, 3020, 0, "cuMemcpyDtoDAsync_v2")                                    \
+    X(MemsetD8Async, cuMemsetD8Async, 3020, 0, "cuMemsetD8Async")                                             \
+    X(StreamCreate, cuStreamCreate, 2000, 0, "cuStreamCreate")                                                \
+    X(StreamDestroy, cuStreamDestroy, 4000, 0, "cuStreamDestroy_v2")                                          \
+    X(StreamSynchronize, cuStreamSynchronize, 2000, 0, "cuStreamSynchronize")                                 \
+    X(EventCreate, cuEventCreate, 2000, 0, "cuEventCreate")                                                   \
+    X(EventDestroy, cuEventDestroy, 4000, 0, "cuEventDestroy_v2")                                             \
+    X(EventRecord, cuEventRecord, 2000, 0, "cuEventRecord")                                                   \
+    X(EventSynchronize, cuEventSynchronize, 2000, 0, "cuEventSynchronize")                                    \
+    X(EventElapsedTime, cuEventElapsedTime, 2000, 12080, "cuEventElapsedTime")                                \
+    X(ModuleLoadData, cuModuleLoadData, 2000, 0, "cuModuleLoadData")                                          \
+    X(ModuleUnload, cuModuleUnload, 2000, 0, "cuModuleUnload")                                                \
+    X(ModuleGetFunction, cuModuleGetFunction, 2000, 0, "cuModuleGetFunction")                                 \
+    X(FuncGetAttribute, cuFuncGetAttribute, 2020, 0, "cuFuncGetAttribute")                                    \
+    X(LaunchKernel, cuLaunchKernel, 4000, 0, "cuLaunchKernel")                                                \
+    X(StreamBeginCapture, cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2")                          \
+    X(StreamEndCapture, cuStreamEndCapture, 10000, 0, "cuStreamEndCapture")                                   \
+    X(StreamIsCapturing, cuStreamIsCapturing, 10000, 0, "cuStreamIsCapturing")                                \
+    X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags")        \
+    X(GraphLaunch, cuGraphLaunch, 10000, 0, "cuGraphLaunch")                                                  \
+    X(GraphExecDestroy, cuGraphExecDestroy, 10000, 0, "cuGraphExecDestroy")                                  \
+    X(GraphDestroy, cuGraphDestroy, 10000, 0, "cuGraphDestroy")
+
+typedef struct cuda_driver {
+#define CUDA_DRIVER_FIELD(field, sym, ver, newer, exported) PFN_##sym##_v##ver field;
+    CUDA_DRIVER_SYMBOLS(CUDA_DRIVER_FIELD)
+#undef CUDA_DRIVER_FIELD
+} cuda_driver;
+
+/* The process-wide table, valid after cuda_driver_load() returned CNN_OK. */
+extern cuda_driver cu;
+
+/* dlopen libcuda.so.1 and resolve every symbol (once per process; later calls return the first result). */
+cnn_status cuda_driver_load(void);
+/* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
+const char *cuda_error_text(CUresult r, char *buf, size_t cap);
+/* Record a failure of driver call `what`: CNN_E_OOM for CUDA_ERROR_OUT_OF_MEMORY, CNN_E_DEVICE otherwise. */
+cnn_status cuda_fail(CUresult r, const char *what);
+
+#define CU_TRY(call, what)                                                                                     \
+    do {                                                                                                       \
+        CUresult cu_try_r_ = (call);                                                                           \
+        if (cu_try_r_ != CUDA_SUCCESS) return cuda_fail(cu_try_r_, (what));                                   \
+    } while (0)
+
+/* For calls that must not fail unless the process is broken (style rule 5). */
+#define CNN_CHECK_CUDA(call)                                                                                   \
+    do {                                                                                                       \
+        CUresult cu_chk_r_ = (call);                                                                           \
+        if (cu_chk_r_ != CUDA_SUCCESS) {                                                                       \
+            char cu_chk_b_[160];                                                                               \
+            cnn_abort(__FILE__, __LINE__, "%s: %s", #call, cuda_error_text(cu_chk_r_, cu_chk_b_, sizeof cu_chk_b_)); \
+        }                                                                                                      \
+    } while (0)
+
+/* ---- NVRTC (nvrtc.c) ---------------------------------------------------------------------------------- */
+
+typedef struct cuda_nvrtc {
+    __typeof__(&nvrtcVersion) Version;
+    __typeof__(&nvrtcGetErrorString) GetErrorString;
+    __typeof__(&nvrtcGetNumSupportedArchs) GetNumSupportedArchs;
+    __typeof__(&nvrtcGetSupportedArchs) GetSupportedArchs;
+    __typeof__(&nvrtcCreateProgram) CreateProgram;
+    __typeof__(&nvrtcDestroyProgram) DestroyProgram;
+    __typeof__(&nvrtcCompileProgram) CompileProgram;
+    __typeof__(&nvrtcGetProgramLogSize) GetProgramLogSize;
+    __typeof__(&nvrtcGetProgramLog) GetProgramLog;
+    __typeof__(&nvrtcGetCUBINSize) GetCUBINSize;
+    __typeof__(&nvrtcGetCUBIN) GetCUBIN;
+    __typeof__(&nvrtcGetPTXSize) GetPTXSize;
+    __typeof__(&nvrtcGetPTX) GetPTX;
+    int major, minor;
+} cuda_nvrtc;
+
+extern cuda_nvrtc nvrtc;
+
+/* For NVRTC calls that cannot fail on valid arguments. */
+#define CNN_CHECK_NVRTC(call)                                                                                  \
+    do {                                                                                                       \
+        nvrtcResult nv_chk_r_ = (call);                                                                        \
+        if (nv_chk_r_ != NVRTC_SUCCESS)                                                                        \
+            cnn_abort(__FILE__, __LINE__, "%s: %s", #call, nvrtc.GetErrorString(nv_chk_r_));                   \
+    } while (0)
+
+/* The architecture option for a device of compute capability major.minor: "sm_90a" on Hopper, "sm_XY"
+ * elsewhere, "compute_XY" (PTX, JIT-compiled by the driver) for a GPU newer than this NVRTC knows. */
+cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap);
+
+/* ---- the kernel registry (registry.c) ------------------------------------------------------------------- */
+
+#define CUDA_MAX_ENTRIES 12
+
+/* A family: one kernel file compiled with one set of -D defines per (dtype, config). The configs (the
+ * search space) are declared next to their launcher; `defines` writes config cfg's options. */
+#define CUDA_DT_F32 1u
+#define CUDA_DT_F16 2u
+#define CUDA_DT_BF16 4u
+#define CUDA_DT_ALL 7u
+typedef struct cuda_family {
+    const char *name;             /* "conv2d_fprop" */
+    const char *file;             /* "conv2d.cu" */
+    const char *const *entries;   /* kernel names, index = the family's entry enum */
+    int n_entries;
+    unsigned dtypes;              /* CUDA_DT_* mask: one program per activation dtype in it; 0 = dtype-free */
+    int n_configs;
+    void (*defines)(int cfg, char *buf, size_t cap);
+    const char *(*config_name)(int cfg);
+} cuda_family;
+
+extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
+    cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep,
+    cuda_family_optim;
+
+/* Whether a family has programs for activation dtype dt. */
+bool cuda_family_has_dtype(const cuda_family *fam, cnn_dtype dt);
+/* Program id of (family, dtype, cfg); total number of programs. */
+int cuda_program_id(const cuda_family *fam, cnn_dtype dt, int cfg);
+int cuda_program_total(void);
+/* Assemble the NVRTC option list of program id for arch into opts (pointers into `store`); returns count. */
+int cuda_program_options(int id, const char *arch, char *store, size_t store_cap, const char **opts, int max);
+/* The kernel source (NUL-terminated) of a file, or NULL. */
+const char *cuda_kernel_source(const char *file, size_t *len);
+/* Compile source file `file` with options; on success *image and *len (malloc'd). name labels messages. */
+cnn_status cuda_nvrtc_compile(const char *name, const char *file, const char **opts, int nopts, bool ptx,
+                              void **image, size_t *len, char **log);
+/* The cache descriptor of program id for arch under driver version drv: every input of the binary. */
+void cuda_program_descriptor(int id, const char *arch, int driver_version, char *buf, size_t cap);
+
+/* ---- the backend ------------------------------------------------------------------------------------- */
+
+typedef struct cuda_module {
+    CUmodule mod;
+    CUfunction fn[CUDA_MAX_ENTRIES];
+} cuda_module;
+
+typedef struct cuda_alloc {
+    CUdeviceptr ptr;
+    size_t bytes;
+} cuda_alloc;
+
+typedef struct cuda_be {
+    cnn_backend pub;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    CUevent ev_begin, ev_end;
+    int cc_major, cc_minor, sm_count;
+    int driver_version;
+    char arch[24];
+    char cache_dir[1024];     /* "" = no disk cache */
+    bool sync_debug;          /* CNN_SYNC_DEBUG: synchronise and check after every launch */
+    bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
+    bool allow_tf32;
+    bool capturing;
+    int graphs_live;          /* instantiated graphs not yet freed */
+    int conv_force_cfg;       /* -1 = heuristic */
+    bool timing;              /* between time_begin and time_end */
+    /* memory */
+    cuda_alloc *allocs;
+    int n_allocs, cap_allocs;
+    size_t cur_bytes, peak;
+    /* workspace: grows, never shrinks; an outgrown one may still be referenced by a recorded graph, so it is
+     * kept (retired) until destroy */
+    CUdeviceptr ws;
+    size_t ws_bytes;
+    CUdeviceptr *retired;
+    int n_retired;
+    CUdeviceptr scratch;      /* 256 bytes: count_nonfinite's counter */
+    /* compiled programs, by program id */
+    cuda_module *mods;
+    int n_mods;
+    cnn_cuda_stats stats;
+} cuda_be;
+
+static inline cuda_be *cuda_impl(cnn_backend *be) { return (cuda_be *)be->impl; }
+
+/* Make the backend's context current on this thread (cheap when it already is). */
+void cuda_bind(cuda_be *cb);
+/* The CUfunction of entry `entry` of (family, dtype, cfg): compiled (or loaded from the disk cache) on first
+ * use, then served from the in-process table. */
+cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out);
+/* Launch f with one argument struct on the backend's stream; `what` names it in errors. Checks the launch,
+ * and with CNN_SYNC_DEBUG synchronises and checks its execution. */
+cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
+                       unsigned bx, unsigned by, void *args);
+/* Device workspace of at least `bytes` (valid until the next call; never shrinks). */
+cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out);
+/* Grid size for a grid-stride loop over `work` items with `threads` per block. */
+unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads);
+/* act dtype names, "f32" "f16" "bf16" */
+const char *cuda_dtype_str(cnn_dtype dt);
+
+/* ---- launchers (the table's ops), one file per family ------------------------------------------------ */
+
+/* conv2d.c */
+cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                             const void *w, void *y);
+cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
+                             bool accumulate);
+cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
+/* linear.c */
+cnn_status cuda_linear_forward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                               const float *bias, void *y);
+cnn_status cuda_linear_backward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w, const void *dy,
+                                void *dx, bool accumulate, float *dw, float *dbias);
+/* batchnorm.c */
+cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
+cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var, float *save_mean,
+                                 float *save_invstd, void *y);
+cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *dy, const float *gamma,
+                            const float *save_mean, const float *save_invstd, void *dx, bool accumulate,
+                            float *dgamma, float *dbeta);
+cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
+                            const float *shift, const void *residual, bool relu, void *y);
+/* pointwise.c */
+cnn_status cuda_to_act(cnn_backend *be, int64_t count, const float *src, void *dst);
+cnn_status cuda_from_act(cnn_backend *be, int64_t count, const void *src, float *dst);
+cnn_status cuda_relu_forward(cnn_backend *be, int64_t count, const void *x, void *y);
+cnn_status cuda_relu_backward(cnn_backend *be, int64_t count, const void *y, const void *dy, void *dx,
+                              bool accumulate);
+cnn_status cuda_add_forward(cnn_backend *be, int64_t count, const void *a, const void *b, void *y);
+cnn_status cuda_pass_backward(cnn_backend *be, int64_t count, const void *dy, void *dx, bool accumulate);
+cnn_status cuda_dropout_forward(cnn_backend *be, int64_t count, float p, uint64_t seed, const void *x, void *y);
+cnn_status cuda_dropout_backward(cnn_backend *be, int64_t count, float p, uint64_t seed, const void *dy, void *dx,
+                                 bool accumulate);
+cnn_status cuda_flatten_forward(cnn_backend *be, cnn_shape s, const void *x, void *y);
+cnn_status cuda_flatten_backward(cnn_backend *be, cnn_shape s, const void *dy, void *dx, bool accumulate);
+/* pool.c */
+cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y);
+cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y,
+                                const void *dy, void *dx, bool accumulate);
+/* loss.c */
+cnn_status cuda_xent_forward_backward(cnn_backend *be, const cnn_xent *xe, const void *logits,
+                                      const int32_t *labels, float *loss, void *dlogits);
+/* prep.c */
+cnn_status cuda_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
+                            const uint8_t *flip, void *dst);
+/* optim.c */
+cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
+                           float *momentum_buf, float grad_scale);
+cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
+                             float *m, float *v, float grad_scale);
+cnn_status cuda_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out);
+
+/* conv2d.c's search space: the variants usable for a pass (0 fprop, 1 dgrad, 2 wgrad) of a problem on this
+ * backend, and the heuristic's choice among them (or the forced variant). */
+int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int *out, int cap);
+int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv, int pass);
+
+#endif

@@ -1,0 +1,467 @@
+/* nvrtc.c -- kernels from source to CUfunction: NVRTC loading (dlopen), compilation of embedded kernel sources,
+ * the on-disk CUBIN cache, and the per-backend table of loaded modules.
+ *
+ * Disk cache. An entry is one file <dir>/<key>.cubin, key = FNV-1a 64 (hex) of a descriptor text that names
+ * everything the binary depends on (kernel file + hash of its source, hash of all headers, the full option list
+ * with the arch, NVRTC version, driver version; cuda_program_descriptor). File layout (little-endian):
+ *     0   char[8]  magic "CNNKBIN1"
+ *     8   u32      format version (1)
+ *     12  u32      descriptor length D
+ *     16  u64      key
+ *     24  u64      payload length L
+ *     32  u64      FNV-1a 64 of the payload
+ *     40  D bytes  descriptor text (compared byte for byte: a key collision is a miss, not a wrong binary)
+ *     40+D L bytes payload (CUBIN, or PTX for a GPU newer than NVRTC)
+ * Every field is checked on load and the file size must be exactly 40+D+L; anything else is "rejected" and the
+ * kernel is recompiled and the entry rewritten. Writes go to a unique temp file in the same directory, then
+ * rename(2), so processes sharing the directory never see a partial entry.
+ */
+#include "cuda/internal.h"
+#include "cuda/embed.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+cuda_nvrtc nvrtc;
+
+/* ---- loading ------------------------------------------------------------------------------------------ */
+
+static pthread_mutex_t nv_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool nv_loaded;
+static char nv_error[512];
+
+cnn_status cnn_cuda_nvrtc_load(const char *cuda_home) {
+    pthread_mutex_lock(&nv_lock);
+    if (nv_loaded) {
+        pthread_mutex_unlock(&nv_lock);
+        return CNN_OK;
+    }
+    char home_lib[1024];
+    snprintf(home_lib, sizeof home_lib, "%s/lib64/libnvrtc.so", cuda_home && cuda_home[0] ? cuda_home : "/usr/local/cuda");
+    const char *names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", home_lib};
+    void *lib = NULL;
+    char tried[512] = "";
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!lib && off < sizeof tried)
+            off += (size_t)snprintf(tried + off, sizeof tried - off, "%s%s", i ? ", " : "", names[i]);
+    }
+    if (!lib) {
+        snprintf(nv_error, sizeof nv_error, "cannot load NVRTC (tried %.460s)", tried);
+        pthread_mutex_unlock(&nv_lock);
+        return cnn_fail(CNN_E_DEVICE, "%s", nv_error);
+    }
+    cuda_nvrtc t;
+    memset(&t, 0, sizeof t);
+    const char *missing = NULL;
+#define NV_SYM(field, name)                                                                                    \
+    do {                                                                                                       \
+        void *p_ = dlsym(lib, name);                                                                           \
+        if (!p_ && !missing) missing = name;                                                                   \
+        memcpy(&t.field, &p_, sizeof p_);                                                                      \
+    } while (0)
+    NV_SYM(Version, "nvrtcVersion");
+    NV_SYM(GetErrorString, "nvrtcGetErrorString");
+    NV_SYM(GetNumSupportedArchs, "nvrtcGetNumSupportedArchs");
+    NV_SYM(GetSupportedArchs, "nvrtcGetSupportedArchs");
+    NV_SYM(CreateProgram, "nvrtcCreateProgram");
+    NV_SYM(DestroyProgram, "nvrtcDestroyProgram");
+    NV_SYM(CompileProgram, "nvrtcCompileProgram");
+    NV_SYM(GetProgramLogSize, "nvrtcGetProgramLogSize");
+    NV_SYM(GetProgramLog, "nvrtcGetProgramLog");
+    NV_SYM(GetCUBINSize, "nvrtcGetCUBINSize");
+    NV_SYM(GetCUBIN, "nvrtcGetCUBIN");
+    NV_SYM(GetPTXSize, "nvrtcGetPTXSize");
+    NV_SYM(GetPTX, "nvrtcGetPTX");
+#undef NV_SYM
+    if (missing) {
+        pthread_mutex_unlock(&nv_lock);
+        return cnn_fail(CNN_E_DEVICE, "the NVRTC library found lacks %s (NVRTC 11.2 or newer is needed)", missing);
+    }
+    if (t.Version(&t.major, &t.minor) != NVRTC_SUCCESS) {
+        pthread_mutex_unlock(&nv_lock);
+        return cnn_fail(CNN_E_DEVICE, "nvrtcVersion failed");
+    }
+    nvrtc = t;
+    nv_loaded = true;
+    pthread_mutex_unlock(&nv_lock);
+    return CNN_OK;
+}
+
+void cnn_cuda_nvrtc_version(int *major, int *minor) {
+    *major = nvrtc.major;
+    *minor = nvrtc.minor;
+}
+
+cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap) {
+    int n = 0;
+    CNN_CHECK_NVRTC(nvrtc.GetNumSupportedArchs(&n));
+    if (n <= 0 || n > 256) return cnn_fail(CNN_E_DEVICE, "NVRTC reports %d supported architectures", n);
+    int archs[256];
+    CNN_CHECK_NVRTC(nvrtc.GetSupportedArchs(archs));
+    int want = major * 10 + minor, best = -1;
+    bool exact = false;
+    for (int i = 0; i < n; i++) {
+        if (archs[i] == want) exact = true;
+        if (archs[i] <= want && archs[i] > best) best = archs[i];
+    }
+    if (exact) {
+        /* Hopper gets the arch-specific target (wgmma, setmaxnreg) */
+        snprintf(arch, cap, "sm_%d%s", want, want == 90 ? "a" : "");
+        return CNN_OK;
+    }
+    if (best < 0)
+        return cnn_fail(CNN_E_UNSUPPORTED, "GPU sm_%d is older than NVRTC %d.%d supports (oldest sm_%d)", want,
+                        nvrtc.major, nvrtc.minor, archs[0]);
+    /* a GPU newer than this NVRTC: PTX for the newest arch it knows, compiled by the driver */
+    snprintf(arch, cap, "compute_%d", best);
+    return CNN_OK;
+}
+
+/* ---- compilation ------------------------------------------------------------------------------------- */
+
+const char *cuda_kernel_source(const char *file, size_t *len) {
+    for (int i = 0; i < cnn_kernel_file_count; i++)
+        if (strcmp(cnn_kernel_files[i].name, file) == 0) {
+            if (len) *len = cnn_kernel_files[i].len;
+            return (const char *)cnn_kernel_files[i].data;
+        }
+    return NULL;
+}
+
+static bool is_header(const char *name) {
+    size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".cuh") == 0;
+}
+
+cnn_status cuda_nvrtc_compile(const char *name, const char *file, const char **opts, int nopts, bool ptx,
+                              void **image, size_t *len, char **log) {
+    *image = NULL;
+    *len = 0;
+    if (log) *log = NULL;
+    const char *src = cuda_kernel_source(file, NULL);
+    if (!src) return cnn_fail(CNN_E_COMPILE, "%s: kernel file %s is not embedded in this binary", name, file);
+    const char *hdr_src[16], *hdr_name[16];
+    int nh = 0;
+    for (int i = 0; i < cnn_kernel_file_count; i++)
+        if (is_header(cnn_kernel_files[i].name)) {
+            CNN_ASSERT(nh < 16);
+            hdr_src[nh] = (const char *)cnn_kernel_files[i].data;
+            hdr_name[nh] = cnn_kernel_files[i].name;
+            nh++;
+        }
+    nvrtcProgram prog;
+    nvrtcResult r = nvrtc.CreateProgram(&prog, src, file, nh, hdr_src, hdr_name);
+    if (r != NVRTC_SUCCESS) return cnn_fail(CNN_E_COMPILE, "%s: nvrtcCreateProgram: %s", name, nvrtc.GetErrorString(r));
+    nvrtcResult cr = nvrtc.CompileProgram(prog, nopts, opts);
+    size_t log_size = 0;
+    char *text = NULL;
+    if (nvrtc.GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+        text = malloc(log_size);
+        if (text && nvrtc.GetProgramLog(prog, text) != NVRTC_SUCCESS) text[0] = 0;
+    }
+    if (cr != NVRTC_SUCCESS) {
+        /* the whole log to stderr, its first lines in the message */
+        char opt_line[1024];
+        size_t o = 0;
+        opt_line[0] = 0;
+        for (int i = 0; i < nopts && o < sizeof opt_line; i++)
+            o += (size_t)snprintf(opt_line + o, sizeof opt_line - o, "%s%s", i ? " " : "", opts[i]);
+        cnn_log(0, "cnn: NVRTC failed on kernels/%s (%s), options: %s\n%s", file, name, opt_line, text ? text : "(no log)");
+        cnn_status st = cnn_fail(CNN_E_COMPILE, "NVRTC could not compile kernels/%s for %s (%s): %.700s", file, name,
+                                 nvrtc.GetErrorString(cr), text ? text : "(no log)");
+        free(text);
+        nvrtc.DestroyProgram(&prog);
+        return st;
+    }
+    size_t n = 0;
+    r = ptx ? nvrtc.GetPTXSize(prog, &n) : nvrtc.GetCUBINSize(prog, &n);
+    void *buf = r == NVRTC_SUCCESS && n > 0 ? malloc(n) : NULL;
+    if (buf) r = ptx ? nvrtc.GetPTX(prog, buf) : nvrtc.GetCUBIN(prog, buf);
+    nvrtc.DestroyProgram(&prog);
+    if (!buf || r != NVRTC_SUCCESS) {
+        free(buf);
+        free(text);
+        return cnn_fail(r != NVRTC_SUCCESS ? CNN_E_COMPILE : CNN_E_OOM, "%s: cannot retrieve the compiled %s (%zu bytes)",
+                        name, ptx ? "PTX" : "CUBIN", n);
+    }
+    *image = buf;
+    *len = n;
+    if (log)
+        *log = text;
+    else
+        free(text);
+    return CNN_OK;
+}
+
+cnn_status cnn_cuda_compile_program(int id, const char *arch, const char *extra_option, void **image, size_t *len,
+                                    char **log) {
+    CNN_ASSERT(id >= 0 && id < cuda_program_total());
+    char store[1024];
+    const char *opts[40];
+    int n = cuda_program_options(id, arch, store, sizeof store, opts, 39);
+    if (extra_option) opts[n++] = extra_option;
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    return cuda_nvrtc_compile(info.label, info.file, opts, n, strncmp(arch, "compute_", 8) == 0, image, len, log);
+}
+
+/* ---- the disk cache ------------------------------------------------------------------------------------ */
+
+#define CACHE_MAGIC "CNNKBIN1"
+#define CACHE_VERSION 1u
+#define CACHE_HEADER 40
+#define CACHE_MAX_FILE (256u << 20)
+
+uint64_t cnn_fnv1a64(uint64_t h, const void *data, size_t len) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+void cnn_cuda_cache_path(const char *dir, const char *desc, char *buf, size_t cap) {
+    uint64_t key = cnn_fnv1a64(CNN_FNV_OFFSET, desc, strlen(desc));
+    snprintf(buf, cap, "%s/%016llx.cubin", dir, (unsigned long long)key);
+}
+
+cnn_cuda_cache_result cnn_cuda_cache_load(const char *dir, const char *desc, void **data, size_t *len, char *why,
+                                          size_t why_cap) {
+    *data = NULL;
+    *len = 0;
+    if (why_cap) why[0] = 0;
+    char path[1200];
+    cnn_cuda_cache_path(dir, desc, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return CNN_CUDA_CACHE_MISS;
+    struct stat st;
+    unsigned char *buf = NULL;
+    cnn_cuda_cache_result res = CNN_CUDA_CACHE_REJECTED;
+    size_t dlen = strlen(desc);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, why_cap, "%s: not a regular file", path);
+        goto out;
+    }
+    if (st.st_size < CACHE_HEADER || (uint64_t)st.st_size > CACHE_MAX_FILE) {
+        snprintf(why, why_cap, "%s: size %lld out of range", path, (long long)st.st_size);
+        goto out;
+    }
+    size_t size = (size_t)st.st_size;
+    buf = malloc(size);
+    if (!buf) {
+        snprintf(why, why_cap, "%s: no memory to read %zu bytes", path, size);
+        goto out;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t k = read(fd, buf + got, size - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    if (got != size) {
+        snprintf(why, why_cap, "%s: short read (%zu of %zu bytes)", path, got, size);
+        goto out;
+    }
+    uint64_t key = cnn_fnv1a64(CNN_FNV_OFFSET, desc, dlen);
+    uint32_t ver = get_u32(buf + 8), hd = get_u32(buf + 12);
+    uint64_t fkey = get_u64(buf + 16), plen = get_u64(buf + 24), psum = get_u64(buf + 32);
+    if (memcmp(buf, CACHE_MAGIC, 8) != 0) {
+        snprintf(why, why_cap, "%s: bad magic", path);
+        goto out;
+    }
+    if (ver != CACHE_VERSION) {
+        snprintf(why, why_cap, "%s: format version %u, expected %u", path, ver, CACHE_VERSION);
+        goto out;
+    }
+    if (fkey != key) {
+        snprintf(why, why_cap, "%s: key %016llx does not match its name", path, (unsigned long long)fkey);
+        goto out;
+    }
+    if (hd != dlen || plen == 0 || (uint64_t)CACHE_HEADER + hd + plen != (uint64_t)size) {
+        snprintf(why, why_cap, "%s: lengths (descriptor %u, payload %llu) do not match the file size %zu", path, hd,
+                 (unsigned long long)plen, size);
+        goto out;
+    }
+    if (memcmp(buf + CACHE_HEADER, desc, dlen) != 0) {
+        snprintf(why, why_cap, "%s: descriptor differs (stale entry or key collision)", path);
+        goto out;
+    }
+    const unsigned char *payload = buf + CACHE_HEADER + dlen;
+    if (cnn_fnv1a64(CNN_FNV_OFFSET, payload, (size_t)plen) != psum) {
+        snprintf(why, why_cap, "%s: payload checksum mismatch (corrupt)", path);
+        goto out;
+    }
+    *data = malloc((size_t)plen);
+    if (!*data) {
+        snprintf(why, why_cap, "%s: no memory", path);
+        goto out;
+    }
+    memcpy(*data, payload, (size_t)plen);
+    *len = (size_t)plen;
+    res = CNN_CUDA_CACHE_HIT;
+out:
+    free(buf);
+    close(fd);
+    return res;
+}
+
+static int mkdir_p(const char *dir) {
+    char tmp[1024];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof tmp) return -1;
+    memcpy(tmp, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] == '/' || tmp[i] == 0) {
+            char c = tmp[i];
+            tmp[i] = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+            tmp[i] = c;
+        }
+    }
+    return 0;
+}
+
+cnn_status cnn_cuda_cache_store(const char *dir, const char *desc, const void *data, size_t len) {
+    static unsigned counter;
+    if (mkdir_p(dir) != 0) return cnn_fail(CNN_E_IO, "kernel cache: cannot create %s: %s", dir, strerror(errno));
+    char path[1200], tmp[1300];
+    cnn_cuda_cache_path(dir, desc, path, sizeof path);
+    unsigned k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), k);
+    size_t dlen = strlen(desc);
+    unsigned char hdr[CACHE_HEADER];
+    memcpy(hdr, CACHE_MAGIC, 8);
+    put_u32(hdr + 8, CACHE_VERSION);
+    put_u32(hdr + 12, (uint32_t)dlen);
+    put_u64(hdr + 16, cnn_fnv1a64(CNN_FNV_OFFSET, desc, dlen));
+    put_u64(hdr + 24, len);
+    put_u64(hdr + 32, cnn_fnv1a64(CNN_FNV_OFFSET, data, len));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return cnn_fail(CNN_E_IO, "kernel cache: cannot create %s: %s", tmp, strerror(errno));
+    const void *parts[3] = {hdr, desc, data};
+    size_t sizes[3] = {CACHE_HEADER, dlen, len};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) {
+        const unsigned char *p = parts[i];
+        size_t left = sizes[i];
+        while (left > 0) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                ok = false;
+                break;
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+    }
+    int saved = errno;
+    if (close(fd) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) saved = errno;
+        unlink(tmp);
+        return cnn_fail(CNN_E_IO, "kernel cache: cannot write %s: %s", path, strerror(saved));
+    }
+    return CNN_OK;
+}
+
+/* ---- the per-backend module table ------------------------------------------------------------------------ */
+
+static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    char desc[2048];
+    cuda_program_descriptor(id, cb->arch, cb->driver_version, desc, sizeof desc);
+    void *image = NULL;
+    size_t len = 0;
+    bool from_disk = false;
+    if (cb->cache_dir[0]) {
+        char why[512];
+        cnn_cuda_cache_result r = cnn_cuda_cache_load(cb->cache_dir, desc, &image, &len, why, sizeof why);
+        if (r == CNN_CUDA_CACHE_HIT) {
+            from_disk = true;
+            cb->stats.disk_hits++;
+        } else if (r == CNN_CUDA_CACHE_REJECTED) {
+            cb->stats.disk_rejects++;
+            cnn_log(1, "cnn: kernel cache entry rejected, rebuilding: %s", why);
+        }
+    }
+    if (!image) {
+        char store[1024];
+        const char *opts[40];
+        int n = cuda_program_options(id, cb->arch, store, sizeof store, opts, 40);
+        double t0 = cnn_now();
+        CNN_TRY(cuda_nvrtc_compile(info.label, info.file, opts, n, strncmp(cb->arch, "compute_", 8) == 0, &image, &len,
+                                   NULL));
+        cb->stats.compiles++;
+        cnn_log(2, "cnn: compiled %s for %s in %.0f ms", info.label, cb->arch, (cnn_now() - t0) * 1e3);
+        if (cb->cache_dir[0]) {
+            if (cnn_cuda_cache_store(cb->cache_dir, desc, image, len) == CNN_OK)
+                cb->stats.disk_stores++;
+            else {
+                cnn_log(2, "cnn: %s (continuing without caching this kernel)", cnn_error_msg());
+                cnn_error_clear();
+            }
+        }
+    }
+    CUresult r = cu.ModuleLoadData(&m->mod, image);
+    free(image);
+    if (r != CUDA_SUCCESS) {
+        m->mod = NULL;
+        char what[256];
+        snprintf(what, sizeof what, "cuModuleLoadData(%s for %s%s)", info.label, cb->arch, from_disk ? ", from the disk cache" : "");
+        return cuda_fail(r, what);
+    }
+    cb->stats.module_loads++;
+    return CNN_OK;
+}
+
+cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out) {
+    CNN_ASSERT(entry >= 0 && entry < fam->n_entries && entry < CUDA_MAX_ENTRIES);
+    CNN_ASSERT(cfg >= 0 && cfg < fam->n_configs && cuda_family_has_dtype(fam, dt));
+    int id = cuda_program_id(fam, dt, cfg);
+    CNN_ASSERT(id >= 0 && id < cb->n_mods);
+    cuda_module *m = &cb->mods[id];
+    if (m->fn[entry]) {
+        *out = m->fn[entry];
+        return CNN_OK;
+    }
+    if (!m->mod) CNN_TRY(load_module(cb, id, m));
+    CUresult r = cu.ModuleGetFunction(&m->fn[entry], m->mod, fam->entries[entry]);
+    if (r != CUDA_SUCCESS) {
+        m->fn[entry] = NULL;
+        char what[200];
+        snprintf(what, sizeof what, "cuModuleGetFunction(%s in %s)", fam->entries[entry], fam->file);
+        return cuda_fail(r, what);
+    }
+    *out = m->fn[entry];
+    return CNN_OK;
+}

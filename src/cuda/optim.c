@@ -1,0 +1,65 @@
+/* optim.c -- launchers of kernels/optim.cu: SGD (momentum, dampening, Nesterov, weight decay) and AdamW over flat
+ * float32 arrays, and the non-finite count (into host memory, so it synchronises and cannot be recorded into a
+ * graph). */
+#include "cuda/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+enum { OPT_SGD, OPT_ADAMW, OPT_NONFINITE, OPT_N };
+static const char *const entries[OPT_N] = {"sgd_update", "adamw_update", "count_nonfinite"};
+
+static void defines(int cfg, char *buf, size_t cap) {
+    (void)cfg;
+    if (cap) buf[0] = 0;
+}
+
+const cuda_family cuda_family_optim = {"optim", "optim.cu", entries, OPT_N, 0, 1, defines, NULL};
+
+static cnn_status run(cnn_backend *be, int entry, optim_args *a) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(a->count >= 0);
+    if (a->count == 0) return CNN_OK;
+    CUfunction f;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_optim, CNN_DTYPE_F32, 0, entry, &f));
+    char what[64];
+    snprintf(what, sizeof what, "%s count %lld", entries[entry], a->count);
+    return cuda_launch(cb, f, what, cuda_grid_1d(cb, a->count, 256), 1, 1, 256, 1, a);
+}
+
+cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
+                           float *momentum_buf, float grad_scale) {
+    CNN_ASSERT(w && g);
+    CNN_ASSERT(o->momentum == 0.0f || momentum_buf);
+    optim_args a = {.count = count, .w = w, .g = g, .buf = momentum_buf, .grad_scale = grad_scale, .lr = o->lr,
+                    .momentum = o->momentum, .dampening = o->dampening, .weight_decay = o->weight_decay,
+                    .nesterov = o->nesterov, .first_step = o->first_step};
+    return run(be, OPT_SGD, &a);
+}
+
+cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g, float *m,
+                             float *v, float grad_scale) {
+    CNN_ASSERT(w && g && m && v);
+    if (o->step < 1) return cnn_fail(CNN_E_INVALID, "adamw step %lld: steps count from 1", (long long)o->step);
+    double bc1 = 1.0 - pow((double)o->beta1, (double)o->step), bc2 = 1.0 - pow((double)o->beta2, (double)o->step);
+    optim_args a = {.count = count, .w = w, .g = g, .buf = m, .v = v, .grad_scale = grad_scale, .lr = o->lr,
+                    .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                    .step_size = (float)(o->lr / bc1), .bc2_sqrt = (float)sqrt(bc2)};
+    return run(be, OPT_ADAMW, &a);
+}
+
+cnn_status cuda_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    *out = 0;
+    if (cb->capturing)
+        return cnn_fail(CNN_E_INVALID, "count_nonfinite returns to the host and cannot be recorded into a graph");
+    CNN_TRY(be->zero(be, (void *)(uintptr_t)cb->scratch, sizeof(unsigned long long)));
+    optim_args a = {.count = count, .x = x, .counter = (unsigned long long *)(uintptr_t)cb->scratch};
+    CNN_TRY(run(be, OPT_NONFINITE, &a));
+    unsigned long long n = 0;
+    CNN_TRY(be->download(be, &n, (const void *)(uintptr_t)cb->scratch, sizeof n));
+    *out = (int64_t)n;
+    return CNN_OK;
+}

@@ -1,0 +1,63 @@
+/* pool.c -- launchers of kernels/pool.cu: max / average (count_include_pad) / adaptive-average pooling over NHWC,
+ * forward (one thread per output) and backward (a gather: one thread per input, no atomics). */
+#include "cuda/internal.h"
+
+#include <stdio.h>
+
+enum { POOL_FWD, POOL_BWD, POOL_N };
+static const char *const entries[POOL_N] = {"pool_forward", "pool_backward"};
+
+static void defines(int cfg, char *buf, size_t cap) {
+    (void)cfg;
+    if (cap) buf[0] = 0;
+}
+
+const cuda_family cuda_family_pool = {"pool", "pool.cu", entries, POOL_N, CUDA_DT_ALL, 1, defines, NULL};
+
+static const char *kind_name(cnn_pool_kind k) {
+    return k == CNN_POOL_MAX ? "max" : k == CNN_POOL_AVG ? "avg" : "adaptive_avg";
+}
+
+static pool_args make_args(const cnn_pool2d *pl) {
+    CNN_ASSERT(pl->n > 0 && pl->c > 0 && pl->h > 0 && pl->w > 0 && pl->p > 0 && pl->q > 0);
+    CNN_ASSERT(pl->kind == CNN_POOL_MAX || pl->kind == CNN_POOL_AVG || pl->kind == CNN_POOL_ADAPTIVE_AVG);
+    if (pl->kind != CNN_POOL_ADAPTIVE_AVG) {
+        CNN_ASSERT(pl->r > 0 && pl->s > 0 && pl->stride_h > 0 && pl->stride_w > 0 && pl->pad_h >= 0 && pl->pad_w >= 0);
+        CNN_ASSERT(pl->p == (pl->h + 2 * pl->pad_h - pl->r) / pl->stride_h + 1);
+        CNN_ASSERT(pl->q == (pl->w + 2 * pl->pad_w - pl->s) / pl->stride_w + 1);
+    }
+    pool_args a = {0};
+    a.kind = (int)pl->kind;
+    a.n = pl->n, a.c = pl->c, a.h = pl->h, a.w = pl->w;
+    a.r = pl->r, a.s = pl->s, a.stride_h = pl->stride_h, a.stride_w = pl->stride_w, a.pad_h = pl->pad_h, a.pad_w = pl->pad_w;
+    a.p = pl->p, a.q = pl->q;
+    return a;
+}
+
+static cnn_status run(cnn_backend *be, int entry, pool_args *a, long long work, const cnn_pool2d *pl) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CUfunction f;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_pool, be->act_dtype, 0, entry, &f));
+    char what[160];
+    snprintf(what, sizeof what, "%s[%s %s] n%d c%d h%d w%d -> p%d q%d window %dx%d stride %dx%d pad %dx%d",
+             entries[entry], cuda_dtype_str(be->act_dtype), kind_name(pl->kind), pl->n, pl->c, pl->h, pl->w, pl->p,
+             pl->q, pl->r, pl->s, pl->stride_h, pl->stride_w, pl->pad_h, pl->pad_w);
+    return cuda_launch(cb, f, what, cuda_grid_1d(cb, work, 256), 1, 1, 256, 1, a);
+}
+
+cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y) {
+    CNN_ASSERT(x && y);
+    pool_args a = make_args(pl);
+    a.x = x, a.out = y;
+    return run(be, POOL_FWD, &a, (long long)pl->n * pl->p * pl->q * pl->c, pl);
+}
+
+cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y, const void *dy,
+                                void *dx, bool accumulate) {
+    (void)y; /* max pooling recomputes its argmax from x */
+    CNN_ASSERT(x && dy && dx);
+    pool_args a = make_args(pl);
+    a.x = x, a.dy = dy, a.out = dx, a.accumulate = accumulate;
+    return run(be, POOL_BWD, &a, (long long)pl->n * pl->h * pl->w * pl->c, pl);
+}

@@ -1,0 +1,543 @@
+/* emu_cuda.cc -- a stand-in libcuda.so.1 that runs the engine's kernels on the CPU, so the CUDA backend's host
+ * code, its kernels and tests/gpu/test_gpu_ops.c can be exercised on a machine without a GPU.
+ *
+ * Device memory is host memory (filled with 0xFF bytes on allocation, i.e. NaN, like the tests' poison), with a
+ * budget of CNN_EMU_MEM_MB (default 1024) MiB so out-of-memory paths can be tested. One stream, executed
+ * synchronously. Modules are the shared objects emu_nvrtc.cc builds; cuLaunchKernel runs every block of the grid
+ * in turn, one fiber (ucontext) per CUDA thread: __syncthreads() and warp shuffles are rendezvous points of the
+ * fiber scheduler. It reports, as a sticky CUDA_ERROR_LAUNCH_FAILED with a message on stderr:
+ *     barrier divergence  (some threads of a block exited while others wait at __syncthreads)
+ *     deadlock            (threads wait at different kinds of rendezvous)
+ * Stream capture records launches, copies and memsets, with copies of the kernel arguments, and a graph replays
+ * them. Kernel timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory
+ * errors reported by ASan/UBSan. Test infrastructure only.
+ */
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucontext.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+extern "C" void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+#else
+#define EMU_ASAN 0
+#endif
+
+/* ---- state ------------------------------------------------------------------------------------------- */
+
+static size_t mem_budget, mem_used;
+static std::map<CUdeviceptr, size_t> allocs;
+static CUresult sticky = CUDA_SUCCESS;
+static int sm_count = 2;
+
+struct kfunc {
+    void (*call)(const void *);
+    size_t (*size)(void);
+    std::string name;
+};
+
+struct op {
+    int kind; /* 0 launch, 1 copy, 2 memset */
+    kfunc *f;
+    unsigned g[3], b[3];
+    std::vector<unsigned char> args;
+    CUdeviceptr dst, src;
+    size_t bytes;
+    unsigned char value;
+};
+
+struct graph {
+    std::vector<op> ops;
+};
+
+static bool capturing;
+static graph *recording;
+
+static CUresult fail(CUresult r, const std::string &msg) {
+    fprintf(stderr, "emu: %s\n", msg.c_str());
+    if (r == CUDA_ERROR_LAUNCH_FAILED || r == CUDA_ERROR_ILLEGAL_ADDRESS) sticky = r;
+    return r;
+}
+
+/* ---- the fiber scheduler ------------------------------------------------------------------------------ */
+
+enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE };
+#define SLOT 64
+#define STACK (512 * 1024)
+
+static emu_rt rt;
+static ucontext_t sched;
+static std::vector<ucontext_t> fctx;
+static std::vector<char *> stacks;
+static std::vector<int> fstate, fmask;
+static std::vector<std::vector<unsigned char>> slot, result;
+static void *gather_out[1024];
+static int cur, slot_bytes;
+static void (*cur_fn)(const void *);
+static const void *cur_args;
+#if EMU_ASAN
+static void *sched_fake_stack;
+#endif
+
+static void to_fiber(int t) {
+    cur = t;
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(&sched_fake_stack, stacks[t], STACK);
+#endif
+    swapcontext(&sched, &fctx[t]);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(sched_fake_stack, NULL, NULL);
+#endif
+}
+
+static void to_scheduler(bool finished) {
+#if EMU_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(finished ? NULL : &fake, NULL, 0);
+    if (finished) {
+        setcontext(&sched);
+    } else {
+        swapcontext(&fctx[cur], &sched);
+        __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+    }
+#else
+    if (finished)
+        setcontext(&sched);
+    else
+        swapcontext(&fctx[cur], &sched);
+#endif
+}
+
+static void fiber_main(void) {
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    cur_fn(cur_args);
+    fstate[cur] = F_DONE;
+    to_scheduler(true);
+}
+
+static void emu_sync(void) {
+    fstate[cur] = F_BAR;
+    to_scheduler(false);
+}
+
+static void emu_allgather(const void *in, void *out, int bytes) {
+    slot_bytes = bytes;
+    memcpy(slot[cur].data(), in, (size_t)bytes);
+    gather_out[cur] = out;
+    fstate[cur] = F_GATHER;
+    to_scheduler(false);
+}
+
+static void emu_shfl(const void *in, void *out, int bytes, int mask) {
+    slot_bytes = bytes;
+    memcpy(slot[cur].data(), in, (size_t)bytes);
+    fmask[cur] = mask;
+    fstate[cur] = F_WARP;
+    to_scheduler(false);
+    memcpy(out, result[cur].data(), (size_t)bytes);
+}
+
+/* run one block; false on divergence or deadlock */
+static bool run_block(kfunc *f, const void *args, const unsigned g[3], const unsigned b[3], unsigned bx, unsigned by,
+                      unsigned bz) {
+    int n = (int)(b[0] * b[1] * b[2]);
+    if ((int)fctx.size() < n) {
+        fctx.resize((size_t)n);
+        fstate.resize((size_t)n);
+        fmask.resize((size_t)n);
+        slot.resize((size_t)n, std::vector<unsigned char>(SLOT));
+        result.resize((size_t)n, std::vector<unsigned char>(SLOT));
+        while ((int)stacks.size() < n) stacks.push_back((char *)malloc(STACK));
+    }
+    rt.bid = {bx, by, bz};
+    rt.bdim = {b[0], b[1], b[2]};
+    rt.gdim = {g[0], g[1], g[2]};
+    cur_fn = f->call;
+    cur_args = args;
+    for (int t = 0; t < n; t++) {
+        getcontext(&fctx[(size_t)t]);
+        fctx[(size_t)t].uc_stack.ss_sp = stacks[(size_t)t];
+        fctx[(size_t)t].uc_stack.ss_size = STACK;
+        fctx[(size_t)t].uc_link = &sched;
+        makecontext(&fctx[(size_t)t], fiber_main, 0);
+        fstate[(size_t)t] = F_RUN;
+    }
+    for (;;) {
+        for (int t = 0; t < n; t++) {
+            if (fstate[(size_t)t] != F_RUN) continue;
+            rt.tid = {(unsigned)t % b[0], (unsigned)t / b[0] % b[1], (unsigned)t / (b[0] * b[1])};
+            to_fiber(t);
+        }
+        int done = 0, bar = 0, warp = 0;
+        for (int t = 0; t < n; t++) {
+            done += fstate[(size_t)t] == F_DONE;
+            bar += fstate[(size_t)t] == F_BAR;
+            warp += fstate[(size_t)t] == F_WARP || fstate[(size_t)t] == F_GATHER;
+        }
+        if (done == n) return true;
+        bool progress = false;
+        for (int w = 0; w * 32 < n; w++) {
+            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, waiting = 0, gathering = 0, live = 0;
+            for (int t = lo; t < hi; t++) {
+                live += fstate[(size_t)t] != F_DONE;
+                waiting += fstate[(size_t)t] == F_WARP;
+                gathering += fstate[(size_t)t] == F_GATHER;
+            }
+            if (gathering > 0 && gathering == live && live == hi - lo) {
+                for (int t = lo; t < hi; t++) {
+                    unsigned char *out = (unsigned char *)gather_out[t];
+                    for (int l = lo; l < hi; l++)
+                        memcpy(out + (size_t)(l - lo) * (size_t)slot_bytes, slot[(size_t)l].data(), (size_t)slot_bytes);
+                    fstate[(size_t)t] = F_RUN;
+                }
+                progress = true;
+                continue;
+            }
+            if (waiting == 0 || waiting != live) continue;
+            if (live != hi - lo) {
+                char where[96];
+                snprintf(where, sizeof where, "block (%u,%u,%u) warp %d", bx, by, bz, w);
+                fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " " + where + ": a warp shuffle with exited lanes");
+                return false;
+            }
+            for (int t = lo; t < hi; t++) {
+                int src = lo + ((t - lo) ^ fmask[(size_t)t]);
+                if (src >= hi) src = t;
+                memcpy(result[(size_t)t].data(), slot[(size_t)src].data(), (size_t)slot_bytes);
+            }
+            for (int t = lo; t < hi; t++) fstate[(size_t)t] = F_RUN;
+            progress = true;
+        }
+        if (progress) continue;
+        if (bar > 0 && bar + done == n) {
+            if (done > 0) {
+                char where[128];
+                snprintf(where, sizeof where, "block (%u,%u,%u): %d of %d threads exited while the others wait at __syncthreads",
+                         bx, by, bz, done, n);
+                fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " barrier divergence in " + where);
+                return false;
+            }
+            for (int t = 0; t < n; t++) fstate[(size_t)t] = F_RUN;
+            continue;
+        }
+        char where[128];
+        snprintf(where, sizeof where, "block (%u,%u,%u): %d at __syncthreads, %d at a shuffle, %d done", bx, by, bz, bar,
+                 warp, done);
+        fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + where);
+        return false;
+    }
+}
+
+static CUresult exec_launch(kfunc *f, const unsigned g[3], const unsigned b[3], const void *args) {
+    if (sticky) return sticky;
+    for (unsigned z = 0; z < g[2]; z++)
+        for (unsigned y = 0; y < g[1]; y++)
+            for (unsigned x = 0; x < g[0]; x++)
+                if (!run_block(f, args, g, b, x, y, z)) return sticky;
+    return CUDA_SUCCESS;
+}
+
+static CUresult exec_op(const op &o) {
+    if (o.kind == 0) return exec_launch(o.f, o.g, o.b, o.args.data());
+    if (o.kind == 1) memmove((void *)o.dst, (const void *)o.src, o.bytes);
+    if (o.kind == 2) memset((void *)o.dst, o.value, o.bytes);
+    return sticky;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------------- */
+
+static bool valid_range(CUdeviceptr p, size_t bytes) {
+    auto it = allocs.upper_bound(p);
+    if (it == allocs.begin()) return false;
+    --it;
+    return p >= it->first && p + bytes <= it->first + it->second;
+}
+
+static CUresult check_range(CUdeviceptr p, size_t bytes, const char *what) {
+    if (bytes == 0 || valid_range(p, bytes)) return CUDA_SUCCESS;
+    char b[96];
+    snprintf(b, sizeof b, "%p + %zu bytes", (void *)p, bytes);
+    return fail(CUDA_ERROR_INVALID_VALUE, std::string(what) + ": " + b + " is not inside one allocation");
+}
+
+/* ---- the API -------------------------------------------------------------------------------------------- */
+
+extern "C" {
+
+static CUresult e_Init(unsigned) {
+    const char *mb = getenv("CNN_EMU_MEM_MB");
+    mem_budget = (size_t)(mb ? atol(mb) : 1024) << 20;
+    const char *sm = getenv("CNN_EMU_SMS");
+    if (sm) sm_count = atoi(sm);
+    rt.sync = emu_sync;
+    rt.shfl_xor = emu_shfl;
+    rt.allgather = emu_allgather;
+    return CUDA_SUCCESS;
+}
+static CUresult e_DriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
+static CUresult e_GetErrorName(CUresult r, const char **s) {
+    switch (r) {
+    case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_LAUNCH_FAILED: *s = "CUDA_ERROR_LAUNCH_FAILED"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
+    default: *s = "CUDA_ERROR_(emulated)"; break;
+    }
+    return CUDA_SUCCESS;
+}
+static CUresult e_GetErrorString(CUresult r, const char **s) {
+    *s = r == CUDA_SUCCESS ? "no error" : "emulated error (see the emu: line on stderr)";
+    return CUDA_SUCCESS;
+}
+static CUresult e_DeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult e_DeviceGet(CUdevice *d, int i) {
+    if (i != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *d = 0;
+    return CUDA_SUCCESS;
+}
+static CUresult e_DeviceGetName(char *name, int len, CUdevice) {
+    snprintf(name, (size_t)len, "cnn CPU emulator");
+    return CUDA_SUCCESS;
+}
+static CUresult e_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
+         : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
+         : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? sm_count
+                                                             : 0;
+    return CUDA_SUCCESS;
+}
+static CUresult e_DeviceTotalMem(size_t *b, CUdevice) { *b = mem_budget; return CUDA_SUCCESS; }
+static int ctx_token;
+static CUresult e_DevicePrimaryCtxRetain(CUcontext *c, CUdevice) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+static CUresult e_DevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
+static CUcontext current;
+static CUresult e_CtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
+static CUresult e_CtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
+
+static CUresult e_MemAlloc(CUdeviceptr *p, size_t bytes) {
+    if (sticky) return sticky;
+    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (bytes > mem_budget - mem_used) return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    void *h = aligned_alloc(256, rounded);
+    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(h, 0xFF, rounded);
+    *p = (CUdeviceptr)h;
+    allocs[*p] = bytes; /* the usable size: a kernel touching the rounding slack is caught by ASan */
+    mem_used += bytes;
+    return CUDA_SUCCESS;
+}
+static CUresult e_MemFree(CUdeviceptr p) {
+    auto it = allocs.find(p);
+    if (it == allocs.end()) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemFree of a pointer cuMemAlloc did not return");
+    mem_used -= it->second;
+    allocs.erase(it);
+    free((void *)p);
+    return CUDA_SUCCESS;
+}
+static CUresult e_MemGetInfo(size_t *fr, size_t *tot) {
+    *fr = mem_budget - mem_used;
+    *tot = mem_budget;
+    return CUDA_SUCCESS;
+}
+static CUresult e_MemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, CUstream) {
+    if (sticky) return sticky;
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    CUresult r = check_range(d, n, "cuMemcpyHtoDAsync destination");
+    if (r) return r;
+    memcpy((void *)d, s, n);
+    return CUDA_SUCCESS;
+}
+static CUresult e_MemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, CUstream) {
+    if (sticky) return sticky;
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    CUresult r = check_range(s, n, "cuMemcpyDtoHAsync source");
+    if (r) return r;
+    memcpy(d, (const void *)s, n);
+    return CUDA_SUCCESS;
+}
+static CUresult e_MemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream) {
+    if (sticky) return sticky;
+    CUresult r = check_range(d, n, "cuMemcpyDtoDAsync destination");
+    if (!r) r = check_range(s, n, "cuMemcpyDtoDAsync source");
+    if (r) return r;
+    op o{};
+    o.kind = 1, o.dst = d, o.src = s, o.bytes = n;
+    if (capturing) {
+        recording->ops.push_back(o);
+        return CUDA_SUCCESS;
+    }
+    return exec_op(o);
+}
+static CUresult e_MemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream) {
+    if (sticky) return sticky;
+    CUresult r = check_range(d, n, "cuMemsetD8Async");
+    if (r) return r;
+    op o{};
+    o.kind = 2, o.dst = d, o.bytes = n, o.value = v;
+    if (capturing) {
+        recording->ops.push_back(o);
+        return CUDA_SUCCESS;
+    }
+    return exec_op(o);
+}
+static int stream_token;
+static CUresult e_StreamCreate(CUstream *s, unsigned) { *s = (CUstream)&stream_token; return CUDA_SUCCESS; }
+static CUresult e_StreamDestroy(CUstream) { return CUDA_SUCCESS; }
+static CUresult e_StreamSynchronize(CUstream) {
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return sticky;
+}
+static CUresult e_EventCreate(CUevent *e, unsigned) { *e = (CUevent) new double(0); return CUDA_SUCCESS; }
+static CUresult e_EventDestroy(CUevent e) { delete (double *)e; return CUDA_SUCCESS; }
+static CUresult e_EventRecord(CUevent e, CUstream) {
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *(double *)e = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return sticky;
+}
+static CUresult e_EventSynchronize(CUevent) { return sticky; }
+static CUresult e_EventElapsedTime(float *ms, CUevent a, CUevent b) {
+    *ms = (float)(*(double *)b - *(double *)a);
+    if (*ms <= 0) *ms = 1e-3f;
+    return sticky;
+}
+
+struct module {
+    void *lib;
+    std::map<std::string, kfunc *> fns;
+};
+static CUresult e_ModuleLoadData(CUmodule *m, const void *image) {
+    const char *img = (const char *)image;
+    if (strncmp(img, "CNNEMU1\n", 8) != 0) return fail(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoadData: not an emulator image");
+    void *lib = dlopen(img + 8, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return fail(CUDA_ERROR_INVALID_IMAGE, std::string("cuModuleLoadData: ") + dlerror());
+    void (*set_rt)(emu_rt *) = (void (*)(emu_rt *))dlsym(lib, "emu_set_rt");
+    if (!set_rt) return fail(CUDA_ERROR_INVALID_IMAGE, std::string("cuModuleLoadData: no emu_set_rt in ") + (img + 8));
+    set_rt(&rt);
+    module *mod = new module;
+    mod->lib = lib;
+    *m = (CUmodule)mod;
+    return CUDA_SUCCESS;
+}
+static CUresult e_ModuleUnload(CUmodule m) {
+    module *mod = (module *)m;
+    for (auto &kv : mod->fns) delete kv.second;
+    /* the library stays loaded: recorded graphs may still point into it */
+    delete mod;
+    return CUDA_SUCCESS;
+}
+static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    module *mod = (module *)m;
+    std::string call = std::string("emu_call_") + name, size = std::string("emu_size_") + name;
+    kfunc *k = new kfunc;
+    k->call = (void (*)(const void *))dlsym(mod->lib, call.c_str());
+    k->size = (size_t(*)(void))dlsym(mod->lib, size.c_str());
+    k->name = name;
+    if (!k->call || !k->size) {
+        delete k;
+        return fail(CUDA_ERROR_NOT_FOUND, std::string("cuModuleGetFunction: no kernel ") + name);
+    }
+    mod->fns[name] = k;
+    *f = (CUfunction)k;
+    return CUDA_SUCCESS;
+}
+static CUresult e_FuncGetAttribute(int *v, CUfunction_attribute, CUfunction) { *v = 0; return CUDA_SUCCESS; }
+static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned smem, CUstream, void **params, void **extra) {
+    if (sticky) return sticky;
+    kfunc *f = (kfunc *)fn;
+    if (!params || extra || smem) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": unexpected launch form");
+    if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || bx * by * bz > 1024 || bx * by * bz == 0)
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": bad grid or block");
+    op o{};
+    o.kind = 0;
+    o.f = f;
+    o.g[0] = gx, o.g[1] = gy, o.g[2] = gz, o.b[0] = bx, o.b[1] = by, o.b[2] = bz;
+    size_t n = f->size();
+    o.args.assign((const unsigned char *)params[0], (const unsigned char *)params[0] + n);
+    if (capturing) {
+        recording->ops.push_back(o);
+        return CUDA_SUCCESS;
+    }
+    return exec_op(o);
+}
+static CUresult e_StreamBeginCapture(CUstream, CUstreamCaptureMode) {
+    if (capturing) return CUDA_ERROR_ILLEGAL_STATE;
+    capturing = true;
+    recording = new graph;
+    return CUDA_SUCCESS;
+}
+static CUresult e_StreamEndCapture(CUstream, CUgraph *g) {
+    if (!capturing) return CUDA_ERROR_ILLEGAL_STATE;
+    capturing = false;
+    *g = (CUgraph)recording;
+    recording = NULL;
+    return CUDA_SUCCESS;
+}
+static CUresult e_StreamIsCapturing(CUstream, CUstreamCaptureStatus *s) {
+    *s = capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+static CUresult e_GraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long) {
+    *e = (CUgraphExec) new graph(*(graph *)g);
+    return CUDA_SUCCESS;
+}
+static CUresult e_GraphLaunch(CUgraphExec e, CUstream) {
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    for (const op &o : ((graph *)e)->ops) {
+        CUresult r = exec_op(o);
+        if (r) return r;
+    }
+    return CUDA_SUCCESS;
+}
+static CUresult e_GraphExecDestroy(CUgraphExec e) { delete (graph *)e; return CUDA_SUCCESS; }
+static CUresult e_GraphDestroy(CUgraph g) { delete (graph *)g; return CUDA_SUCCESS; }
+
+static const struct {
+    const char *name;
+    void *fn;
+} table[] = {
+#define E(n) {"cu" #n, (void *)e_##n}
+    E(Init), E(DriverGetVersion), E(GetErrorName), E(GetErrorString), E(DeviceGetCount), E(DeviceGet),
+    E(DeviceGetName), E(DeviceGetAttribute), E(DeviceTotalMem), E(DevicePrimaryCtxRetain), E(DevicePrimaryCtxRelease),
+    E(CtxSetCurrent), E(CtxGetCurrent), E(MemAlloc), E(MemFree), E(MemGetInfo), E(MemcpyHtoDAsync), E(MemcpyDtoHAsync),
+    E(MemcpyDtoDAsync), E(MemsetD8Async), E(StreamCreate), E(StreamDestroy), E(StreamSynchronize), E(EventCreate),
+    E(EventDestroy), E(EventRecord), E(EventSynchronize), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
+    E(ModuleGetFunction), E(FuncGetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
+    E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
+#undef E
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status) {
+    (void)version;
+    (void)flags;
+    for (const auto &t : table)
+        if (strcmp(t.name, symbol) == 0) {
+            *pfn = t.fn;
+            if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    *pfn = NULL;
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_SUCCESS;
+}
+}

@@ -1,0 +1,1959 @@
+/* test_gpu_ops.c -- every op of the CUDA backend against the CPU backend (the oracle, fed the same rounded
+ * inputs) and against a float64 reference computed here, for act dtypes F32, BF16 and F16; plus graph capture
+ * and replay, determinism, the OOM path, kernel-cache corruption, timing and misuse.
+ *
+ * One line per check (tests/unit/test.h): PASS, FAIL with op, shape, dtype, config, rel-L2 against float64 and
+ * against the CPU backend, max |error| with its coordinates and both values, the NaN count, guard-band damage
+ * and whether an input was modified; SKIP with a reason when there is no GPU or no CPU backend.
+ * Gates per dtype (rel-L2): f32 1e-5, bf16 1e-2, f16 2e-3; 0 NaN (outputs are pre-poisoned with NaN bytes); 0
+ * bytes written outside an output (256-byte guard bands around every buffer); inputs unchanged.
+ *
+ * Each group runs in a forked child (the parent never touches CUDA), so a crash or a sticky device error in one
+ * group is reported as that group's failure and the others still run.
+ *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16] [group...]
+ * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs linear xent prep
+ * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ */
+#include "test.h"
+
+#include "cuda/hooks.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <errno.h>
+#include <unistd.h>
+
+static bool quick;
+static bool no_cpu_warned;
+
+/* ---- context ------------------------------------------------------------------------------------------- */
+
+typedef struct ctx {
+    cnn_backend *gpu; /* act dtype dt */
+    cnn_backend *cpu; /* float32 oracle, or NULL when this build has none */
+    cnn_dtype dt;
+    const char *dts;
+    double tol;
+} ctx;
+
+static const char *dt_str(cnn_dtype dt) {
+    return dt == CNN_DTYPE_F32 ? "f32" : dt == CNN_DTYPE_BF16 ? "bf16" : dt == CNN_DTYPE_F16 ? "f16" : "?";
+}
+static double tol_of(cnn_dtype dt) { return dt == CNN_DTYPE_F32 ? 1e-5 : dt == CNN_DTYPE_BF16 ? 1e-2 : 2e-3; }
+
+static _Noreturn void fatal(const char *what) {
+    printf("FAIL %s: %s\n", what, cnn_error_msg());
+    fflush(stdout);
+    exit(3);
+}
+
+static float rnd(cnn_dtype dt, float v) {
+    if (dt == CNN_DTYPE_BF16) return cnn_bf16_to_f32(cnn_f32_to_bf16(v));
+    if (dt == CNN_DTYPE_F16) return cnn_f16_to_f32(cnn_f32_to_f16(v));
+    return v;
+}
+
+static size_t esize(cnn_dtype dt) { return cnn_dtype_size(dt); }
+
+static void to_bytes(cnn_dtype dt, const float *src, int64_t n, void *dst) {
+    if (dt == CNN_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = dt == CNN_DTYPE_BF16 ? cnn_f32_to_bf16(src[i]) : cnn_f32_to_f16(src[i]);
+}
+
+static void from_bytes(cnn_dtype dt, const void *src, int64_t n, float *dst) {
+    if (dt == CNN_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    const uint16_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = dt == CNN_DTYPE_BF16 ? cnn_bf16_to_f32(s[i]) : cnn_f16_to_f32(s[i]);
+}
+
+static size_t count_of(int64_t n) { return n > 0 ? (size_t)n : 1; }
+
+/* ---- device buffers with guard bands --------------------------------------------------------------------- */
+
+#define GUARD 256
+#define GUARD_BYTE 0xA5
+
+typedef struct dbuf {
+    cnn_backend *be;
+    char *base;
+    void *p;
+    size_t bytes, off, total;
+    unsigned char *shadow; /* what the body should hold if nobody writes it (inputs) */
+} dbuf;
+
+static dbuf buf_new(cnn_backend *be, size_t bytes, size_t misalign) {
+    dbuf b = {.be = be, .bytes = bytes, .off = GUARD + misalign};
+    b.total = bytes + 2 * GUARD + misalign;
+    void *base;
+    if (be->alloc(be, b.total, "test buffer", &base) != CNN_OK) fatal("alloc of a test buffer");
+    b.base = base;
+    b.p = b.base + b.off;
+    unsigned char *h = malloc(b.total);
+    memset(h, GUARD_BYTE, b.total);
+    memset(h + b.off, 0xFF, bytes); /* NaN in f32, bf16 and f16 */
+    if (be->upload(be, b.base, h, b.total) != CNN_OK) fatal("upload of a test buffer");
+    free(h);
+    return b;
+}
+
+static void buf_put(dbuf *b, const void *src) {
+    if (b->be->upload(b->be, b->p, src, b->bytes) != CNN_OK) fatal("upload");
+    free(b->shadow);
+    b->shadow = malloc(b->bytes ? b->bytes : 1);
+    memcpy(b->shadow, src, b->bytes);
+}
+
+static void buf_get(dbuf *b, void *dst) {
+    if (b->be->download(b->be, dst, b->p, b->bytes) != CNN_OK) fatal("download");
+}
+
+/* bytes of the guard bands that no longer hold GUARD_BYTE */
+static long buf_guard_damage(dbuf *b) {
+    unsigned char *h = malloc(b->total);
+    if (b->be->download(b->be, h, b->base, b->total) != CNN_OK) fatal("download of guard bands");
+    long bad = 0;
+    for (size_t i = 0; i < b->total; i++)
+        if ((i < b->off || i >= b->off + b->bytes) && h[i] != GUARD_BYTE) bad++;
+    free(h);
+    return bad;
+}
+
+static bool buf_unchanged(dbuf *b) {
+    if (!b->shadow) return true;
+    unsigned char *h = malloc(b->bytes ? b->bytes : 1);
+    buf_get(b, h);
+    bool same = memcmp(h, b->shadow, b->bytes) == 0;
+    free(h);
+    return same;
+}
+
+static void buf_free(dbuf *b) {
+    if (b->base) b->be->free(b->be, b->base);
+    free(b->shadow);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- arrays: host values + the GPU copy (act dtype or f32) + the CPU backend copy (f32) ---------------------- */
+
+typedef struct arr {
+    float *h;      /* host values (rounded to the act dtype when act) */
+    int64_t n;
+    bool act;
+    dbuf g;
+    void *c;       /* CPU backend buffer or NULL */
+} arr;
+
+static void fill(float *x, int64_t n, uint64_t seed, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(seed, i, lo, hi);
+}
+
+static arr arr_make(ctx *t, int64_t n, bool act, size_t misalign) {
+    arr a = {.n = n, .act = act};
+    a.h = calloc(count_of(n), sizeof(float));
+    a.g = buf_new(t->gpu, (size_t)n * (act ? esize(t->dt) : 4), misalign);
+    if (t->cpu && t->cpu->alloc(t->cpu, count_of(n) * 4, "cpu test buffer", &a.c) != CNN_OK)
+        fatal("cpu alloc");
+    return a;
+}
+
+/* upload a.h (after rounding it to the dtype) to both backends */
+static void arr_sync_in(ctx *t, arr *a) {
+    if (a->act)
+        for (int64_t i = 0; i < a->n; i++) a->h[i] = rnd(t->dt, a->h[i]);
+    void *bytes = malloc(count_of(a->n) * 4);
+    if (a->act)
+        to_bytes(t->dt, a->h, a->n, bytes);
+    else
+        memcpy(bytes, a->h, (size_t)a->n * 4);
+    buf_put(&a->g, bytes);
+    free(bytes);
+    if (a->c && t->cpu->upload(t->cpu, a->c, a->h, (size_t)a->n * 4) != CNN_OK) fatal("cpu upload");
+}
+
+static arr arr_in(ctx *t, int64_t n, bool act, uint64_t seed, float lo, float hi, size_t misalign) {
+    arr a = arr_make(t, n, act, misalign);
+    fill(a.h, n, seed, lo, hi);
+    arr_sync_in(t, &a);
+    return a;
+}
+
+/* an output: NaN-poisoned on the GPU */
+static arr arr_out(ctx *t, int64_t n, bool act, size_t misalign) { return arr_make(t, n, act, misalign); }
+
+static float *arr_gpu(ctx *t, arr *a) {
+    float *out = malloc(count_of(a->n) * 4);
+    void *bytes = malloc(count_of(a->n) * 4);
+    buf_get(&a->g, bytes);
+    if (a->act)
+        from_bytes(t->dt, bytes, a->n, out);
+    else
+        memcpy(out, bytes, (size_t)a->n * 4);
+    free(bytes);
+    return out;
+}
+
+static float *arr_cpu(ctx *t, arr *a) {
+    if (!a->c) return NULL;
+    float *out = malloc(count_of(a->n) * 4);
+    if (t->cpu->download(t->cpu, out, a->c, (size_t)a->n * 4) != CNN_OK) fatal("cpu download");
+    return out;
+}
+
+static void arr_free(ctx *t, arr *a) {
+    buf_free(&a->g);
+    if (a->c) t->cpu->free(t->cpu, a->c);
+    free(a->h);
+    memset(a, 0, sizeof *a);
+}
+
+/* raw device bytes (labels, pixels) on both backends */
+typedef struct rawbuf {
+    dbuf g;
+    void *c;
+} rawbuf;
+
+static rawbuf raw_in(ctx *t, const void *data, size_t bytes) {
+    rawbuf r = {.g = buf_new(t->gpu, bytes, 0)};
+    buf_put(&r.g, data);
+    if (t->cpu) {
+        if (t->cpu->alloc(t->cpu, bytes ? bytes : 1, "cpu raw", &r.c) != CNN_OK) fatal("cpu alloc");
+        if (t->cpu->upload(t->cpu, r.c, data, bytes) != CNN_OK) fatal("cpu upload");
+    }
+    return r;
+}
+
+static void raw_free(ctx *t, rawbuf *r) {
+    buf_free(&r->g);
+    if (r->c) t->cpu->free(t->cpu, r->c);
+}
+
+/* ---- comparison and report ---------------------------------------------------------------------------- */
+
+typedef struct layout {
+    const char *names; /* one letter per dim, outermost first: "NPQK" */
+    int64_t dims[6];
+} layout;
+
+static void coords(const layout *l, int64_t i, char *buf, size_t cap) {
+    int nd = l && l->names ? (int)strlen(l->names) : 0;
+    if (nd == 0) {
+        snprintf(buf, cap, "[%lld]", (long long)i);
+        return;
+    }
+    int64_t c[6];
+    for (int d = nd - 1; d >= 0; d--) {
+        c[d] = i % l->dims[d];
+        i /= l->dims[d];
+    }
+    size_t o = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < nd && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%c=%lld", d ? "," : "", l->names[d], (long long)c[d]);
+    if (o < cap) snprintf(buf + o, cap - o, ")");
+}
+
+static double rel_err(const float *a, const double *ref, int64_t n, long *nonfinite) {
+    double num = 0, den = 0;
+    long bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) {
+            bad++;
+            continue;
+        }
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    if (nonfinite) *nonfinite = bad;
+    if (bad) return INFINITY;
+    if (den == 0) return num == 0 ? 0 : sqrt(num);
+    return sqrt(num / den);
+}
+
+/* Check one output: gpu against ref (float64) and against cpu (the CPU backend, may be NULL). */
+static bool report(const char *name, const float *gpu, const double *ref, const float *cpu, int64_t n, double tol,
+                   const layout *l, long guard_damage, bool inputs_ok) {
+    long nan_g = 0, nan_c = 0;
+    double e_ref = rel_err(gpu, ref, n, &nan_g);
+    double e_cpu = -1, e_cpu_ref = -1;
+    double *cd = NULL;
+    if (cpu) {
+        cd = malloc(count_of(n) * sizeof *cd);
+        for (int64_t i = 0; i < n; i++) cd[i] = cpu[i];
+        e_cpu = rel_err(gpu, cd, n, NULL);
+        e_cpu_ref = rel_err(cpu, ref, n, &nan_c);
+    }
+    /* worst element and first NaN */
+    int64_t worst = -1, first_nan = -1;
+    double wd = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(gpu[i])) {
+            if (first_nan < 0) first_nan = i;
+            continue;
+        }
+        double d = fabs((double)gpu[i] - ref[i]);
+        if (d > wd) wd = d, worst = i;
+    }
+    bool ok = nan_g == 0 && guard_damage == 0 && inputs_ok && e_ref <= tol && (!cpu || e_cpu <= tol);
+    char detail[700], at[96];
+    size_t o = (size_t)snprintf(detail, sizeof detail, "rel_l2 %.2e vs f64", e_ref);
+    if (cpu)
+        o += (size_t)snprintf(detail + o, sizeof detail - o, ", %.2e vs cpu (cpu vs f64 %.2e%s)", e_cpu, e_cpu_ref,
+                              nan_c ? ", CPU HAS NaN" : "");
+    else
+        o += (size_t)snprintf(detail + o, sizeof detail - o, ", no cpu backend");
+    o += (size_t)snprintf(detail + o, sizeof detail - o, ", bound %.0e, n %lld", tol, (long long)n);
+    if (worst >= 0) {
+        coords(l, worst, at, sizeof at);
+        o += (size_t)snprintf(detail + o, sizeof detail - o, "; max|d| %.3g at %s gpu %.7g f64 %.7g%s", wd, at,
+                              gpu[worst], ref[worst], cpu ? "" : "");
+        if (cpu && o < sizeof detail) o += (size_t)snprintf(detail + o, sizeof detail - o, " cpu %.7g", cpu[worst]);
+    }
+    if (nan_g && o < sizeof detail) {
+        coords(l, first_nan, at, sizeof at);
+        o += (size_t)snprintf(detail + o, sizeof detail - o, "; %ld NON-FINITE, first at %s", nan_g, at);
+    }
+    if (guard_damage && o < sizeof detail)
+        o += (size_t)snprintf(detail + o, sizeof detail - o, "; %ld GUARD BYTES OVERWRITTEN", guard_damage);
+    if (!inputs_ok && o < sizeof detail) snprintf(detail + o, sizeof detail - o, "; AN INPUT WAS MODIFIED");
+    check(ok, name, "%s", detail);
+    free(cd);
+    return ok;
+}
+
+/* check an output array against ref; inputs listed must be unchanged */
+static bool verify(ctx *t, const char *name, arr *out, const double *ref, const layout *l, arr **inputs, int n_in) {
+    float *g = arr_gpu(t, out);
+    float *c = arr_cpu(t, out);
+    long dmg = buf_guard_damage(&out->g);
+    bool in_ok = true;
+    for (int i = 0; i < n_in; i++)
+        if (inputs[i]) {
+            in_ok &= buf_unchanged(&inputs[i]->g);
+            dmg += buf_guard_damage(&inputs[i]->g);
+        }
+    bool ok = report(name, g, ref, c, out->n, out->act ? t->tol : 1e-5, l, dmg, in_ok);
+    free(g);
+    free(c);
+    return ok;
+}
+
+static void expect_ok(cnn_status st, const char *what) {
+    if (st != CNN_OK) {
+        printf("FAIL %s: returned %s: %s\n", what, cnn_status_str(st), cnn_error_msg());
+        fflush(stdout);
+        test_failed++;
+    }
+}
+
+static bool cpu_ok(ctx *t, cnn_status st, const char *what) {
+    if (st == CNN_OK) return true;
+    printf("# %s: the CPU backend returned %s (%s); comparing against float64 only\n", what, cnn_status_str(st),
+           cnn_error_msg());
+    cnn_error_clear();
+    (void)t;
+    return false;
+}
+
+static double *dalloc(int64_t n) { return calloc(count_of(n), sizeof(double)); }
+
+/* ---- convert -------------------------------------------------------------------------------------------- */
+
+static void g_convert(ctx *t) {
+    if (t->dt == CNN_DTYPE_F32) {
+        /* a plain copy */
+        arr src = arr_in(t, 1001, false, 11, -3, 3, 0), dst = arr_out(t, 1001, true, 0);
+        expect_ok(t->gpu->to_act(t->gpu, 1001, src.g.p, dst.g.p), "convert.to_act.f32");
+        if (t->cpu) cpu_ok(t, t->cpu->to_act(t->cpu, 1001, src.c, dst.c), "convert.to_act.f32");
+        double *ref = dalloc(1001);
+        for (int i = 0; i < 1001; i++) ref[i] = src.h[i];
+        arr *in[] = {&src};
+        verify(t, "convert.to_act.f32", &dst, ref, NULL, in, 1);
+        free(ref);
+        arr_free(t, &src);
+        arr_free(t, &dst);
+        return;
+    }
+    /* bitwise against the host conversions, incl. ties, subnormals, overflow, -0 */
+    const int64_t n = 4099;
+    for (int mis = 0; mis < 2; mis++) {
+        arr src = arr_make(t, n, false, mis ? 4 : 0);
+        for (int64_t i = 0; i < n; i++) {
+            float v = rnd_uniform(71, i, -4, 4);
+            switch (i % 8) {
+            case 1: v *= 1e-6f; break;   /* f16 subnormal range */
+            case 2: v *= 3e4f; break;    /* f16 overflow */
+            case 3: v = -0.0f; break;
+            case 4: v = 1.0f + (float)(i % 3) / 256.0f; break; /* bf16 ties */
+            case 5: v = 1.0f + (float)(i % 3) / 2048.0f; break; /* f16 ties */
+            default: break;
+            }
+            src.h[i] = v;
+        }
+        arr_sync_in(t, &src);
+        dbuf dst = buf_new(t->gpu, (size_t)n * 2, mis ? 2 : 0);
+        char name[64];
+        snprintf(name, sizeof name, "convert.to_act.%s%s", t->dts, mis ? ".misaligned" : "");
+        expect_ok(t->gpu->to_act(t->gpu, n, src.g.p, dst.p), name);
+        uint16_t *got = malloc((size_t)n * 2);
+        buf_get(&dst, got);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = t->dt == CNN_DTYPE_BF16 ? cnn_f32_to_bf16(src.h[i]) : cnn_f32_to_f16(src.h[i]);
+            if (got[i] != want) {
+                bad++;
+                if (first < 0) first = i;
+            }
+        }
+        long dmg = buf_guard_damage(&dst);
+        check(bad == 0 && dmg == 0, name, "%lld of %lld differ from the host conversion%s%s (first [%lld]: %g -> %04x, host %04x); guard damage %ld",
+              (long long)bad, (long long)n, "", "", (long long)first, first >= 0 ? src.h[first] : 0.0,
+              first >= 0 ? got[first] : 0,
+              first >= 0 ? (t->dt == CNN_DTYPE_BF16 ? cnn_f32_to_bf16(src.h[first]) : cnn_f32_to_f16(src.h[first])) : 0,
+              dmg);
+        /* and back */
+        dbuf back = buf_new(t->gpu, (size_t)n * 4, mis ? 4 : 0);
+        snprintf(name, sizeof name, "convert.from_act.%s%s", t->dts, mis ? ".misaligned" : "");
+        expect_ok(t->gpu->from_act(t->gpu, n, dst.p, back.p), name);
+        float *f = malloc((size_t)n * 4);
+        buf_get(&back, f);
+        bad = 0;
+        first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            float want = t->dt == CNN_DTYPE_BF16 ? cnn_bf16_to_f32(got[i]) : cnn_f16_to_f32(got[i]);
+            if (memcmp(&want, &f[i], 4) != 0) {
+                bad++;
+                if (first < 0) first = i;
+            }
+        }
+        dmg = buf_guard_damage(&back);
+        check(bad == 0 && dmg == 0, name, "%lld of %lld differ (first [%lld]); guard damage %ld", (long long)bad,
+              (long long)n, (long long)first, dmg);
+        free(f);
+        free(got);
+        buf_free(&dst);
+        buf_free(&back);
+        arr_free(t, &src);
+    }
+}
+
+/* ---- pointwise ------------------------------------------------------------------------------------------ */
+
+static void g_pointwise(ctx *t) {
+    const int64_t counts[] = {1, 7, 1000, 100003};
+    int ncount = quick ? 2 : 4;
+    size_t mis_act = esize(t->dt); /* one element off: forces the scalar config */
+    for (int ci = 0; ci < ncount; ci++) {
+        for (int mis = 0; mis < 2; mis++) {
+            int64_t n = counts[ci];
+            size_t m = mis ? mis_act : 0;
+            char name[96];
+            layout l = {0};
+            /* relu forward */
+            arr x = arr_in(t, n, true, 100 + ci, -2, 2, m), y = arr_out(t, n, true, m);
+            double *ref = dalloc(n);
+            for (int64_t i = 0; i < n; i++) ref[i] = x.h[i] > 0 ? x.h[i] : 0;
+            snprintf(name, sizeof name, "relu_forward.%s.n%lld%s", t->dts, (long long)n, mis ? ".misaligned" : "");
+            expect_ok(t->gpu->relu_forward(t->gpu, n, x.g.p, y.g.p), name);
+            if (t->cpu) cpu_ok(t, t->cpu->relu_forward(t->cpu, n, x.c, y.c), name);
+            arr *in1[] = {&x};
+            verify(t, name, &y, ref, &l, in1, 1);
+            /* relu backward, both accumulate modes; y from the forward */
+            for (int acc = 0; acc < 2; acc++) {
+                arr yy = arr_in(t, n, true, 200 + ci, -1, 1, m);
+                for (int64_t i = 0; i < n; i++)
+                    if (i % 5 == 0) yy.h[i] = 0.0f; /* exact zeros: dx must be 0 there */
+                arr_sync_in(t, &yy);
+                arr dy = arr_in(t, n, true, 300 + ci, -1, 1, m);
+                arr dx = acc ? arr_in(t, n, true, 400 + ci, -1, 1, m) : arr_out(t, n, true, m);
+                for (int64_t i = 0; i < n; i++) ref[i] = (acc ? dx.h[i] : 0.0) + (yy.h[i] > 0 ? dy.h[i] : 0.0);
+                snprintf(name, sizeof name, "relu_backward.%s.n%lld%s%s", t->dts, (long long)n, acc ? ".acc" : "",
+                         mis ? ".misaligned" : "");
+                expect_ok(t->gpu->relu_backward(t->gpu, n, yy.g.p, dy.g.p, dx.g.p, acc), name);
+                if (t->cpu) cpu_ok(t, t->cpu->relu_backward(t->cpu, n, yy.c, dy.c, dx.c, acc), name);
+                arr *in2[] = {&yy, &dy};
+                verify(t, name, &dx, ref, &l, in2, 2);
+                arr_free(t, &yy);
+                arr_free(t, &dy);
+                arr_free(t, &dx);
+            }
+            /* add */
+            arr b = arr_in(t, n, true, 500 + ci, -2, 2, m), s = arr_out(t, n, true, m);
+            for (int64_t i = 0; i < n; i++) ref[i] = (double)x.h[i] + b.h[i];
+            snprintf(name, sizeof name, "add_forward.%s.n%lld%s", t->dts, (long long)n, mis ? ".misaligned" : "");
+            expect_ok(t->gpu->add_forward(t->gpu, n, x.g.p, b.g.p, s.g.p), name);
+            if (t->cpu) cpu_ok(t, t->cpu->add_forward(t->cpu, n, x.c, b.c, s.c), name);
+            arr *in3[] = {&x, &b};
+            verify(t, name, &s, ref, &l, in3, 2);
+            /* pass backward */
+            for (int acc = 0; acc < 2; acc++) {
+                arr dx = acc ? arr_in(t, n, true, 600 + ci, -1, 1, m) : arr_out(t, n, true, m);
+                for (int64_t i = 0; i < n; i++) ref[i] = (acc ? dx.h[i] : 0.0) + b.h[i];
+                snprintf(name, sizeof name, "pass_backward.%s.n%lld%s%s", t->dts, (long long)n, acc ? ".acc" : "",
+                         mis ? ".misaligned" : "");
+                expect_ok(t->gpu->pass_backward(t->gpu, n, b.g.p, dx.g.p, acc), name);
+                if (t->cpu) cpu_ok(t, t->cpu->pass_backward(t->cpu, n, b.c, dx.c, acc), name);
+                arr *in4[] = {&b};
+                verify(t, name, &dx, ref, &l, in4, 1);
+                arr_free(t, &dx);
+            }
+            free(ref);
+            arr_free(t, &x);
+            arr_free(t, &y);
+            arr_free(t, &b);
+            arr_free(t, &s);
+        }
+    }
+}
+
+/* ---- dropout -------------------------------------------------------------------------------------------- */
+
+static void g_dropout(ctx *t) {
+    const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    const int64_t counts[] = {1, 13, 100003};
+    for (int pi = 0; pi < 4; pi++) {
+        for (int ci = 0; ci < (quick ? 2 : 3); ci++) {
+            for (int mis = 0; mis < 2; mis++) {
+                int64_t n = counts[ci];
+                float p = ps[pi];
+                uint64_t seed = 0x1234567890ULL + (uint64_t)pi * 77 + (uint64_t)ci;
+                size_t m = mis ? esize(t->dt) : 0;
+                char name[96];
+                arr x = arr_in(t, n, true, 700 + ci, 0.5f, 2, m); /* nonzero: 0 out <=> dropped */
+                arr y = arr_out(t, n, true, m);
+                double *ref = dalloc(n);
+                float scale = 1.0f / (1.0f - p);
+                for (int64_t i = 0; i < n; i++) ref[i] = cnn_dropout_keep(seed, i, p) ? (double)x.h[i] * scale : 0.0;
+                snprintf(name, sizeof name, "dropout_forward.%s.p%.1f.n%lld%s", t->dts, (double)p, (long long)n,
+                         mis ? ".misaligned" : "");
+                expect_ok(t->gpu->dropout_forward(t->gpu, n, p, seed, x.g.p, y.g.p), name);
+                if (t->cpu) cpu_ok(t, t->cpu->dropout_forward(t->cpu, n, p, seed, x.c, y.c), name);
+                arr *in1[] = {&x};
+                verify(t, name, &y, ref, NULL, in1, 1);
+                /* the mask, bitwise */
+                float *g = arr_gpu(t, &y);
+                int64_t wrong = 0, first = -1;
+                for (int64_t i = 0; i < n; i++)
+                    if ((g[i] != 0.0f) != cnn_dropout_keep(seed, i, p)) {
+                        wrong++;
+                        if (first < 0) first = i;
+                    }
+                snprintf(name, sizeof name, "dropout_mask.%s.p%.1f.n%lld%s", t->dts, (double)p, (long long)n,
+                         mis ? ".misaligned" : "");
+                check(wrong == 0, name, "%lld of %lld mask bits differ from cnn_dropout_keep (first [%lld])",
+                      (long long)wrong, (long long)n, (long long)first);
+                free(g);
+                for (int acc = 0; acc < 2; acc++) {
+                    arr dy = arr_in(t, n, true, 800 + ci, -1, 1, m);
+                    arr dx = acc ? arr_in(t, n, true, 900 + ci, -1, 1, m) : arr_out(t, n, true, m);
+                    for (int64_t i = 0; i < n; i++)
+                        ref[i] = (acc ? dx.h[i] : 0.0) + (cnn_dropout_keep(seed, i, p) ? (double)dy.h[i] * scale : 0.0);
+                    snprintf(name, sizeof name, "dropout_backward.%s.p%.1f.n%lld%s%s", t->dts, (double)p, (long long)n,
+                             acc ? ".acc" : "", mis ? ".misaligned" : "");
+                    expect_ok(t->gpu->dropout_backward(t->gpu, n, p, seed, dy.g.p, dx.g.p, acc), name);
+                    if (t->cpu) cpu_ok(t, t->cpu->dropout_backward(t->cpu, n, p, seed, dy.c, dx.c, acc), name);
+                    arr *in2[] = {&dy};
+                    verify(t, name, &dx, ref, NULL, in2, 1);
+                    arr_free(t, &dy);
+                    arr_free(t, &dx);
+                }
+                free(ref);
+                arr_free(t, &x);
+                arr_free(t, &y);
+            }
+        }
+    }
+}
+
+/* ---- flatten -------------------------------------------------------------------------------------------- */
+
+static void g_flatten(ctx *t) {
+    const cnn_shape shapes[] = {{2, 5, 3, 7}, {1, 512, 7, 7}, {3, 1, 4, 4}, {2, 6, 1, 1}, {1, 3, 2, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        cnn_shape s = shapes[si];
+        int64_t n = cnn_shape_numel(s), hw = (int64_t)s.h * s.w;
+        char name[96];
+        arr x = arr_in(t, n, true, 1000 + si, -2, 2, 0), y = arr_out(t, n, true, 0);
+        double *ref = dalloc(n);
+        for (int in = 0; in < s.n; in++)
+            for (int c = 0; c < s.c; c++)
+                for (int64_t p = 0; p < hw; p++) ref[(int64_t)in * s.c * hw + c * hw + p] = x.h[((int64_t)in * hw + p) * s.c + c];
+        layout l = {"NF", {s.n, (int64_t)s.c * hw}};
+        snprintf(name, sizeof name, "flatten_forward.%s.n%d_c%d_h%d_w%d", t->dts, s.n, s.c, s.h, s.w);
+        expect_ok(t->gpu->flatten_forward(t->gpu, s, x.g.p, y.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->flatten_forward(t->cpu, s, x.c, y.c), name);
+        arr *in1[] = {&x};
+        verify(t, name, &y, ref, &l, in1, 1);
+        for (int acc = 0; acc < 2; acc++) {
+            arr dx = acc ? arr_in(t, n, true, 1100 + si, -1, 1, 0) : arr_out(t, n, true, 0);
+            for (int in = 0; in < s.n; in++)
+                for (int c = 0; c < s.c; c++)
+                    for (int64_t p = 0; p < hw; p++) {
+                        int64_t o = ((int64_t)in * hw + p) * s.c + c;
+                        ref[o] = (acc ? dx.h[o] : 0.0) + x.h[(int64_t)in * s.c * hw + c * hw + p];
+                    }
+            layout l2 = {"NHWC", {s.n, s.h, s.w, s.c}};
+            snprintf(name, sizeof name, "flatten_backward.%s.n%d_c%d_h%d_w%d%s", t->dts, s.n, s.c, s.h, s.w,
+                     acc ? ".acc" : "");
+            expect_ok(t->gpu->flatten_backward(t->gpu, s, x.g.p, dx.g.p, acc), name);
+            if (t->cpu) cpu_ok(t, t->cpu->flatten_backward(t->cpu, s, x.c, dx.c, acc), name);
+            verify(t, name, &dx, ref, &l2, in1, 1);
+            arr_free(t, &dx);
+        }
+        free(ref);
+        arr_free(t, &x);
+        arr_free(t, &y);
+    }
+}
+
+/* ---- channel_sum ---------------------------------------------------------------------------------------- */
+
+static void g_channel_sum(ctx *t) {
+    const struct {
+        int64_t m;
+        int c;
+    } cases[] = {{1, 3}, {777, 17}, {5000, 64}, {3, 130}, {20000, 5}, {100, 2048}};
+    for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
+        int64_t m = cases[k].m;
+        int c = cases[k].c;
+        arr dy = arr_in(t, m * c, true, 1200 + k, -1, 1.5f, 0);
+        arr out = arr_out(t, c, false, 0);
+        double *ref = dalloc(c);
+        for (int64_t r = 0; r < m; r++)
+            for (int j = 0; j < c; j++) ref[j] += dy.h[r * c + j];
+        char name[96];
+        snprintf(name, sizeof name, "channel_sum.%s.m%lld_c%d", t->dts, (long long)m, c);
+        expect_ok(t->gpu->channel_sum(t->gpu, m, c, dy.g.p, out.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->channel_sum(t->cpu, m, c, dy.c, out.c), name);
+        layout l = {"C", {c}};
+        arr *in[] = {&dy};
+        /* float32 output, but the inputs carry the dtype's rounding only: fp32 accuracy expected */
+        verify(t, name, &out, ref, &l, in, 1);
+        free(ref);
+        arr_free(t, &dy);
+        arr_free(t, &out);
+    }
+}
+
+/* ---- batch norm ----------------------------------------------------------------------------------------- */
+
+static void g_bn(ctx *t) {
+    const struct {
+        int64_t m;
+        int c;
+        float offset;
+    } cases[] = {{3 * 5 * 7, 13, 0}, {2, 3, 0} /* M = 2: dx cancels almost completely */, {2 * 16 * 16, 64, 0.5f}, {4096, 7, 10.0f}, {1 * 7 * 7, 130, -3}};
+    for (size_t k = 0; k < (quick ? 2 : sizeof cases / sizeof cases[0]); k++) {
+        int64_t m = cases[k].m;
+        int c = cases[k].c;
+        cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f};
+        char name[128];
+        arr x = arr_in(t, m * c, true, 1300 + k, cases[k].offset - 1.5f, cases[k].offset + 2.0f, 0);
+        arr gamma = arr_in(t, c, false, 1310 + k, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, 1320 + k, -0.5f, 0.5f, 0);
+        arr rm = arr_in(t, c, false, 1330 + k, -0.2f, 0.2f, 0), rv = arr_in(t, c, false, 1340 + k, 0.5f, 1.5f, 0);
+        arr sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0), y = arr_out(t, m * c, true, 0);
+        /* reference */
+        double *mean = dalloc(c), *var = dalloc(c), *inv = dalloc(c), *ry = dalloc(m * c), *rrm = dalloc(c),
+               *rrv = dalloc(c);
+        for (int j = 0; j < c; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < m; r++) s += x.h[r * c + j];
+            mean[j] = s / m;
+            double v = 0;
+            for (int64_t r = 0; r < m; r++) v += (x.h[r * c + j] - mean[j]) * (x.h[r * c + j] - mean[j]);
+            var[j] = v / m;
+            inv[j] = 1.0 / sqrt(var[j] + 1e-5);
+            rrm[j] = 0.9 * rm.h[j] + 0.1 * mean[j];
+            rrv[j] = 0.9 * rv.h[j] + 0.1 * (m > 1 ? var[j] * m / (m - 1) : var[j]);
+            for (int64_t r = 0; r < m; r++) ry[r * c + j] = (x.h[r * c + j] - mean[j]) * inv[j] * gamma.h[j] + beta.h[j];
+        }
+        snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g", t->dts, (long long)m, c,
+                 (double)cases[k].offset);
+        expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, x.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p, y.g.p),
+                  name);
+        if (t->cpu)
+            cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &bn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c, y.c), name);
+        layout l = {"MC", {m, c}}, lc = {"C", {c}};
+        arr *in[] = {&x, &gamma, &beta};
+        char nm[160];
+        snprintf(nm, sizeof nm, "%s.y", name);
+        verify(t, nm, &y, ry, &l, in, 3);
+        snprintf(nm, sizeof nm, "%s.save_mean", name);
+        verify(t, nm, &sm, mean, &lc, in, 0);
+        snprintf(nm, sizeof nm, "%s.save_invstd", name);
+        verify(t, nm, &si, inv, &lc, in, 0);
+        snprintf(nm, sizeof nm, "%s.running_mean", name);
+        verify(t, nm, &rm, rrm, &lc, in, 0);
+        snprintf(nm, sizeof nm, "%s.running_var", name);
+        verify(t, nm, &rv, rrv, &lc, in, 0);
+
+        /* backward from the reference statistics (uploaded as the saved ones) */
+        for (int acc = 0; acc < 2; acc++) {
+            arr smean = arr_make(t, c, false, 0), sinv = arr_make(t, c, false, 0);
+            for (int j = 0; j < c; j++) smean.h[j] = (float)mean[j], sinv.h[j] = (float)inv[j];
+            arr_sync_in(t, &smean);
+            arr_sync_in(t, &sinv);
+            arr dy = arr_in(t, m * c, true, 1350 + k, -1, 1, 0);
+            arr dx = acc ? arr_in(t, m * c, true, 1360 + k, -1, 1, 0) : arr_out(t, m * c, true, 0);
+            arr dg = arr_out(t, c, false, 0), db = arr_out(t, c, false, 0);
+            double *rdx = dalloc(m * c), *rdg = dalloc(c), *rdb = dalloc(c);
+            for (int j = 0; j < c; j++) {
+                double sdy = 0, sdyx = 0;
+                for (int64_t r = 0; r < m; r++) {
+                    double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
+                    sdy += dy.h[r * c + j];
+                    sdyx += dy.h[r * c + j] * xh;
+                }
+                rdg[j] = sdyx;
+                rdb[j] = sdy;
+                for (int64_t r = 0; r < m; r++) {
+                    double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
+                    rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) +
+                                     gamma.h[j] * (double)sinv.h[j] / m * (m * (double)dy.h[r * c + j] - sdy - xh * sdyx);
+                }
+            }
+            snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s", t->dts, (long long)m, c, acc ? ".acc" : "");
+            expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, dx.g.p, acc,
+                                          dg.g.p, db.g.p),
+                      name);
+            if (t->cpu)
+                cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, dy.c, gamma.c, smean.c, sinv.c, dx.c, acc, dg.c, db.c),
+                       name);
+            arr *in2[] = {&x, &dy, &gamma, &smean, &sinv};
+            snprintf(nm, sizeof nm, "%s.dx", name);
+            verify(t, nm, &dx, rdx, &l, in2, 5);
+            /* dgamma sums dy*xhat: cancellation makes its relative error larger than the dtype's rounding of dy */
+            snprintf(nm, sizeof nm, "%s.dgamma", name);
+            verify(t, nm, &dg, rdg, &lc, in2, 0);
+            snprintf(nm, sizeof nm, "%s.dbeta", name);
+            verify(t, nm, &db, rdb, &lc, in2, 0);
+            free(rdx);
+            free(rdg);
+            free(rdb);
+            arr_free(t, &smean);
+            arr_free(t, &sinv);
+            arr_free(t, &dy);
+            arr_free(t, &dx);
+            arr_free(t, &dg);
+            arr_free(t, &db);
+        }
+        free(mean), free(var), free(inv), free(ry), free(rrm), free(rrv);
+        arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
+        arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
+    }
+}
+
+/* ---- scale_shift ---------------------------------------------------------------------------------------- */
+
+static void g_scale_shift(ctx *t) {
+    const int64_t m = 3 * 5 * 7;
+    const int c = 19;
+    for (int v = 0; v < 8; v++) {
+        bool has_scale = v & 1, has_shift = v & 2, has_res = v & 4;
+        for (int relu = 0; relu < 2; relu++) {
+            arr x = arr_in(t, m * c, true, 1400 + v, -2, 2, 0), y = arr_out(t, m * c, true, 0);
+            arr sc = arr_in(t, c, false, 1410, 0.5f, 1.5f, 0), sh = arr_in(t, c, false, 1420, -1, 1, 0);
+            arr res = arr_in(t, m * c, true, 1430, -1, 1, 0);
+            double *ref = dalloc(m * c);
+            for (int64_t r = 0; r < m; r++)
+                for (int j = 0; j < c; j++) {
+                    double u = x.h[r * c + j];
+                    if (has_scale) u *= sc.h[j];
+                    if (has_shift) u += sh.h[j];
+                    if (has_res) u += res.h[r * c + j];
+                    if (relu && u < 0) u = 0;
+                    ref[r * c + j] = u;
+                }
+            char name[96];
+            snprintf(name, sizeof name, "scale_shift.%s%s%s%s%s", t->dts, has_scale ? ".scale" : "", has_shift ? ".shift" : "",
+                     has_res ? ".residual" : "", relu ? ".relu" : "");
+            expect_ok(t->gpu->scale_shift(t->gpu, m, c, x.g.p, has_scale ? sc.g.p : NULL, has_shift ? sh.g.p : NULL,
+                                          has_res ? res.g.p : NULL, relu, y.g.p),
+                      name);
+            if (t->cpu)
+                cpu_ok(t, t->cpu->scale_shift(t->cpu, m, c, x.c, has_scale ? sc.c : NULL, has_shift ? sh.c : NULL,
+                                              has_res ? res.c : NULL, relu, y.c),
+                       name);
+            layout l = {"MC", {m, c}};
+            arr *in[] = {&x, &sc, &sh, &res};
+            verify(t, name, &y, ref, &l, in, 4);
+            free(ref);
+            arr_free(t, &x), arr_free(t, &y), arr_free(t, &sc), arr_free(t, &sh), arr_free(t, &res);
+        }
+    }
+}
+
+/* ---- pooling -------------------------------------------------------------------------------------------- */
+
+static void pool_ref_fwd(const cnn_pool2d *pl, const float *x, double *y) {
+    for (int n = 0; n < pl->n; n++)
+        for (int p = 0; p < pl->p; p++)
+            for (int q = 0; q < pl->q; q++)
+                for (int c = 0; c < pl->c; c++) {
+                    double v;
+                    if (pl->kind == CNN_POOL_ADAPTIVE_AVG) {
+                        int hs = p * pl->h / pl->p, he = ((p + 1) * pl->h + pl->p - 1) / pl->p;
+                        int ws = q * pl->w / pl->q, we = ((q + 1) * pl->w + pl->q - 1) / pl->q;
+                        double s = 0;
+                        for (int h = hs; h < he; h++)
+                            for (int w = ws; w < we; w++) s += x[(((int64_t)n * pl->h + h) * pl->w + w) * pl->c + c];
+                        v = s / ((he - hs) * (we - ws));
+                    } else {
+                        double best = -INFINITY, s = 0;
+                        for (int r = 0; r < pl->r; r++)
+                            for (int t2 = 0; t2 < pl->s; t2++) {
+                                int h = p * pl->stride_h - pl->pad_h + r, w = q * pl->stride_w - pl->pad_w + t2;
+                                if (h < 0 || h >= pl->h || w < 0 || w >= pl->w) continue;
+                                double e = x[(((int64_t)n * pl->h + h) * pl->w + w) * pl->c + c];
+                                if (e > best) best = e;
+                                s += e;
+                            }
+                        v = pl->kind == CNN_POOL_MAX ? best : s / (pl->r * pl->s);
+                    }
+                    y[(((int64_t)n * pl->p + p) * pl->q + q) * pl->c + c] = v;
+                }
+}
+
+/* scatter form (the opposite of the kernel's gather), first max in scan order */
+static void pool_ref_bwd(const cnn_pool2d *pl, const float *x, const float *dy, double *dx) {
+    for (int n = 0; n < pl->n; n++)
+        for (int p = 0; p < pl->p; p++)
+            for (int q = 0; q < pl->q; q++)
+                for (int c = 0; c < pl->c; c++) {
+                    double g = dy[(((int64_t)n * pl->p + p) * pl->q + q) * pl->c + c];
+                    if (pl->kind == CNN_POOL_ADAPTIVE_AVG) {
+                        int hs = p * pl->h / pl->p, he = ((p + 1) * pl->h + pl->p - 1) / pl->p;
+                        int ws = q * pl->w / pl->q, we = ((q + 1) * pl->w + pl->q - 1) / pl->q;
+                        for (int h = hs; h < he; h++)
+                            for (int w = ws; w < we; w++)
+                                dx[(((int64_t)n * pl->h + h) * pl->w + w) * pl->c + c] += g / ((he - hs) * (we - ws));
+                        continue;
+                    }
+                    double best = -INFINITY;
+                    int64_t arg = -1;
+                    for (int r = 0; r < pl->r; r++)
+                        for (int s = 0; s < pl->s; s++) {
+                            int h = p * pl->stride_h - pl->pad_h + r, w = q * pl->stride_w - pl->pad_w + s;
+                            if (h < 0 || h >= pl->h || w < 0 || w >= pl->w) continue;
+                            int64_t i = (((int64_t)n * pl->h + h) * pl->w + w) * pl->c + c;
+                            if (pl->kind == CNN_POOL_AVG)
+                                dx[i] += g / (pl->r * pl->s);
+                            else if (x[i] > best)
+                                best = x[i], arg = i;
+                        }
+                    if (pl->kind == CNN_POOL_MAX && arg >= 0) dx[arg] += g;
+                }
+}
+
+static void g_pool(ctx *t) {
+    typedef struct {
+        cnn_pool_kind kind;
+        int n, c, h, w, r, s, sh, sw, ph, pw, p, q; /* p, q only for adaptive */
+        bool ties;
+    } pcase;
+    const pcase cases[] = {
+        {CNN_POOL_MAX, 2, 5, 9, 7, 3, 3, 2, 2, 1, 1, 0, 0, true},  /* ResNet's 3x3/2 pad 1, tie-rich integers */
+        {CNN_POOL_MAX, 1, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, false}, /* VGG's 2x2/2 on odd sizes */
+        {CNN_POOL_MAX, 3, 17, 6, 5, 3, 2, 1, 2, 1, 0, 0, 0, true},
+        {CNN_POOL_AVG, 2, 6, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, false},
+        {CNN_POOL_AVG, 1, 9, 8, 6, 2, 2, 2, 2, 0, 0, 0, 0, false},
+        {CNN_POOL_ADAPTIVE_AVG, 3, 4, 7, 9, 0, 0, 0, 0, 0, 0, 3, 2, false},
+        {CNN_POOL_ADAPTIVE_AVG, 2, 8, 5, 5, 0, 0, 0, 0, 0, 0, 1, 1, false},
+        {CNN_POOL_ADAPTIVE_AVG, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0, 7, 7, false}, /* VGG head on a 1x1 map */
+        {CNN_POOL_ADAPTIVE_AVG, 2, 5, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false},
+        {CNN_POOL_ADAPTIVE_AVG, 1, 6, 14, 14, 0, 0, 0, 0, 0, 0, 7, 7, false},
+    };
+    static const char *kn[] = {"max", "avg", "adaptive"};
+    for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
+        const pcase *pc = &cases[k];
+        cnn_pool2d pl = {.kind = pc->kind, .n = pc->n, .c = pc->c, .h = pc->h, .w = pc->w, .r = pc->r, .s = pc->s,
+                         .stride_h = pc->sh, .stride_w = pc->sw, .pad_h = pc->ph, .pad_w = pc->pw};
+        if (pc->kind == CNN_POOL_ADAPTIVE_AVG) {
+            pl.p = pc->p, pl.q = pc->q;
+        } else {
+            pl.p = (pc->h + 2 * pc->ph - pc->r) / pc->sh + 1;
+            pl.q = (pc->w + 2 * pc->pw - pc->s) / pc->sw + 1;
+        }
+        int64_t nx = (int64_t)pl.n * pl.h * pl.w * pl.c, ny = (int64_t)pl.n * pl.p * pl.q * pl.c;
+        arr x = arr_make(t, nx, true, 0);
+        for (int64_t i = 0; i < nx; i++)
+            x.h[i] = pc->ties ? (float)((int)(rnd_uniform(1500 + k, i, 0, 4))) : rnd_uniform(1500 + k, i, -2, 2);
+        arr_sync_in(t, &x);
+        arr y = arr_out(t, ny, true, 0);
+        double *ry = dalloc(ny);
+        pool_ref_fwd(&pl, x.h, ry);
+        char name[128];
+        snprintf(name, sizeof name, "pool2d_forward.%s.%s.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d_to%dx%d", t->dts,
+                 kn[pc->kind], pl.n, pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, pl.p,
+                 pl.q);
+        expect_ok(t->gpu->pool2d_forward(t->gpu, &pl, x.g.p, y.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->pool2d_forward(t->cpu, &pl, x.c, y.c), name);
+        layout ly = {"NPQC", {pl.n, pl.p, pl.q, pl.c}}, lx = {"NHWC", {pl.n, pl.h, pl.w, pl.c}};
+        arr *in[] = {&x};
+        verify(t, name, &y, ry, &ly, in, 1);
+        /* backward: y from the reference forward (rounded to the dtype), so both backends see the same y */
+        arr yin = arr_make(t, ny, true, 0);
+        for (int64_t i = 0; i < ny; i++) yin.h[i] = (float)ry[i];
+        arr_sync_in(t, &yin);
+        for (int acc = 0; acc < 2; acc++) {
+            arr dy = arr_in(t, ny, true, 1550 + k, -1, 1, 0);
+            arr dx = acc ? arr_in(t, nx, true, 1560 + k, -1, 1, 0) : arr_out(t, nx, true, 0);
+            double *rdx = dalloc(nx);
+            for (int64_t i = 0; i < nx; i++) rdx[i] = acc ? dx.h[i] : 0.0;
+            pool_ref_bwd(&pl, x.h, dy.h, rdx);
+            snprintf(name, sizeof name, "pool2d_backward.%s.%s.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d_to%dx%d%s", t->dts,
+                     kn[pc->kind], pl.n, pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w,
+                     pl.p, pl.q, acc ? ".acc" : "");
+            expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, x.g.p, yin.g.p, dy.g.p, dx.g.p, acc), name);
+            if (t->cpu) cpu_ok(t, t->cpu->pool2d_backward(t->cpu, &pl, x.c, yin.c, dy.c, dx.c, acc), name);
+            arr *in2[] = {&x, &yin, &dy};
+            verify(t, name, &dx, rdx, &lx, in2, 3);
+            free(rdx);
+            arr_free(t, &dy);
+            arr_free(t, &dx);
+        }
+        free(ry);
+        arr_free(t, &x), arr_free(t, &y), arr_free(t, &yin);
+    }
+}
+
+/* ---- convolution ---------------------------------------------------------------------------------------- */
+
+typedef struct conv_case {
+    int n, c, h, w, k, r, s, sh, sw, ph, pw;
+} conv_case;
+
+static const conv_case conv_cases[] = {
+    {1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1},      /* batch 1, C = 3, H != W */
+    {3, 5, 11, 8, 7, 3, 3, 2, 2, 1, 1},     /* batch 3, stride 2 */
+    {3, 3, 15, 13, 8, 7, 7, 2, 2, 3, 3},    /* 7x7/2 pad 3: the stem */
+    {1, 16, 6, 5, 24, 1, 1, 1, 1, 0, 0},    /* 1x1 */
+    {3, 13, 9, 9, 17, 1, 1, 2, 2, 0, 0},    /* 1x1/2: the downsample */
+    {2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1},    /* several tiles of M */
+    {1, 9, 5, 12, 130, 3, 1, 1, 2, 1, 0},   /* R != S, stride_h != stride_w, K > 128 */
+    {2, 33, 14, 14, 40, 3, 3, 1, 1, 0, 0},  /* pad 0, odd C */
+    {3, 7, 4, 4, 6, 5, 5, 1, 1, 2, 2},      /* window larger than half the map */
+    {1, 1, 5, 5, 1, 3, 3, 2, 2, 1, 1},      /* C = K = 1 */
+};
+#define N_CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
+
+static cnn_conv2d conv_of(const conv_case *k) {
+    cnn_conv2d cv = {.n = k->n, .c = k->c, .h = k->h, .w = k->w, .k = k->k, .r = k->r, .s = k->s, .stride_h = k->sh,
+                     .stride_w = k->sw, .pad_h = k->ph, .pad_w = k->pw};
+    cv.p = (k->h + 2 * k->ph - k->r) / k->sh + 1;
+    cv.q = (k->w + 2 * k->pw - k->s) / k->sw + 1;
+    return cv;
+}
+
+static void conv_ref_fprop(const cnn_conv2d *cv, const float *x, const float *w, const float *scale, const float *shift,
+                           const float *res, bool relu, double *y) {
+    for (int n = 0; n < cv->n; n++)
+        for (int p = 0; p < cv->p; p++)
+            for (int q = 0; q < cv->q; q++)
+                for (int k = 0; k < cv->k; k++) {
+                    double acc = 0;
+                    for (int r = 0; r < cv->r; r++) {
+                        int h = p * cv->stride_h - cv->pad_h + r;
+                        if (h < 0 || h >= cv->h) continue;
+                        for (int s = 0; s < cv->s; s++) {
+                            int wi = q * cv->stride_w - cv->pad_w + s;
+                            if (wi < 0 || wi >= cv->w) continue;
+                            const float *xp = x + (((int64_t)n * cv->h + h) * cv->w + wi) * cv->c;
+                            const float *wp = w + (((int64_t)k * cv->r + r) * cv->s + s) * cv->c;
+                            for (int c = 0; c < cv->c; c++) acc += (double)xp[c] * wp[c];
+                        }
+                    }
+                    int64_t o = (((int64_t)n * cv->p + p) * cv->q + q) * cv->k + k;
+                    double v = acc * (scale ? scale[k] : 1.0) + (shift ? shift[k] : 0.0) + (res ? res[o] : 0.0);
+                    y[o] = relu && v < 0 ? 0 : v;
+                }
+}
+
+static void conv_ref_dgrad(const cnn_conv2d *cv, const float *dy, const float *w, double *dx) {
+    for (int n = 0; n < cv->n; n++)
+        for (int p = 0; p < cv->p; p++)
+            for (int q = 0; q < cv->q; q++)
+                for (int k = 0; k < cv->k; k++) {
+                    double g = dy[(((int64_t)n * cv->p + p) * cv->q + q) * cv->k + k];
+                    for (int r = 0; r < cv->r; r++) {
+                        int h = p * cv->stride_h - cv->pad_h + r;
+                        if (h < 0 || h >= cv->h) continue;
+                        for (int s = 0; s < cv->s; s++) {
+                            int wi = q * cv->stride_w - cv->pad_w + s;
+                            if (wi < 0 || wi >= cv->w) continue;
+                            double *xp = dx + (((int64_t)n * cv->h + h) * cv->w + wi) * cv->c;
+                            const float *wp = w + (((int64_t)k * cv->r + r) * cv->s + s) * cv->c;
+                            for (int c = 0; c < cv->c; c++) xp[c] += g * wp[c];
+                        }
+                    }
+                }
+}
+
+static void conv_ref_wgrad(const cnn_conv2d *cv, const float *x, const float *dy, double *dw) {
+    for (int n = 0; n < cv->n; n++)
+        for (int p = 0; p < cv->p; p++)
+            for (int q = 0; q < cv->q; q++)
+                for (int k = 0; k < cv->k; k++) {
+                    double g = dy[(((int64_t)n * cv->p + p) * cv->q + q) * cv->k + k];
+                    for (int r = 0; r < cv->r; r++) {
+                        int h = p * cv->stride_h - cv->pad_h + r;
+                        if (h < 0 || h >= cv->h) continue;
+                        for (int s = 0; s < cv->s; s++) {
+                            int wi = q * cv->stride_w - cv->pad_w + s;
+                            if (wi < 0 || wi >= cv->w) continue;
+                            const float *xp = x + (((int64_t)n * cv->h + h) * cv->w + wi) * cv->c;
+                            double *wp = dw + (((int64_t)k * cv->r + r) * cv->s + s) * cv->c;
+                            for (int c = 0; c < cv->c; c++) wp[c] += g * xp[c];
+                        }
+                    }
+                }
+}
+
+static void conv_name(char *buf, size_t cap, const char *pass, ctx *t, const cnn_conv2d *cv, int cfg, const char *extra) {
+    snprintf(buf, cap, "conv2d_%s.%s.n%d_c%d_h%d_w%d_k%d_r%d_s%d_st%dx%d_pad%dx%d.%s%s", pass, t->dts, cv->n, cv->c, cv->h,
+             cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w,
+             cfg < 0 ? "heuristic" : cnn_cuda_conv_config_name(cfg), extra);
+    for (char *p = buf; *p; p++)
+        if (*p == '/') *p = '-';
+}
+
+/* fprop, dgrad and wgrad of one case with one config (-1: the heuristic); variant picks the epilogue / accumulate */
+static void conv_one(ctx *t, const conv_case *cc, int cfg, int variant, uint64_t seed) {
+    cnn_conv2d cv = conv_of(cc);
+    cnn_cuda_conv_force_config(t->gpu, cfg);
+    int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c,
+            ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+    char name[200];
+    arr x = arr_in(t, nx, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
+    arr scale = arr_in(t, cv.k, false, seed + 2, 0.5f, 1.5f, 0), shift = arr_in(t, cv.k, false, seed + 3, -0.5f, 0.5f, 0);
+    arr res = arr_in(t, ny, true, seed + 4, -1, 1, 0);
+    layout ly = {"NPQK", {cv.n, cv.p, cv.q, cv.k}}, lx = {"NHWC", {cv.n, cv.h, cv.w, cv.c}},
+           lw = {"KRSC", {cv.k, cv.r, cv.s, cv.c}};
+
+    /* fprop with epilogue variant: none, shift (bias), scale+shift (folded BN), everything */
+    int ev = variant % 4;
+    cnn_epilogue eg = {0}, ec = {0};
+    static const char *evn[] = {"", ".ep_shift", ".ep_scale_shift", ".ep_scale_shift_res_relu"};
+    if (ev >= 1) eg.shift = shift.g.p, ec.shift = shift.c;
+    if (ev >= 2) eg.scale = scale.g.p, ec.scale = scale.c;
+    if (ev >= 3) eg.residual = res.g.p, ec.residual = res.c, eg.relu = ec.relu = true;
+    arr y = arr_out(t, ny, true, 0);
+    double *ry = dalloc(ny);
+    conv_ref_fprop(&cv, x.h, w.h, ev >= 2 ? scale.h : NULL, ev >= 1 ? shift.h : NULL, ev >= 3 ? res.h : NULL, ev >= 3, ry);
+    conv_name(name, sizeof name, "fprop", t, &cv, cfg, evn[ev]);
+    expect_ok(t->gpu->conv2d_fprop(t->gpu, &cv, &eg, x.g.p, w.g.p, y.g.p), name);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &ec, x.c, w.c, y.c), name);
+    arr *in1[] = {&x, &w, &scale, &shift, &res};
+    verify(t, name, &y, ry, &ly, in1, 5);
+
+    /* dgrad */
+    bool acc = variant & 1;
+    arr dy = arr_in(t, ny, true, seed + 5, -1, 1, 0);
+    arr dx = acc ? arr_in(t, nx, true, seed + 6, -1, 1, 0) : arr_out(t, nx, true, 0);
+    double *rdx = dalloc(nx);
+    for (int64_t i = 0; i < nx; i++) rdx[i] = acc ? dx.h[i] : 0.0;
+    conv_ref_dgrad(&cv, dy.h, w.h, rdx);
+    conv_name(name, sizeof name, "dgrad", t, &cv, cfg, acc ? ".acc" : "");
+    expect_ok(t->gpu->conv2d_dgrad(t->gpu, &cv, dy.g.p, w.g.p, dx.g.p, acc), name);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_dgrad(t->cpu, &cv, dy.c, w.c, dx.c, acc), name);
+    arr *in2[] = {&dy, &w};
+    verify(t, name, &dx, rdx, &lx, in2, 2);
+
+    /* wgrad (float32 output; its inputs carry the dtype's rounding) */
+    arr dw = arr_out(t, nw, false, 0);
+    double *rdw = dalloc(nw);
+    conv_ref_wgrad(&cv, x.h, dy.h, rdw);
+    conv_name(name, sizeof name, "wgrad", t, &cv, cfg, "");
+    expect_ok(t->gpu->conv2d_wgrad(t->gpu, &cv, x.g.p, dy.g.p, dw.g.p), name);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_wgrad(t->cpu, &cv, x.c, dy.c, dw.c), name);
+    arr *in3[] = {&x, &dy};
+    verify(t, name, &dw, rdw, &lw, in3, 2);
+
+    cnn_cuda_conv_force_config(t->gpu, -1);
+    free(ry), free(rdx), free(rdw);
+    arr_free(t, &x), arr_free(t, &w), arr_free(t, &scale), arr_free(t, &shift), arr_free(t, &res);
+    arr_free(t, &y), arr_free(t, &dy), arr_free(t, &dx), arr_free(t, &dw);
+}
+
+/* every case with the heuristic's config, every epilogue variant */
+static void g_conv(ctx *t) {
+    for (int i = 0; i < (quick ? 3 : N_CONV_CASES); i++)
+        for (int v = 0; v < (quick ? 1 : 4); v++) conv_one(t, &conv_cases[i], -1, v + i, 2000 + 10 * i + v);
+}
+
+/* every tile config on a few cases, so no config ships untested */
+static void g_conv_configs(ctx *t) {
+    const int pick[] = {1, 5, 6, 0};
+    for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++) {
+        if (!cnn_cuda_conv_config_usable(t->gpu, cfg)) continue; /* tensor cores: F16/BF16, sm_80+ */
+        for (int j = 0; j < (quick ? 1 : 4); j++)
+            conv_one(t, &conv_cases[pick[j]], cfg, 3 + j, 3000 + 10 * cfg + j);
+    }
+    /* a wgrad with many reduction splits: N*P*Q = 4*28*28 over a small output */
+    conv_case big = {4, 8, 28, 28, 16, 3, 3, 1, 1, 1, 1};
+    if (!quick) conv_one(t, &big, -1, 2, 3900);
+}
+
+/* ---- linear --------------------------------------------------------------------------------------------- */
+
+static void g_linear(ctx *t) {
+    const struct {
+        int n, in, out;
+        bool bias;
+    } cases[] = {{1, 37, 10, true}, {3, 300, 65, true}, {5, 9, 1024, false}, {64, 512, 10, true}, {2, 2048, 3, true}};
+    for (size_t k = 0; k < (quick ? 2 : sizeof cases / sizeof cases[0]); k++) {
+        cnn_linear ln = {.n = cases[k].n, .in = cases[k].in, .out = cases[k].out};
+        int64_t nx = (int64_t)ln.n * ln.in, nw = (int64_t)ln.out * ln.in, ny = (int64_t)ln.n * ln.out;
+        arr x = arr_in(t, nx, true, 4000 + k, -1, 1, 0), w = arr_in(t, nw, true, 4010 + k, -0.3f, 0.3f, 0);
+        arr b = arr_in(t, ln.out, false, 4020 + k, -1, 1, 0), y = arr_out(t, ny, true, 0);
+        double *ry = dalloc(ny);
+        for (int i = 0; i < ln.n; i++)
+            for (int o = 0; o < ln.out; o++) {
+                double s = cases[k].bias ? b.h[o] : 0.0;
+                for (int j = 0; j < ln.in; j++) s += (double)x.h[(int64_t)i * ln.in + j] * w.h[(int64_t)o * ln.in + j];
+                ry[(int64_t)i * ln.out + o] = s;
+            }
+        char name[128];
+        snprintf(name, sizeof name, "linear_forward.%s.n%d_in%d_out%d%s", t->dts, ln.n, ln.in, ln.out,
+                 cases[k].bias ? "" : ".nobias");
+        expect_ok(t->gpu->linear_forward(t->gpu, &ln, x.g.p, w.g.p, cases[k].bias ? b.g.p : NULL, y.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->linear_forward(t->cpu, &ln, x.c, w.c, cases[k].bias ? b.c : NULL, y.c), name);
+        layout ly = {"NO", {ln.n, ln.out}}, lx = {"NI", {ln.n, ln.in}}, lw = {"OI", {ln.out, ln.in}}, lb = {"O", {ln.out}};
+        arr *in[] = {&x, &w, &b};
+        verify(t, name, &y, ry, &ly, in, 3);
+        for (int acc = 0; acc < 2; acc++) {
+            arr dy = arr_in(t, ny, true, 4030 + k, -1, 1, 0);
+            arr dx = acc ? arr_in(t, nx, true, 4040 + k, -1, 1, 0) : arr_out(t, nx, true, 0);
+            arr dw = arr_out(t, nw, false, 0), db = arr_out(t, ln.out, false, 0);
+            double *rdx = dalloc(nx), *rdw = dalloc(nw), *rdb = dalloc(ln.out);
+            for (int i = 0; i < ln.n; i++)
+                for (int j = 0; j < ln.in; j++) {
+                    double s = acc ? dx.h[(int64_t)i * ln.in + j] : 0.0;
+                    for (int o = 0; o < ln.out; o++) s += (double)dy.h[(int64_t)i * ln.out + o] * w.h[(int64_t)o * ln.in + j];
+                    rdx[(int64_t)i * ln.in + j] = s;
+                }
+            for (int o = 0; o < ln.out; o++) {
+                for (int j = 0; j < ln.in; j++) {
+                    double s = 0;
+                    for (int i = 0; i < ln.n; i++) s += (double)dy.h[(int64_t)i * ln.out + o] * x.h[(int64_t)i * ln.in + j];
+                    rdw[(int64_t)o * ln.in + j] = s;
+                }
+                for (int i = 0; i < ln.n; i++) rdb[o] += dy.h[(int64_t)i * ln.out + o];
+            }
+            bool with_dx = !(k == 0 && acc == 0); /* the first layer of a net has no dx */
+            snprintf(name, sizeof name, "linear_backward.%s.n%d_in%d_out%d%s%s", t->dts, ln.n, ln.in, ln.out,
+                     acc ? ".acc" : "", with_dx ? "" : ".no_dx");
+            expect_ok(t->gpu->linear_backward(t->gpu, &ln, x.g.p, w.g.p, dy.g.p, with_dx ? dx.g.p : NULL, acc, dw.g.p,
+                                              db.g.p),
+                      name);
+            if (t->cpu)
+                cpu_ok(t, t->cpu->linear_backward(t->cpu, &ln, x.c, w.c, dy.c, with_dx ? dx.c : NULL, acc, dw.c, db.c), name);
+            arr *in2[] = {&x, &w, &dy};
+            char nm[160];
+            if (with_dx) {
+                snprintf(nm, sizeof nm, "%s.dx", name);
+                verify(t, nm, &dx, rdx, &lx, in2, 3);
+            } else {
+                /* dx untouched: still all poison bytes */
+                unsigned char *raw = malloc(dx.g.bytes);
+                buf_get(&dx.g, raw);
+                size_t touched = 0;
+                for (size_t i = 0; i < dx.g.bytes; i++) touched += raw[i] != 0xFF;
+                free(raw);
+                snprintf(nm, sizeof nm, "%s.dx_untouched", name);
+                check(touched == 0, nm, "%zu bytes written to the buffer of a dx passed as NULL", touched);
+            }
+            snprintf(nm, sizeof nm, "%s.dw", name);
+            verify(t, nm, &dw, rdw, &lw, in2, 3);
+            snprintf(nm, sizeof nm, "%s.dbias", name);
+            verify(t, nm, &db, rdb, &lb, in2, 3);
+            free(rdx), free(rdw), free(rdb);
+            arr_free(t, &dy), arr_free(t, &dx), arr_free(t, &dw), arr_free(t, &db);
+        }
+        free(ry);
+        arr_free(t, &x), arr_free(t, &w), arr_free(t, &b), arr_free(t, &y);
+    }
+}
+
+/* ---- cross-entropy -------------------------------------------------------------------------------------- */
+
+static void g_xent(ctx *t) {
+    const struct {
+        int n, classes;
+        float eps, gs;
+        bool dlogits;
+    } cases[] = {{1, 10, 0, 0, true}, {3, 10, 0.1f, 0, true}, {64, 1000, 0.1f, 0, true}, {5, 3, 0, 128.0f, true},
+                 {7, 100, 0.2f, 0, false}, {300, 10, 0.0f, 1.0f, true}};
+    for (size_t k = 0; k < (quick ? 2 : sizeof cases / sizeof cases[0]); k++) {
+        int n = cases[k].n, C = cases[k].classes;
+        cnn_xent xe = {.n = n, .classes = C, .label_smoothing = cases[k].eps, .grad_scale = cases[k].gs};
+        arr lg = arr_in(t, (int64_t)n * C, true, 5000 + k, -4, 4, 0);
+        int32_t *lab = malloc((size_t)n * 4);
+        for (int i = 0; i < n; i++) lab[i] = (int32_t)(rnd_uniform(5010 + k, i, 0, (float)C)) % C;
+        rawbuf labels = raw_in(t, lab, (size_t)n * 4);
+        arr loss = arr_out(t, 1, false, 0), dl = arr_out(t, (int64_t)n * C, true, 0);
+        double rl = 0, *rdl = dalloc((int64_t)n * C), gs = cases[k].gs == 0 ? 1.0 : cases[k].gs;
+        for (int i = 0; i < n; i++) {
+            const float *row = lg.h + (int64_t)i * C;
+            double mx = -INFINITY, se = 0;
+            for (int j = 0; j < C; j++) mx = fmax(mx, row[j]);
+            for (int j = 0; j < C; j++) se += exp(row[j] - mx);
+            double lse = mx + log(se);
+            for (int j = 0; j < C; j++) {
+                double tj = (j == lab[i] ? 1.0 - cases[k].eps : 0.0) + cases[k].eps / C;
+                rl -= tj * (row[j] - lse);
+                rdl[(int64_t)i * C + j] = (exp(row[j] - mx) / se - tj) / n * gs;
+            }
+        }
+        rl /= n;
+        char name[128];
+        snprintf(name, sizeof name, "xent.%s.n%d_classes%d_eps%.1f_gs%g%s", t->dts, n, C, (double)cases[k].eps,
+                 (double)cases[k].gs, cases[k].dlogits ? "" : ".no_dlogits");
+        expect_ok(t->gpu->xent_forward_backward(t->gpu, &xe, lg.g.p, labels.g.p, loss.g.p, cases[k].dlogits ? dl.g.p : NULL),
+                  name);
+        if (t->cpu)
+            cpu_ok(t, t->cpu->xent_forward_backward(t->cpu, &xe, lg.c, labels.c, loss.c, cases[k].dlogits ? dl.c : NULL),
+                   name);
+        char nm[160];
+        arr *in[] = {&lg};
+        snprintf(nm, sizeof nm, "%s.loss", name);
+        verify(t, nm, &loss, &rl, NULL, in, 1);
+        if (cases[k].dlogits) {
+            layout l = {"NC", {n, C}};
+            snprintf(nm, sizeof nm, "%s.dlogits", name);
+            verify(t, nm, &dl, rdl, &l, in, 1);
+        }
+        free(rdl);
+        free(lab);
+        raw_free(t, &labels);
+        arr_free(t, &lg), arr_free(t, &loss), arr_free(t, &dl);
+    }
+    /* invalid labels: no crash, no out-of-bounds read, NaN loss, zero dlogits row */
+    {
+        int n = 4, C = 5;
+        cnn_xent xe = {.n = n, .classes = C};
+        arr lg = arr_in(t, n * C, true, 5100, -1, 1, 0);
+        int32_t lab[4] = {1, 5, -1, 2147483647};
+        rawbuf labels = raw_in(t, lab, sizeof lab);
+        arr loss = arr_out(t, 1, false, 0), dl = arr_out(t, n * C, true, 0);
+        cnn_status st = t->gpu->xent_forward_backward(t->gpu, &xe, lg.g.p, labels.g.p, loss.g.p, dl.g.p);
+        cnn_status st2 = t->gpu->sync(t->gpu);
+        float *l = arr_gpu(t, &loss), *d = arr_gpu(t, &dl);
+        int nonzero_bad = 0, nan_ok = 0;
+        for (int j = 0; j < C; j++) nonzero_bad += d[1 * C + j] != 0.0f || d[2 * C + j] != 0.0f || d[3 * C + j] != 0.0f;
+        for (int j = 0; j < C; j++) nan_ok += isfinite(d[j]);
+        char name[64];
+        snprintf(name, sizeof name, "xent.%s.invalid_labels", t->dts);
+        check(st == CNN_OK && st2 == CNN_OK && isnan(l[0]) && nonzero_bad == 0 && nan_ok == C &&
+                  buf_guard_damage(&dl.g) == 0,
+              name, "status %s/%s, loss %g (want NaN), %d nonzero dlogits in invalid rows, %d finite in the valid row",
+              cnn_status_str(st), cnn_status_str(st2), l[0], nonzero_bad, nan_ok);
+        free(l), free(d);
+        raw_free(t, &labels);
+        arr_free(t, &lg), arr_free(t, &loss), arr_free(t, &dl);
+    }
+}
+
+/* ---- prep_images ---------------------------------------------------------------------------------------- */
+
+static void g_prep(ctx *t) {
+    const struct {
+        int n, c, h, w, pad;
+    } cases[] = {{3, 3, 32, 32, 4}, {2, 1, 28, 20, 2}, {1, 3, 5, 7, 0}, {5, 4, 9, 6, 3}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cnn_prep pp = {.n = cases[k].n, .c = cases[k].c, .h = cases[k].h, .w = cases[k].w, .pad = cases[k].pad,
+                       .mean = {0.4914f, 0.4822f, 0.4465f, 0.5f}, .std = {0.2470f, 0.2435f, 0.2616f, 0.25f}};
+        int64_t npix = (int64_t)pp.n * pp.c * pp.h * pp.w;
+        uint8_t *src = malloc((size_t)npix), *flip = malloc((size_t)pp.n);
+        int32_t *off = malloc((size_t)pp.n * 8);
+        for (int64_t i = 0; i < npix; i++) src[i] = (uint8_t)(rnd_uniform(6000 + k, i, 0, 256));
+        for (int i = 0; i < pp.n; i++) {
+            off[2 * i] = (int32_t)rnd_uniform(6010 + k, i, 0, 2 * pp.pad + 1);
+            off[2 * i + 1] = (int32_t)rnd_uniform(6020 + k, i, 0, 2 * pp.pad + 1);
+            flip[i] = i % 2;
+        }
+        rawbuf rs = raw_in(t, src, (size_t)npix), ro = raw_in(t, off, (size_t)pp.n * 8), rf = raw_in(t, flip, (size_t)pp.n);
+        arr dst = arr_out(t, npix, true, 0);
+        double *ref = dalloc(npix);
+        for (int n = 0; n < pp.n; n++)
+            for (int y = 0; y < pp.h; y++)
+                for (int x = 0; x < pp.w; x++)
+                    for (int c = 0; c < pp.c; c++) {
+                        int xs = flip[n] ? pp.w - 1 - x : x;
+                        int hi = y + off[2 * n] - pp.pad, wi = xs + off[2 * n + 1] - pp.pad;
+                        double v = 0;
+                        if (hi >= 0 && hi < pp.h && wi >= 0 && wi < pp.w)
+                            v = src[(((int64_t)n * pp.c + c) * pp.h + hi) * pp.w + wi];
+                        ref[(((int64_t)n * pp.h + y) * pp.w + x) * pp.c + c] = (v / 255.0 - pp.mean[c]) / pp.std[c];
+                    }
+        char name[96];
+        snprintf(name, sizeof name, "prep_images.%s.n%d_c%d_h%d_w%d_pad%d", t->dts, pp.n, pp.c, pp.h, pp.w, pp.pad);
+        expect_ok(t->gpu->prep_images(t->gpu, &pp, rs.g.p, ro.g.p, rf.g.p, dst.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->prep_images(t->cpu, &pp, rs.c, ro.c, rf.c, dst.c), name);
+        layout l = {"NHWC", {pp.n, pp.h, pp.w, pp.c}};
+        long dmg = buf_guard_damage(&rs.g) + buf_guard_damage(&ro.g) + buf_guard_damage(&rf.g);
+        bool in_ok = buf_unchanged(&rs.g) && buf_unchanged(&ro.g) && buf_unchanged(&rf.g);
+        float *g = arr_gpu(t, &dst), *c = arr_cpu(t, &dst);
+        report(name, g, ref, c, npix, t->tol, &l, dmg + buf_guard_damage(&dst.g), in_ok);
+        free(g), free(c), free(ref), free(src), free(flip), free(off);
+        raw_free(t, &rs), raw_free(t, &ro), raw_free(t, &rf);
+        arr_free(t, &dst);
+    }
+}
+
+/* ---- optimizers ----------------------------------------------------------------------------------------- */
+
+static void g_optim(ctx *t) {
+    const int64_t n = 1001;
+    const cnn_sgd sgds[] = {
+        {.lr = 0.1f, .momentum = 0, .dampening = 0, .weight_decay = 0},
+        {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .first_step = true},
+        {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
+        {.lr = 0.01f, .momentum = 0.8f, .dampening = 0.1f, .weight_decay = 1e-3f, .nesterov = true},
+    };
+    const float gscale[] = {1.0f, 0.5f, 1.0f, 0.25f};
+    for (int k = 0; k < 4; k++) {
+        const cnn_sgd *o = &sgds[k];
+        arr w = arr_in(t, n, false, 7000 + k, -1, 1, 0), g = arr_in(t, n, false, 7010 + k, -1, 1, 0);
+        arr mbuf = arr_in(t, n, false, 7020 + k, -0.5f, 0.5f, 0);
+        double *rw = dalloc(n), *rb = dalloc(n);
+        for (int64_t i = 0; i < n; i++) {
+            double gg = (double)g.h[i] * gscale[k] + (double)o->weight_decay * w.h[i], d = gg;
+            rb[i] = mbuf.h[i];
+            if (o->momentum != 0) {
+                rb[i] = o->first_step ? gg : o->momentum * (double)mbuf.h[i] + (1.0 - o->dampening) * gg;
+                d = o->nesterov ? gg + o->momentum * rb[i] : rb[i];
+            }
+            rw[i] = w.h[i] - (double)o->lr * d;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "sgd_update.case%d%s%s", k, o->nesterov ? ".nesterov" : "", o->first_step ? ".first" : "");
+        float *mb = o->momentum != 0 ? mbuf.g.p : NULL;
+        expect_ok(t->gpu->sgd_update(t->gpu, o, n, w.g.p, g.g.p, mb, gscale[k]), name);
+        if (t->cpu) cpu_ok(t, t->cpu->sgd_update(t->cpu, o, n, w.c, g.c, o->momentum != 0 ? mbuf.c : NULL, gscale[k]), name);
+        char nm[128];
+        arr *in[] = {&g};
+        snprintf(nm, sizeof nm, "%s.w", name);
+        verify(t, nm, &w, rw, NULL, in, 1);
+        snprintf(nm, sizeof nm, "%s.momentum_buf", name);
+        verify(t, nm, &mbuf, rb, NULL, in, 1);
+        free(rw), free(rb);
+        arr_free(t, &w), arr_free(t, &g), arr_free(t, &mbuf);
+    }
+    const cnn_adamw adams[] = {{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = 1},
+                               {.lr = 3e-4f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0, .step = 10}};
+    for (int k = 0; k < 2; k++) {
+        const cnn_adamw *o = &adams[k];
+        float gsc = k ? 0.5f : 1.0f;
+        arr w = arr_in(t, n, false, 7100 + k, -1, 1, 0), g = arr_in(t, n, false, 7110 + k, -1, 1, 0);
+        arr m = arr_in(t, n, false, 7120 + k, -0.1f, 0.1f, 0), v = arr_in(t, n, false, 7130 + k, 0, 0.01f, 0);
+        double *rw = dalloc(n), *rm = dalloc(n), *rv = dalloc(n);
+        double bc1 = 1 - pow(o->beta1, (double)o->step), bc2 = 1 - pow(o->beta2, (double)o->step);
+        for (int64_t i = 0; i < n; i++) {
+            double ww = w.h[i] * (1.0 - (double)o->lr * o->weight_decay), gg = (double)g.h[i] * gsc;
+            rm[i] = o->beta1 * (double)m.h[i] + (1.0 - o->beta1) * gg;
+            rv[i] = o->beta2 * (double)v.h[i] + (1.0 - o->beta2) * gg * gg;
+            rw[i] = ww - (double)o->lr / bc1 * rm[i] / (sqrt(rv[i]) / sqrt(bc2) + o->eps);
+        }
+        char name[64], nm[96];
+        snprintf(name, sizeof name, "adamw_update.step%lld", (long long)o->step);
+        expect_ok(t->gpu->adamw_update(t->gpu, o, n, w.g.p, g.g.p, m.g.p, v.g.p, gsc), name);
+        if (t->cpu) cpu_ok(t, t->cpu->adamw_update(t->cpu, o, n, w.c, g.c, m.c, v.c, gsc), name);
+        arr *in[] = {&g};
+        snprintf(nm, sizeof nm, "%s.w", name);
+        verify(t, nm, &w, rw, NULL, in, 1);
+        snprintf(nm, sizeof nm, "%s.m", name);
+        verify(t, nm, &m, rm, NULL, in, 1);
+        snprintf(nm, sizeof nm, "%s.v", name);
+        verify(t, nm, &v, rv, NULL, in, 1);
+        free(rw), free(rm), free(rv);
+        arr_free(t, &w), arr_free(t, &g), arr_free(t, &m), arr_free(t, &v);
+    }
+}
+
+/* ---- count_nonfinite ------------------------------------------------------------------------------------ */
+
+static void g_nonfinite(ctx *t) {
+    const int64_t counts[] = {0, 1, 1000, 300007};
+    for (int k = 0; k < 4; k++) {
+        int64_t n = counts[k], want = 0;
+        arr x = arr_make(t, n, false, 0);
+        fill(x.h, n, 7500 + k, -1e30f, 1e30f);
+        for (int64_t i = 0; i < n; i += 997) {
+            x.h[i] = (i / 997) % 3 == 0 ? NAN : (i / 997) % 3 == 1 ? INFINITY : -INFINITY;
+            want++;
+        }
+        arr_sync_in(t, &x);
+        int64_t got = -1, got2 = -1;
+        char name[64];
+        snprintf(name, sizeof name, "count_nonfinite.n%lld", (long long)n);
+        cnn_status st = t->gpu->count_nonfinite(t->gpu, n, x.g.p, &got);
+        cnn_status st2 = t->gpu->count_nonfinite(t->gpu, n, x.g.p, &got2);
+        check(st == CNN_OK && st2 == CNN_OK && got == want && got2 == want && buf_unchanged(&x.g), name,
+              "got %lld then %lld, want %lld (%s)", (long long)got, (long long)got2, (long long)want,
+              st == CNN_OK ? "ok" : cnn_error_msg());
+        arr_free(t, &x);
+    }
+}
+
+/* ---- graphs, determinism -------------------------------------------------------------------------------- */
+
+/* A small training step through the backend: conv -> bn -> relu -> maxpool -> flatten -> linear -> xent and back,
+ * then SGD. All buffers in one struct so it can be run eagerly and recorded. */
+typedef struct step {
+    cnn_conv2d cv;
+    cnn_bn bn;
+    cnn_pool2d pl;
+    cnn_linear ln;
+    cnn_xent xe;
+    cnn_shape fs;
+    void *x, *w, *y, *z, *a, *pool, *logits, *dlogits, *dpool, *da, *dz, *dx, *wl, *wl_act;
+    float *gamma, *beta, *rm, *rv, *smean, *sinv, *bl, *dw, *dg, *db, *dwl, *dbl, *loss, *mom;
+    int32_t *labels;
+} step;
+
+static void *step_alloc(cnn_backend *be, size_t bytes) {
+    void *p;
+    if (be->alloc(be, bytes, "graph test", &p) != CNN_OK) fatal("alloc");
+    return p;
+}
+
+static void step_init(ctx *t, step *s) {
+    cnn_backend *be = t->gpu;
+    size_t e = esize(t->dt);
+    s->cv = conv_of(&(conv_case){2, 5, 12, 12, 16, 3, 3, 1, 1, 1, 1});
+    int64_t M = (int64_t)s->cv.n * s->cv.p * s->cv.q;
+    s->bn = (cnn_bn){.m = M, .c = 16, .eps = 1e-5f, .momentum = 0.1f};
+    s->pl = (cnn_pool2d){.kind = CNN_POOL_MAX, .n = 2, .c = 16, .h = 12, .w = 12, .r = 3, .s = 3, .stride_h = 2,
+                         .stride_w = 2, .pad_h = 1, .pad_w = 1, .p = 6, .q = 6};
+    s->fs = (cnn_shape){2, 16, 6, 6};
+    s->ln = (cnn_linear){.n = 2, .in = 16 * 36, .out = 10};
+    s->xe = (cnn_xent){.n = 2, .classes = 10, .label_smoothing = 0.1f};
+    int64_t nx = 2 * 12 * 12 * 5, nw = 16 * 9 * 5, ny = M * 16, np = 2 * 36 * 16, nwl = 10 * 16 * 36;
+    s->x = step_alloc(be, nx * e), s->w = step_alloc(be, nw * e), s->y = step_alloc(be, ny * e);
+    s->z = step_alloc(be, ny * e), s->a = step_alloc(be, ny * e), s->pool = step_alloc(be, np * e);
+    s->logits = step_alloc(be, 20 * e), s->dlogits = step_alloc(be, 20 * e), s->dpool = step_alloc(be, np * e);
+    s->da = step_alloc(be, ny * e), s->dz = step_alloc(be, ny * e), s->dx = step_alloc(be, nx * e);
+    s->wl = step_alloc(be, nwl * 4), s->wl_act = step_alloc(be, nwl * e);
+    s->gamma = step_alloc(be, 64), s->beta = step_alloc(be, 64), s->rm = step_alloc(be, 64), s->rv = step_alloc(be, 64);
+    s->smean = step_alloc(be, 64), s->sinv = step_alloc(be, 64), s->bl = step_alloc(be, 40), s->dw = step_alloc(be, nw * 4);
+    s->dg = step_alloc(be, 64), s->db = step_alloc(be, 64), s->dwl = step_alloc(be, nwl * 4), s->dbl = step_alloc(be, 40);
+    s->loss = step_alloc(be, 4), s->mom = step_alloc(be, nwl * 4), s->labels = step_alloc(be, 8);
+}
+
+/* (re)load every input and state buffer with fixed values */
+static void step_load(ctx *t, step *s) {
+    cnn_backend *be = t->gpu;
+    float tmp[3000];
+    unsigned char bytes[12000];
+    struct {
+        void *p;
+        int64_t n;
+        bool act;
+        uint64_t seed;
+        float lo, hi;
+    } ins[] = {{s->x, 720, true, 1, -1, 1},        {s->w, 720, true, 2, -0.3f, 0.3f}, {s->wl, 2880, false, 3, -0.1f, 0.1f},
+               {s->gamma, 16, false, 4, 0.5f, 1.5f}, {s->beta, 16, false, 5, -0.5f, 0.5f}, {s->rm, 16, false, 6, 0, 0},
+               {s->rv, 16, false, 7, 1, 1},          {s->bl, 10, false, 8, -0.1f, 0.1f},  {s->mom, 2880, false, 9, 0, 0}};
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        fill(tmp, ins[i].n, ins[i].seed, ins[i].lo, ins[i].hi);
+        if (ins[i].act) {
+            to_bytes(t->dt, tmp, ins[i].n, bytes);
+            if (be->upload(be, ins[i].p, bytes, (size_t)ins[i].n * esize(t->dt)) != CNN_OK) fatal("upload");
+        } else if (be->upload(be, ins[i].p, tmp, (size_t)ins[i].n * 4) != CNN_OK) {
+            fatal("upload");
+        }
+    }
+    int32_t lab[2] = {3, 7};
+    if (be->upload(be, s->labels, lab, 8) != CNN_OK) fatal("upload");
+}
+
+static cnn_status step_run(ctx *t, step *s) {
+    cnn_backend *be = t->gpu;
+    int64_t ny = s->bn.m * 16;
+    cnn_epilogue ep = {0};
+    CNN_TRY(be->to_act(be, 2880, s->wl, s->wl_act));
+    CNN_TRY(be->conv2d_fprop(be, &s->cv, &ep, s->x, s->w, s->y));
+    CNN_TRY(be->bn_forward_train(be, &s->bn, s->y, s->gamma, s->beta, s->rm, s->rv, s->smean, s->sinv, s->z));
+    CNN_TRY(be->relu_forward(be, ny, s->z, s->a));
+    CNN_TRY(be->pool2d_forward(be, &s->pl, s->a, s->pool));
+    /* flatten into the logits' input: reuse dpool as the flattened buffer */
+    CNN_TRY(be->flatten_forward(be, s->fs, s->pool, s->dpool));
+    CNN_TRY(be->linear_forward(be, &s->ln, s->dpool, s->wl_act, s->bl, s->logits));
+    CNN_TRY(be->xent_forward_backward(be, &s->xe, s->logits, s->labels, s->loss, s->dlogits));
+    CNN_TRY(be->linear_backward(be, &s->ln, s->dpool, s->wl_act, s->dlogits, s->pool, false, s->dwl, s->dbl));
+    CNN_TRY(be->flatten_backward(be, s->fs, s->pool, s->dpool, false));
+    CNN_TRY(be->pool2d_backward(be, &s->pl, s->a, s->pool, s->dpool, s->da, false));
+    CNN_TRY(be->relu_backward(be, ny, s->a, s->da, s->dz, false));
+    CNN_TRY(be->bn_backward(be, &s->bn, s->y, s->dz, s->gamma, s->smean, s->sinv, s->da, false, s->dg, s->db));
+    CNN_TRY(be->conv2d_wgrad(be, &s->cv, s->x, s->da, s->dw));
+    CNN_TRY(be->conv2d_dgrad(be, &s->cv, s->da, s->w, s->dx, false));
+    cnn_sgd o = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    CNN_TRY(be->sgd_update(be, &o, 2880, s->wl, s->dwl, s->mom, 1.0f));
+    return CNN_OK;
+}
+
+/* every output of the step, as raw bytes */
+static unsigned char *step_snapshot(ctx *t, step *s, size_t *len) {
+    size_t e = esize(t->dt);
+    size_t ny = (size_t)s->bn.m * 16 * e;
+    struct {
+        void *p;
+        size_t bytes;
+    } outs[] = {{s->y, ny},   {s->loss, 4}, {s->dlogits, 20 * e}, {s->dw, 720 * 4},   {s->dx, 720 * e},
+                {s->dg, 64},  {s->db, 64},  {s->rm, 64},          {s->rv, 64},        {s->wl, 2880 * 4},
+                {s->mom, 2880 * 4}, {s->dbl, 40}, {s->da, ny}};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) total += outs[i].bytes;
+    unsigned char *snap = malloc(total), *p = snap;
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        if (t->gpu->download(t->gpu, p, outs[i].p, outs[i].bytes) != CNN_OK) fatal("download");
+        p += outs[i].bytes;
+    }
+    *len = total;
+    return snap;
+}
+
+static void step_free(ctx *t, step *s) {
+    void *ptrs[] = {s->x,   s->w,   s->y,    s->z,     s->a,    s->pool,  s->logits, s->dlogits, s->dpool, s->da,
+                    s->dz,  s->dx,  s->wl,   s->wl_act, s->gamma, s->beta, s->rm,     s->rv,      s->smean,  s->sinv,
+                    s->bl,  s->dw,  s->dg,   s->db,    s->dwl,  s->dbl,   s->loss,   s->mom,     s->labels};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) t->gpu->free(t->gpu, ptrs[i]);
+}
+
+static void g_graph(ctx *t) {
+    cnn_backend *be = t->gpu;
+    step s;
+    step_init(t, &s);
+    char name[64];
+    snprintf(name, sizeof name, "graph.%s", t->dts);
+    step_load(t, &s);
+    cnn_status st = step_run(t, &s); /* eager: compiles, sizes the workspace */
+    if (st != CNN_OK) {
+        check(false, name, "eager step failed: %s", cnn_error_msg());
+        step_free(t, &s);
+        return;
+    }
+    size_t len1, len2, len3;
+    unsigned char *eager = step_snapshot(t, &s, &len1);
+    float loss_eager;
+    memcpy(&loss_eager, eager + (size_t)s.bn.m * 16 * esize(t->dt), 4);
+
+    step_load(t, &s);
+    void *g = NULL;
+    st = be->graph_begin(be);
+    cnn_status st_run = st == CNN_OK ? step_run(t, &s) : st;
+    cnn_status st_end = st == CNN_OK ? be->graph_end(be, &g) : st;
+    check(st == CNN_OK && st_run == CNN_OK && st_end == CNN_OK && g, "graph.record", "%s: begin %s, ops %s, end %s: %s",
+          t->dts, cnn_status_str(st), cnn_status_str(st_run), cnn_status_str(st_end), cnn_error_msg());
+    if (!g) {
+        free(eager);
+        step_free(t, &s);
+        return;
+    }
+    /* the state was reloaded before recording (recording runs nothing): one replay must reproduce eager bit for bit */
+    expect_ok(be->graph_launch(be, g), "graph.launch");
+    unsigned char *rep = step_snapshot(t, &s, &len2);
+    size_t diff = 0;
+    for (size_t i = 0; i < len1 && i < len2; i++) diff += eager[i] != rep[i];
+    snprintf(name, sizeof name, "graph.replay_equals_eager.%s", t->dts);
+    check(len1 == len2 && diff == 0, name, "%zu of %zu bytes differ (loss eager %g)", diff, len1, (double)loss_eager);
+    /* a second replay from the same state gives the same bits again */
+    step_load(t, &s);
+    expect_ok(be->graph_launch(be, g), "graph.launch2");
+    unsigned char *rep2 = step_snapshot(t, &s, &len3);
+    diff = 0;
+    for (size_t i = 0; i < len1 && i < len3; i++) diff += eager[i] != rep2[i];
+    snprintf(name, sizeof name, "graph.second_replay.%s", t->dts);
+    check(len1 == len3 && diff == 0, name, "%zu of %zu bytes differ", diff, len1);
+    /* host round trips are refused while recording, and the backend is usable afterwards */
+    expect_ok(be->graph_begin(be), "graph.begin2");
+    float f = 0;
+    cnn_status up = be->upload(be, s.loss, &f, 4);
+    int64_t cnt;
+    cnn_status nf = be->count_nonfinite(be, 1, s.loss, &cnt);
+    void *g2 = NULL;
+    cnn_status end2 = be->graph_end(be, &g2);
+    snprintf(name, sizeof name, "graph.host_ops_refused_while_recording.%s", t->dts);
+    check(up == CNN_E_INVALID && nf == CNN_E_INVALID && end2 == CNN_OK, name, "upload %s, count_nonfinite %s, end %s",
+          cnn_status_str(up), cnn_status_str(nf), cnn_status_str(end2));
+    if (g2) be->graph_free(be, g2);
+    be->graph_free(be, g);
+    expect_ok(be->sync(be), "graph.sync_after");
+    free(eager), free(rep), free(rep2);
+    step_free(t, &s);
+}
+
+static void g_determinism(ctx *t) {
+    step s;
+    step_init(t, &s);
+    size_t len1 = 0, len2 = 0;
+    unsigned char *a = NULL, *b = NULL;
+    int runs = quick ? 2 : 5, differ = 0;
+    for (int r = 0; r < runs; r++) {
+        step_load(t, &s);
+        expect_ok(step_run(t, &s), "determinism.step");
+        if (r == 0) {
+            a = step_snapshot(t, &s, &len1);
+        } else {
+            b = step_snapshot(t, &s, &len2);
+            differ += len1 != len2 || memcmp(a, b, len1) != 0;
+            free(b);
+        }
+    }
+    char name[64];
+    snprintf(name, sizeof name, "determinism.step_bitwise.%s", t->dts);
+    check(differ == 0, name, "%d of %d repeated runs differ from the first", differ, runs - 1);
+    free(a);
+    step_free(t, &s);
+    /* a big split-K wgrad and a long BN reduction, twice each */
+    cnn_conv2d cv = conv_of(&(conv_case){8, 16, 32, 32, 32, 3, 3, 1, 1, 1, 1});
+    int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, ny = (int64_t)cv.n * cv.p * cv.q * cv.k, nw = (int64_t)cv.k * 9 * cv.c;
+    arr x = arr_in(t, nx, true, 8000, -1, 1, 0), dy = arr_in(t, ny, true, 8001, -1, 1, 0);
+    arr dw1 = arr_out(t, nw, false, 0), dw2 = arr_out(t, nw, false, 0);
+    expect_ok(t->gpu->conv2d_wgrad(t->gpu, &cv, x.g.p, dy.g.p, dw1.g.p), "determinism.wgrad");
+    expect_ok(t->gpu->conv2d_wgrad(t->gpu, &cv, x.g.p, dy.g.p, dw2.g.p), "determinism.wgrad");
+    float *p1 = arr_gpu(t, &dw1), *p2 = arr_gpu(t, &dw2);
+    snprintf(name, sizeof name, "determinism.wgrad_bitwise.%s", t->dts);
+    check(memcmp(p1, p2, (size_t)nw * 4) == 0, name, "n*p*q = %d reduction", cv.n * cv.p * cv.q);
+    free(p1), free(p2);
+    arr s1 = arr_out(t, cv.k, false, 0), s2 = arr_out(t, cv.k, false, 0);
+    expect_ok(t->gpu->channel_sum(t->gpu, ny / cv.k, cv.k, dy.g.p, s1.g.p), "determinism.channel_sum");
+    expect_ok(t->gpu->channel_sum(t->gpu, ny / cv.k, cv.k, dy.g.p, s2.g.p), "determinism.channel_sum");
+    p1 = arr_gpu(t, &s1), p2 = arr_gpu(t, &s2);
+    snprintf(name, sizeof name, "determinism.channel_sum_bitwise.%s", t->dts);
+    check(memcmp(p1, p2, (size_t)cv.k * 4) == 0, name, NULL);
+    free(p1), free(p2);
+    arr_free(t, &x), arr_free(t, &dy), arr_free(t, &dw1), arr_free(t, &dw2), arr_free(t, &s1), arr_free(t, &s2);
+}
+
+/* ---- OOM, cache, misc ----------------------------------------------------------------------------------- */
+
+static void g_oom(ctx *t) {
+    cnn_backend *be = t->gpu;
+    size_t f0 = 0, tot = 0, f1 = 0, f2 = 0;
+    expect_ok(be->sync(be), "oom.sync");
+    expect_ok(cnn_cuda_mem_info(be, &f0, &tot), "oom.mem_info");
+    void *p = (void *)1;
+    cnn_status st = be->alloc(be, (size_t)1 << 50, "an absurd test buffer", &p);
+    const char *msg = cnn_error_msg();
+    check(st == CNN_E_OOM && p == NULL && strstr(msg, "an absurd test buffer") && strstr(msg, "1125899906842624"),
+          "oom.absurd_allocation", "status %s, message: %s", cnn_status_str(st), msg);
+    cnn_error_clear();
+    expect_ok(cnn_cuda_mem_info(be, &f1, &tot), "oom.mem_info");
+    double mib = 1024.0 * 1024.0;
+    check(fabs((double)f1 - (double)f0) <= 2 * mib, "oom.memory_back_after_failure", "free %.1f MiB before, %.1f after",
+          f0 / mib, f1 / mib);
+    /* a real allocation is given back */
+    size_t big = f1 / 4;
+    void *q = NULL;
+    st = be->alloc(be, big, "a quarter of free memory", &q);
+    expect_ok(st, "oom.quarter_alloc");
+    if (q) {
+        expect_ok(be->zero(be, q, big), "oom.touch");
+        expect_ok(be->sync(be), "oom.sync2");
+        be->free(be, q);
+    }
+    expect_ok(cnn_cuda_mem_info(be, &f2, &tot), "oom.mem_info");
+    check(fabs((double)f2 - (double)f0) <= 2 * mib, "oom.memory_back_after_free", "free %.1f MiB before, %.1f after",
+          f0 / mib, f2 / mib);
+    check(be->peak_bytes(be) >= big, "oom.peak_bytes", "peak %zu, allocated %zu", be->peak_bytes(be), big);
+    /* and the backend still works */
+    arr x = arr_in(t, 100, true, 9000, -1, 1, 0), y = arr_out(t, 100, true, 0);
+    double ref[100];
+    for (int i = 0; i < 100; i++) ref[i] = x.h[i] > 0 ? x.h[i] : 0;
+    expect_ok(be->relu_forward(be, 100, x.g.p, y.g.p), "oom.relu_after");
+    if (t->cpu) cpu_ok(t, t->cpu->relu_forward(t->cpu, 100, x.c, y.c), "oom.relu_after");
+    arr *in[] = {&x};
+    verify(t, "oom.backend_usable_after", &y, ref, NULL, in, 1);
+    arr_free(t, &x), arr_free(t, &y);
+}
+
+static int corrupt_cache_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".cubin") || strstr(e->d_name, ".tmp.")) continue;
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(p, "r+b");
+        if (!f) continue;
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fseek(f, size - 1, SEEK_SET); /* the payload's last byte */
+        int c = fgetc(f);
+        fseek(f, size - 1, SEEK_SET);
+        fputc(c ^ 0x5a, f);
+        fclose(f);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void rm_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static bool relu_works(ctx *t, cnn_backend *be, const char *name) {
+    cnn_backend *saved = t->gpu;
+    t->gpu = be;
+    cnn_backend *saved_cpu = t->cpu;
+    t->cpu = NULL;
+    arr x = arr_in(t, 1000, true, 9100, -1, 1, 0), y = arr_out(t, 1000, true, 0);
+    double ref[1000];
+    for (int i = 0; i < 1000; i++) ref[i] = x.h[i] > 0 ? x.h[i] : 0;
+    expect_ok(be->relu_forward(be, 1000, x.g.p, y.g.p), name);
+    arr *in[] = {&x};
+    bool ok = verify(t, name, &y, ref, NULL, in, 1);
+    arr_free(t, &x), arr_free(t, &y);
+    t->gpu = saved;
+    t->cpu = saved_cpu;
+    return ok;
+}
+
+static void g_cache(ctx *t) {
+    char dir[] = "/tmp/cnn-gpu-cache-XXXXXX";
+    if (!mkdtemp(dir)) {
+        check(false, "cache.mkdtemp", "%s", strerror(errno));
+        return;
+    }
+    cnn_backend_opts o = {.device = "cuda", .act_dtype = t->dt, .cache_dir = dir};
+    cnn_backend *be = NULL;
+    cnn_cuda_stats s1, s2, s3;
+    /* cold: compiles and stores */
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("cache: create");
+    relu_works(t, be, "cache.cold_run");
+    cnn_cuda_stats_get(be, &s1);
+    cnn_backend_destroy(be);
+    check(s1.compiles >= 1 && s1.disk_stores >= 1 && s1.disk_hits == 0, "cache.cold_compiles_and_stores",
+          "compiles %ld, stores %ld, hits %ld", s1.compiles, s1.disk_stores, s1.disk_hits);
+    /* warm: loads, compiles nothing */
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("cache: create");
+    relu_works(t, be, "cache.warm_run");
+    cnn_cuda_stats_get(be, &s2);
+    cnn_backend_destroy(be);
+    check(s2.compiles == 0 && s2.disk_hits >= 1 && s2.disk_rejects == 0, "cache.warm_hits",
+          "compiles %ld, hits %ld, rejects %ld", s2.compiles, s2.disk_hits, s2.disk_rejects);
+    /* corrupt: detected, rebuilt, rewritten */
+    int n = corrupt_cache_files(dir);
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("cache: create");
+    relu_works(t, be, "cache.run_after_corruption");
+    cnn_cuda_stats_get(be, &s3);
+    cnn_backend_destroy(be);
+    check(n >= 1 && s3.disk_rejects >= 1 && s3.compiles >= 1 && s3.disk_stores >= 1, "cache.corruption_detected_and_rebuilt",
+          "%d files corrupted; rejects %ld, compiles %ld, stores %ld", n, s3.disk_rejects, s3.compiles, s3.disk_stores);
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("cache: create");
+    relu_works(t, be, "cache.run_after_rebuild");
+    cnn_cuda_stats_get(be, &s2);
+    cnn_backend_destroy(be);
+    check(s2.compiles == 0 && s2.disk_rejects == 0, "cache.rebuilt_entry_valid", "compiles %ld, rejects %ld", s2.compiles,
+          s2.disk_rejects);
+    /* no disk cache at all */
+    o.cache_dir = "";
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("cache: create");
+    relu_works(t, be, "cache.disabled_run");
+    cnn_cuda_stats_get(be, &s2);
+    cnn_backend_destroy(be);
+    check(s2.disk_hits == 0 && s2.disk_stores == 0, "cache.disabled", "hits %ld, stores %ld", s2.disk_hits, s2.disk_stores);
+    rm_dir(dir);
+}
+
+static void g_misc(ctx *t) {
+    cnn_backend *be = t->gpu;
+    char name[64];
+    /* timing */
+    arr x = arr_in(t, 1 << 20, true, 9200, -1, 1, 0), y = arr_out(t, 1 << 20, true, 0);
+    expect_ok(be->relu_forward(be, 1 << 20, x.g.p, y.g.p), "misc.warmup");
+    double ms = -1;
+    cnn_status st = be->time_begin(be);
+    for (int i = 0; i < 10 && st == CNN_OK; i++) st = be->relu_forward(be, 1 << 20, x.g.p, y.g.p);
+    cnn_status st2 = be->time_end(be, &ms);
+    snprintf(name, sizeof name, "misc.timing.%s", t->dts);
+    check(st == CNN_OK && st2 == CNN_OK && ms > 0 && ms < 10000, name, "10 relu of 1M elements: %.3f ms", ms);
+    /* time_end without time_begin */
+    check(be->time_end(be, &ms) == CNN_E_INVALID, "misc.time_end_alone", NULL);
+    cnn_error_clear();
+    /* zero, copy, free(NULL) */
+    be->free(be, NULL);
+    expect_ok(be->zero(be, y.g.p, y.g.bytes), "misc.zero");
+    float *g = arr_gpu(t, &y);
+    int nz = 0;
+    for (int i = 0; i < 1 << 20; i++) nz += g[i] != 0.0f;
+    free(g);
+    check(nz == 0 && buf_guard_damage(&y.g) == 0, "misc.zero", "%d nonzero", nz);
+    expect_ok(be->copy(be, y.g.p, x.g.p, x.g.bytes), "misc.copy");
+    unsigned char *bx = malloc(x.g.bytes), *by = malloc(y.g.bytes);
+    buf_get(&x.g, bx);
+    buf_get(&y.g, by);
+    check(memcmp(bx, by, x.g.bytes) == 0 && buf_guard_damage(&y.g) == 0, "misc.copy", NULL);
+    free(bx), free(by);
+    check(be->peak_bytes(be) > 0, "misc.peak_bytes", "%zu", be->peak_bytes(be));
+    snprintf(name, sizeof name, "misc.device.%s", t->dts);
+    check(strcmp(be->name, "cuda") == 0 && be->device_name[0] && be->act_dtype == t->dt && be->deterministic, name,
+          "%s on %s (%s), cache %s", be->name, be->device_name, cnn_cuda_arch(be), cnn_cuda_cache_dir(be));
+    arr_free(t, &x), arr_free(t, &y);
+    /* an unsupported dtype is refused cleanly */
+    cnn_backend_opts o = {.device = "cuda", .act_dtype = CNN_DTYPE_F64};
+    cnn_backend *bad = NULL;
+    check(cnn_cuda_backend_create(&o, &bad) == CNN_E_UNSUPPORTED && bad == NULL, "misc.f64_refused", "%s", cnn_error_msg());
+    cnn_error_clear();
+    o.act_dtype = CNN_DTYPE_F32;
+    o.gpu_index = 1000;
+    check(cnn_cuda_backend_create(&o, &bad) == CNN_E_DEVICE && bad == NULL, "misc.bad_gpu_index", "%s", cnn_error_msg());
+    cnn_error_clear();
+}
+
+/* ---- driver --------------------------------------------------------------------------------------------- */
+
+typedef struct group {
+    const char *name;
+    void (*fn)(ctx *t);
+    bool per_dtype; /* else: once, with F32 */
+} group;
+
+static const group groups[] = {
+    {"convert", g_convert, true},   {"pointwise", g_pointwise, true},
+    {"dropout", g_dropout, true},   {"flatten", g_flatten, true},
+    {"channel_sum", g_channel_sum, true}, {"bn", g_bn, true},
+    {"scale_shift", g_scale_shift, true}, {"pool", g_pool, true},
+    {"conv", g_conv, true},         {"conv_configs", g_conv_configs, true},
+    {"linear", g_linear, true},     {"xent", g_xent, true},
+    {"prep", g_prep, true},         {"optim", g_optim, false},
+    {"nonfinite", g_nonfinite, false}, {"graph", g_graph, true},
+    {"determinism", g_determinism, true}, {"oom", g_oom, false},
+    {"cache", g_cache, true},       {"misc", g_misc, true},
+};
+#define N_GROUPS ((int)(sizeof groups / sizeof groups[0]))
+
+static const cnn_dtype all_dtypes[] = {CNN_DTYPE_F32, CNN_DTYPE_BF16, CNN_DTYPE_F16};
+static const char *only_dtype;
+
+static void run_group(const group *g) {
+    for (int d = 0; d < (g->per_dtype ? 3 : 1); d++) {
+        cnn_dtype dt = all_dtypes[d];
+        if (only_dtype && g->per_dtype && strcmp(only_dtype, dt_str(dt)) != 0) continue;
+        ctx t = {.dt = dt, .dts = dt_str(dt), .tol = tol_of(dt)};
+        cnn_backend_opts o = {.device = "cuda", .act_dtype = dt};
+        char name[64];
+        snprintf(name, sizeof name, "%s.%s", g->name, t.dts);
+        cnn_status st = cnn_cuda_backend_create(&o, &t.gpu);
+        if (st != CNN_OK) {
+            if (st == CNN_E_DEVICE || st == CNN_E_UNSUPPORTED)
+                skip(name, cnn_error_msg());
+            else
+                check(false, name, "cnn_cuda_backend_create: %s", cnn_error_msg());
+            cnn_error_clear();
+            return;
+        }
+        st = cnn_cpu_backend_create(1, &t.cpu);
+        if (st != CNN_OK) {
+            if (!no_cpu_warned) printf("# no CPU backend (%s): comparing against float64 only\n", cnn_error_msg());
+            no_cpu_warned = true;
+            t.cpu = NULL;
+            cnn_error_clear();
+        }
+        printf("# %s on %s (%s)\n", name, t.gpu->device_name, cnn_cuda_arch(t.gpu));
+        fflush(stdout);
+        g->fn(&t);
+        cnn_status sy = t.gpu->sync(t.gpu);
+        if (sy != CNN_OK) check(false, name, "the device is in an error state after the group: %s", cnn_error_msg());
+        cnn_cuda_stats s;
+        cnn_cuda_stats_get(t.gpu, &s);
+        printf("# %s: %ld launches, %ld compiles, %ld cache hits, %ld rejected, peak %zu bytes\n", name, s.launches,
+               s.compiles, s.disk_hits, s.disk_rejects, t.gpu->peak_bytes(t.gpu));
+        cnn_backend_destroy(t.gpu);
+        if (t.cpu) cnn_backend_destroy(t.cpu);
+    }
+}
+
+int main(int argc, char **argv) {
+    bool fork_groups = true;
+    const char *sel[64];
+    int nsel = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-fork") == 0)
+            fork_groups = false;
+        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
+            only_dtype = argv[++i];
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16] [group...]\n", argv[0]);
+            return 2;
+        } else if (nsel < 64)
+            sel[nsel++] = argv[i];
+    }
+    for (int i = 0; i < nsel; i++) {
+        bool known = false;
+        for (int g = 0; g < N_GROUPS; g++) known |= strcmp(sel[i], groups[g].name) == 0;
+        if (!known) {
+            fprintf(stderr, "unknown group '%s'\n", sel[i]);
+            return 2;
+        }
+    }
+    const char *q = getenv("CNN_TEST_QUICK");
+    quick = q && q[0] && strcmp(q, "0") != 0;
+    const char *to = getenv("CNN_TEST_TIMEOUT");
+    int timeout = to ? atoi(to) : 900;
+    /* counters shared with the children */
+    int *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) return 1;
+    for (int gi = 0; gi < N_GROUPS; gi++) {
+        const group *g = &groups[gi];
+        bool want = nsel == 0;
+        for (int i = 0; i < nsel; i++) want |= strcmp(sel[i], g->name) == 0;
+        if (!want) continue;
+        if (!fork_groups) {
+            run_group(g);
+            continue;
+        }
+        fflush(stdout);
+        double t0 = cnn_now();
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm((unsigned)timeout);
+            test_passed = test_failed = test_skipped = 0;
+            run_group(g);
+            fflush(stdout);
+            __atomic_add_fetch(&shared[0], test_passed, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&shared[1], test_failed, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&shared[2], test_skipped, __ATOMIC_SEQ_CST);
+            _exit(0);
+        }
+        int status = 0;
+        if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+            check(false, g->name, "fork/wait failed");
+            continue;
+        }
+        if (WIFSIGNALED(status))
+            check(false, g->name, "the group's process died of signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                  WTERMSIG(status) == SIGALRM ? " -- timed out" : "");
+        else if (WEXITSTATUS(status) != 0)
+            check(false, g->name, "the group's process exited with status %d", WEXITSTATUS(status));
+        printf("# group %s: %.1f s\n", g->name, cnn_now() - t0);
+    }
+    test_passed += shared[0];
+    test_failed += shared[1];
+    test_skipped += shared[2];
+    return test_finish();
+}

@@ -1,0 +1,298 @@
+/* test_nvrtc.c -- the CUDA backend's parts that need no GPU, run in CI:
+ *   - NVRTC compiles every program of the kernel registry (every kernel file x activation dtype x config,
+ *     the very list the launchers draw from) for sm_80 and sm_90a; each program's kernels must be in the
+ *     CUBIN, and ptxas must report no local memory (no spills, no stack frame). One PASS line per
+ *     (program, arch) with the compile time and registers. SKIP (counted) only when libnvrtc cannot be loaded.
+ *   - the on-disk kernel cache: round trip, corruption / truncation / stale descriptor detected, concurrent
+ *     writers never expose a partial entry, no temp files left behind.
+ * CNN_TEST_QUICK=1 (the sanitizer run) compiles one program per family for sm_90a only.
+ */
+#include "test.h"
+
+#ifndef CNN_HAVE_CUDA
+int main(void) {
+    skip("nvrtc", "built without CUDA headers: no CUDA backend in this build");
+    return test_finish();
+}
+#else
+
+#include "cuda/hooks.h"
+
+#include <dirent.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- the disk cache ----------------------------------------------------------------------------------- */
+
+static char cache_dir[256];
+
+static void rm_rf_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int count_files(const char *dir, const char *substr) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) n += strstr(e->d_name, substr) != NULL;
+    closedir(d);
+    return n;
+}
+
+static bool patch_file(const char *path, long off, int whence, unsigned char x) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return false;
+    bool ok = fseek(f, off, whence) == 0;
+    int c = ok ? fgetc(f) : EOF;
+    ok = ok && c != EOF && fseek(f, -1, SEEK_CUR) == 0 && fputc(c ^ x, f) != EOF;
+    fclose(f);
+    return ok;
+}
+
+static void test_cache(void) {
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/cnn-test-cache-%ld/sub/dir", (long)getpid());
+    const char *desc = "test descriptor\noptions -DA=1\n", *desc2 = "test descriptor\noptions -DA=2\n";
+    unsigned char payload[1000];
+    for (int i = 0; i < 1000; i++) payload[i] = (unsigned char)(i * 7 + 3);
+    void *data = NULL;
+    size_t len = 0;
+    char why[512], path[600];
+
+    check(cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why) == CNN_CUDA_CACHE_MISS, "cache.miss_empty",
+          NULL);
+    cnn_status st = cnn_cuda_cache_store(cache_dir, desc, payload, sizeof payload);
+    check(st == CNN_OK, "cache.store_mkdir", "%s", cnn_error_msg());
+    cnn_cuda_cache_result r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+    check(r == CNN_CUDA_CACHE_HIT && len == sizeof payload && memcmp(data, payload, len) == 0, "cache.roundtrip",
+          "result %d len %zu %s", r, len, why);
+    free(data);
+    check(cnn_cuda_cache_load(cache_dir, desc2, &data, &len, why, sizeof why) == CNN_CUDA_CACHE_MISS,
+          "cache.other_descriptor_misses", NULL);
+
+    cnn_cuda_cache_path(cache_dir, desc, path, sizeof path);
+    /* a flipped payload byte: checksum */
+    check(patch_file(path, -10, SEEK_END, 0x40), "cache.corrupt_write", NULL);
+    r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+    check(r == CNN_CUDA_CACHE_REJECTED && data == NULL && strstr(why, "checksum"), "cache.corrupt_payload_rejected",
+          "%s", why);
+    /* rebuilt entry loads again */
+    cnn_cuda_cache_store(cache_dir, desc, payload, sizeof payload);
+    r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+    check(r == CNN_CUDA_CACHE_HIT, "cache.rewrite_after_corruption", "%s", why);
+    free(data);
+    /* truncation */
+    check(truncate(path, 100) == 0, "cache.truncate", NULL);
+    r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+    check(r == CNN_CUDA_CACHE_REJECTED, "cache.truncated_rejected", "%s", why);
+    check(truncate(path, 0) == 0, "cache.truncate0", NULL);
+    r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+    check(r == CNN_CUDA_CACHE_REJECTED, "cache.empty_file_rejected", "%s", why);
+    /* bad magic, bad version, corrupt descriptor byte */
+    const struct {
+        long off;
+        const char *name, *reason;
+    } flips[] = {{0, "cache.bad_magic", "magic"},
+                 {8, "cache.bad_version", "version"},
+                 {16, "cache.bad_key", "key"},
+                 {24, "cache.bad_length", "lengths"},
+                 {45, "cache.descriptor_differs", "descriptor"}};
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        cnn_cuda_cache_store(cache_dir, desc, payload, sizeof payload);
+        patch_file(path, flips[i].off, SEEK_SET, 0x01);
+        r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+        check(r == CNN_CUDA_CACHE_REJECTED && strstr(why, flips[i].reason), flips[i].name, "%s", why);
+    }
+
+    /* concurrent writers of the same entry and a reader: the reader sees a complete entry or none, never a torn one */
+    cnn_cuda_cache_store(cache_dir, desc, payload, sizeof payload);
+    pid_t kids[4];
+    for (int k = 0; k < 4; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            for (int i = 0; i < 200; i++)
+                if (cnn_cuda_cache_store(cache_dir, desc, payload, sizeof payload) != CNN_OK) _exit(1);
+            _exit(0);
+        }
+    }
+    int torn = 0, hits = 0;
+    for (int i = 0; i < 400; i++) {
+        r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+        if (r == CNN_CUDA_CACHE_HIT) {
+            hits++;
+            torn += len != sizeof payload || memcmp(data, payload, len) != 0;
+            free(data);
+        } else {
+            torn++;
+        }
+    }
+    int bad_kids = 0;
+    for (int k = 0; k < 4; k++) {
+        int status = 0;
+        if (kids[k] < 0 || waitpid(kids[k], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) bad_kids++;
+    }
+    check(torn == 0 && bad_kids == 0, "cache.concurrent_writers", "%d/400 loads hit, %d torn, %d writers failed", hits,
+          torn, bad_kids);
+    check(count_files(cache_dir, ".tmp.") == 0, "cache.no_temp_files_left", "%d left", count_files(cache_dir, ".tmp."));
+    rm_rf_dir(cache_dir);
+    char parent[300];
+    snprintf(parent, sizeof parent, "/tmp/cnn-test-cache-%ld/sub", (long)getpid());
+    rmdir(parent);
+    snprintf(parent, sizeof parent, "/tmp/cnn-test-cache-%ld", (long)getpid());
+    rmdir(parent);
+}
+
+/* ---- NVRTC over the registry --------------------------------------------------------------------------- */
+
+typedef struct result {
+    cnn_status st;
+    double ms;
+    char *log;
+    char msg[1024];
+    int missing_entry;  /* index of an entry not found in the image, -1 if all present */
+    long regs_max, stack_max, spill;
+} result;
+
+/* max of the numbers N in "N <unit>" / "<unit> N" occurrences of the ptxas -v report */
+static long scan_max(const char *log, const char *key, bool number_before) {
+    long best = 0;
+    if (!log) return 0;
+    for (const char *p = strstr(log, key); p; p = strstr(p + 1, key)) {
+        long v = 0;
+        if (number_before) {
+            const char *q = p;
+            while (q > log && q[-1] == ' ') q--;
+            const char *e = q;
+            while (q > log && q[-1] >= '0' && q[-1] <= '9') q--;
+            if (q < e) v = strtol(q, NULL, 10);
+        } else {
+            v = strtol(p + strlen(key), NULL, 10);
+        }
+        if (v > best) best = v;
+    }
+    return best;
+}
+
+static bool has_symbol(const unsigned char *img, size_t len, const char *name, bool ptx) {
+    char pat[160];
+    size_t n;
+    if (ptx) {
+        n = (size_t)snprintf(pat, sizeof pat, ".entry %s(", name);
+    } else {
+        pat[0] = 0;
+        n = (size_t)snprintf(pat + 1, sizeof pat - 1, "%s", name) + 2; /* "\0name\0" */
+    }
+    if (n > len) return false;
+    for (size_t i = 0; i + n <= len; i++)
+        if (img[i] == (unsigned char)pat[0] && memcmp(img + i, pat, n) == 0) return true;
+    return false;
+}
+
+static void compile_one(int id, const char *arch, result *res) {
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    void *img = NULL;
+    size_t len = 0;
+    double t0 = cnn_now();
+    res->st = cnn_cuda_compile_program(id, arch, "--ptxas-options=-v", &img, &len, &res->log);
+    res->ms = (cnn_now() - t0) * 1e3;
+    res->missing_entry = -1;
+    if (res->st != CNN_OK) {
+        snprintf(res->msg, sizeof res->msg, "%s", cnn_error_msg());
+        return;
+    }
+    bool ptx = strncmp(arch, "compute_", 8) == 0;
+    for (int e = 0; e < info.n_entries; e++)
+        if (!has_symbol(img, len, info.entries[e], ptx)) {
+            res->missing_entry = e;
+            break;
+        }
+    res->regs_max = scan_max(res->log, "Used ", false);
+    res->stack_max = scan_max(res->log, "bytes stack frame", true);
+    res->spill = scan_max(res->log, "bytes spill stores", true) + scan_max(res->log, "bytes spill loads", true);
+    free(img);
+}
+
+static void test_registry(bool quick) {
+    const char *archs[] = {"sm_80", "sm_90a"};
+    int n = cnn_cuda_program_count();
+    check(n > 0, "registry.nonempty", "%d programs", n);
+    /* every family's kernel file is embedded, and ids are dense and stable */
+    int nfam = 0;
+    const char *last = "";
+    int *ids = malloc((size_t)n * sizeof *ids);
+    int nsel = 0;
+    for (int id = 0; id < n; id++) {
+        cnn_cuda_program_info info;
+        cnn_cuda_program_describe(id, &info);
+        bool first_of_family = strcmp(info.family, last) != 0;
+        if (first_of_family) nfam++;
+        last = info.family;
+        if (!quick || first_of_family) ids[nsel++] = id;
+    }
+    printf("# %d programs in %d families; compiling %d for %s\n", n, nfam, nsel, quick ? "sm_90a (quick)" : "sm_80 and sm_90a");
+    fflush(stdout);
+    int na = quick ? 1 : 2;
+    const char **as = quick ? archs + 1 : archs;
+    int total = nsel * na;
+    result *res = calloc((size_t)total, sizeof *res);
+    double t0 = cnn_now();
+#pragma omp parallel for schedule(dynamic)
+    for (int j = 0; j < total; j++) compile_one(ids[j / na], as[j % na], &res[j]);
+    double wall = cnn_now() - t0;
+    double sum_ms = 0, max_ms = 0;
+    for (int j = 0; j < total; j++) {
+        cnn_cuda_program_info info;
+        cnn_cuda_program_describe(ids[j / na], &info);
+        char name[200];
+        snprintf(name, sizeof name, "nvrtc.%s.%s", info.label, as[j % na]);
+        for (char *p = name; *p; p++)
+            if (*p == ' ') *p = '_';
+        result *r = &res[j];
+        sum_ms += r->ms;
+        if (r->ms > max_ms) max_ms = r->ms;
+        if (r->st != CNN_OK)
+            check(false, name, "%s", r->msg);
+        else if (r->missing_entry >= 0)
+            check(false, name, "kernel %s not found in the compiled image", info.entries[r->missing_entry]);
+        else if (r->spill > 0 || r->stack_max > 0)
+            check(false, name, "local memory: ptxas reports %ld bytes of spills and a %ld-byte stack frame (%ld "
+                  "registers); defines %s", r->spill, r->stack_max, r->regs_max, info.defines);
+        else
+            check(true, name, "(%.0f ms, %d kernels, max %ld registers, %ld bytes stack)", r->ms, info.n_entries,
+                  r->regs_max, r->stack_max);
+        free(r->log);
+    }
+    printf("# %d compilations: %.1f s of compile time (mean %.0f ms, max %.0f ms), %.1f s wall\n", total, sum_ms / 1e3,
+           total ? sum_ms / total : 0.0, max_ms, wall);
+    free(res);
+    free(ids);
+}
+
+int main(void) {
+    const char *q = getenv("CNN_TEST_QUICK");
+    bool quick = q && q[0] && strcmp(q, "0") != 0;
+    test_cache();
+    if (cnn_cuda_nvrtc_load(getenv("CUDA_HOME")) != CNN_OK) {
+        skip("nvrtc.compile_all", cnn_error_msg());
+        return test_finish();
+    }
+    int major, minor;
+    cnn_cuda_nvrtc_version(&major, &minor);
+    printf("# NVRTC %d.%d\n", major, minor);
+    test_registry(quick);
+    return test_finish();
+}
+#endif
