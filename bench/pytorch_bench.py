@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""pytorch_bench.py — the PyTorch side of every speed comparison, in the same JSON schema as `cnn bench -o jsonl`.
+
+Variants (--impl, comma list):
+  eager-fp32     NCHW, float32, TF32 off (true fp32)
+  eager-tf32     NCHW, float32 inputs, TF32 on for convs and matmuls
+  eager-cl       channels_last, the model in --dtype (bf16/fp16) for inference; autocast for training
+  graph          eager-cl captured into a CUDA graph and replayed (inference and training)
+  compile        torch.compile(mode="reduce-overhead") with inductor freezing (inference); default mode (training)
+  compile-max    torch.compile(mode="max-autotune"): slow to compile, only when asked
+  cudnn          every distinct conv shape of the model alone (F.conv2d, NHWC, cudnn.benchmark), one row per shape
+  cpu            float32 on the CPU with torch.set_num_threads(--threads)
+Timing: CUDA events around each run after warm-up (and after compilation), median of --repeat runs; on the CPU a
+monotonic clock. Output: one JSON object per line on stdout (schema: docs/BENCH.md).
+"""
+import argparse, datetime, json, statistics, sys, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+
+def build(arch, num_classes, stem):
+    m = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
+    if stem == "cifar":
+        m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        m.maxpool = nn.Identity()
+    return m
+
+
+def flops_per_image(model, h, w):
+    """Forward FLOPs (2 per MAC) of convs and linears, counted with hooks on a 1-image run on the CPU."""
+    total = [0]
+
+    def conv_hook(mod, inp, out):
+        total[0] += 2 * out.numel() * mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+
+    def lin_hook(mod, inp, out):
+        total[0] += 2 * out.numel() * mod.in_features
+
+    hooks = [m.register_forward_hook(conv_hook) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    hooks += [m.register_forward_hook(lin_hook) for m in model.modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, 3, h, w))
+    for hk in hooks:
+        hk.remove()
+    return total[0]
+
+
+def time_cuda(fn, warmup, repeat):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ms = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ms.append(a.elapsed_time(b))
+    return ms
+
+
+def time_cpu(fn, warmup, repeat):
+    for _ in range(warmup):
+        fn()
+    ms = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ms.append((time.perf_counter() - t) * 1e3)
+    return ms
+
+
+def row(args, impl, model_name, batch, dtype, mode, ms, gflop, setup_s, device, peak, extra=None, error=""):
+    ms_sorted = sorted(ms) if ms else [float("nan")]
+    med = statistics.median(ms_sorted)
+    n = len(ms_sorted)
+    r = {
+        "impl": "pytorch-" + impl, "model": model_name, "input": f"{args.h}x{args.w}", "batch": batch, "dtype": dtype,
+        "mode": mode, "device": device, "backend": "cuda" if impl != "cpu" else "cpu", "ok": not error,
+        "ms_median": med, "ms_min": ms_sorted[0], "ms_p10": ms_sorted[(n - 1) // 10],
+        "ms_p90": ms_sorted[(n - 1) - (n - 1) // 10], "ms_max": ms_sorted[-1],
+        "images_per_s": batch / (med / 1e3) if med == med and med > 0 else 0.0,
+        "tflops": gflop / med if med == med and med > 0 else 0.0, "gflop_per_batch": gflop,
+        "peak_mib": peak / 2**20, "setup_s": setup_s, "repeat": args.repeat, "warmup": args.warmup,
+        "version": torch.__version__, "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "tf32": impl == "eager-tf32", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "error": error,
+    }
+    if extra:
+        r.update(extra)
+    print(json.dumps(r), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--stem", default="imagenet", choices=["imagenet", "cifar"])
+    ap.add_argument("--num-classes", type=int, default=None)
+    ap.add_argument("--batch", default="32", help="comma list")
+    ap.add_argument("--input-size", default=None)
+    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16"], help="for eager-cl/graph/compile")
+    ap.add_argument("--mode", default="infer", choices=["infer", "train"])
+    ap.add_argument("--impl", default="eager-fp32,eager-cl,graph")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    size = args.input_size or ("32" if args.stem == "cifar" else "224")
+    args.h, args.w = (int(v) for v in size.split("x")) if "x" in size else (int(size), int(size))
+    classes = args.num_classes or (10 if args.stem == "cifar" else 1000)
+    model_name = args.model + ("-cifar" if args.stem == "cifar" else "")
+    torch.manual_seed(0)
+    base = build(args.model, classes, args.stem)
+    gflop_img = flops_per_image(base, args.h, args.w) / 1e9
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if cuda else "cpu"
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    for batch in (int(b) for b in args.batch.split(",")):
+        for impl in args.impl.split(","):
+            gflop = gflop_img * batch * (3 if args.mode == "train" else 1)
+            t0 = time.perf_counter()
+            try:
+                if impl == "cpu":
+                    torch.set_num_threads(args.threads)
+                    ms, peak = run_cpu(args, base, batch, classes), 0
+                    row(args, impl, model_name, batch, "fp32", args.mode, ms, gflop, time.perf_counter() - t0,
+                        "cpu", 0, {"threads": args.threads})
+                    continue
+                if impl == "cudnn":
+                    run_cudnn(args, base, batch, dt, model_name, device)
+                    continue
+                torch.cuda.reset_peak_memory_stats()
+                ms, setup = run_gpu(args, base, impl, batch, dt, classes)
+                dname = {"eager-fp32": "fp32", "eager-tf32": "tf32"}.get(impl, args.dtype)
+                row(args, impl, model_name, batch, dname, args.mode, ms, gflop, setup, device,
+                    torch.cuda.max_memory_allocated())
+            except Exception as e:  # a failed configuration is a row with its error, not a crash
+                row(args, impl, model_name, batch, args.dtype, args.mode, [], gflop, time.perf_counter() - t0, device,
+                    0, error=f"{type(e).__name__}: {e}"[:300])
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
+                torch.backends.cudnn.allow_tf32 = False
+                if cuda:
+                    torch.cuda.empty_cache()
+
+
+def run_cpu(args, base, batch, classes):
+    import copy
+    model = copy.deepcopy(base)
+    x = torch.randn(batch, 3, args.h, args.w)
+    if args.mode == "infer":
+        model.eval()
+        with torch.no_grad():
+            return time_cpu(lambda: model(x), args.warmup, args.repeat)
+    y = torch.randint(0, classes, (batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4)
+    model.train()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return time_cpu(step, args.warmup, args.repeat)
+
+
+def run_gpu(args, base, impl, batch, dt, classes):
+    import copy
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = impl == "eager-tf32"
+    torch.backends.cudnn.allow_tf32 = impl == "eager-tf32"
+    model = copy.deepcopy(base).cuda()
+    fp32 = impl in ("eager-fp32", "eager-tf32")
+    cl = not fp32
+    if cl:
+        model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, args.h, args.w, device="cuda")
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    t0 = time.perf_counter()
+    if args.mode == "infer":
+        model.eval()
+        if not fp32:
+            model = model.to(dt)
+            x = x.to(dt)
+        fn = None
+        if impl.startswith("compile"):
+            import torch._inductor.config as icfg
+            icfg.freezing = True
+            cm = torch.compile(model, mode="max-autotune" if impl == "compile-max" else "reduce-overhead")
+
+            def fn():
+                with torch.no_grad():
+                    return cm(x)
+            for _ in range(3):
+                fn()
+        elif impl == "graph":
+            with torch.no_grad():
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(3):
+                        model(x)
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    model(x)
+            fn = g.replay
+        else:
+            def fn():
+                with torch.no_grad():
+                    return model(x)
+        torch.cuda.synchronize()
+        return time_cuda(fn, args.warmup, args.repeat), time.perf_counter() - t0
+    # training step
+    y = torch.randint(0, classes, (batch,), device="cuda")
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4)
+    amp = not fp32 and dt != torch.float32
+    step_model = torch.compile(model) if impl.startswith("compile") else model
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        with torch.autocast("cuda", dtype=dt, enabled=amp):
+            loss = F.cross_entropy(step_model(x), y)
+        loss.backward()
+        opt.step()
+
+    if impl == "graph":
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        fn = g.replay
+    else:
+        fn = step
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    return time_cuda(fn, args.warmup, args.repeat), time.perf_counter() - t0
+
+
+def run_cudnn(args, base, batch, dt, model_name, device):
+    """One row per distinct conv shape: F.conv2d alone, NHWC, cudnn.benchmark."""
+    torch.backends.cudnn.benchmark = True
+    shapes = {}
+
+    def hook(mod, inp, out):
+        key = (mod.in_channels, mod.out_channels, inp[0].shape[2], inp[0].shape[3], mod.kernel_size[0],
+               mod.stride[0], mod.padding[0])
+        shapes[key] = shapes.get(key, 0) + 1
+
+    hooks = [m.register_forward_hook(hook) for m in base.modules() if isinstance(m, nn.Conv2d)]
+    with torch.no_grad():
+        base.eval()(torch.zeros(1, 3, args.h, args.w))
+    for hk in hooks:
+        hk.remove()
+    for (c, k, h, w, r, s, p), count in shapes.items():
+        x = torch.randn(batch, c, h, w, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
+        wt = torch.randn(k, c, r, r, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            ms = time_cuda(lambda: F.conv2d(x, wt, stride=s, padding=p), args.warmup, args.repeat)
+        pq = ((h + 2 * p - r) // s + 1) * ((w + 2 * p - r) // s + 1)
+        gflop = 2.0 * batch * pq * k * c * r * r / 1e9
+        row(args, "cudnn", model_name, batch, args.dtype, "conv", ms, gflop, 0.0, device, 0,
+            {"layer": f"{c}->{k} {h}x{w} {r}x{r}/{s} p{p}", "count": count})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""report.py — turn benchmark records (JSON lines from `cnn bench -o jsonl` and bench/pytorch_bench.py) into a
+markdown report with ratios and SVG plots. Only the standard library: it runs in CI on a fixture.
+
+usage: report.py RESULTS.json [--out-md FILE] [--svg-dir DIR] [--title T] [--command CMD]
+RESULTS.json is either a JSON array or JSON lines; records follow docs/BENCH.md.
+"""
+import argparse, html, json, math, os, sys
+from collections import defaultdict
+
+# ---- SVG ------------------------------------------------------------------------------------------------
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"]
+
+
+def _esc(s):
+    return html.escape(str(s), quote=True)
+
+
+def _nice_ticks(lo, hi, n=5, log=False):
+    if log:
+        a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        return [10.0 ** e for e in range(a, b + 1)]
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 5, 10) if m * mag >= raw), default=mag * 10)
+    start = math.floor(lo / step) * step
+    ticks, t = [], start
+    while t <= hi + step * 0.5:
+        ticks.append(round(t, 10))
+        t += step
+    return ticks
+
+
+def _fmt(v):
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.0f}"
+    if abs(v) >= 1:
+        return f"{v:.1f}"
+    return f"{v:.2g}"
+
+
+class Chart:
+    """A small SVG chart: axes with labels, ticks, a legend; line or grouped-bar series."""
+
+    def __init__(self, title, xlabel, ylabel, width=720, height=420):
+        self.title, self.xlabel, self.ylabel = title, xlabel, ylabel
+        self.w, self.h = width, height
+        self.ml, self.mr, self.mt, self.mb = 80, 190, 40, 60
+
+    def _frame(self, parts, yticks, ymap):
+        pw = self.w - self.ml - self.mr
+        parts.append(f'<text x="{self.w / 2 - 60}" y="22" font-size="15" font-weight="bold" text-anchor="middle">'
+                     f'{_esc(self.title)}</text>')
+        x0, y0 = self.ml, self.h - self.mb
+        parts.append(f'<line x1="{x0}" y1="{self.mt}" x2="{x0}" y2="{y0}" stroke="black"/>')
+        parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x0 + pw}" y2="{y0}" stroke="black"/>')
+        for t in yticks:
+            y = ymap(t)
+            parts.append(f'<line x1="{x0 - 4}" y1="{y:.1f}" x2="{x0 + pw}" y2="{y:.1f}" stroke="#ddd"/>')
+            parts.append(f'<text x="{x0 - 8}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{_fmt(t)}</text>')
+        parts.append(f'<text x="{x0 + pw / 2}" y="{self.h - 15}" font-size="13" text-anchor="middle">'
+                     f'{_esc(self.xlabel)}</text>')
+        yc = self.mt + (y0 - self.mt) / 2
+        parts.append(f'<text x="18" y="{yc}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {yc})">'
+                     f'{_esc(self.ylabel)}</text>')
+
+    def _legend(self, parts, names):
+        x = self.w - self.mr + 15
+        for i, name in enumerate(names):
+            y = self.mt + 10 + 20 * i
+            parts.append(f'<rect x="{x}" y="{y - 9}" width="12" height="12" fill="{PALETTE[i % len(PALETTE)]}"/>')
+            parts.append(f'<text x="{x + 18}" y="{y + 2}" font-size="12">{_esc(name)}</text>')
+
+    def _svg(self, parts):
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.w}" height="{self.h}" '
+                f'font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>' + "".join(parts) + "</svg>\n")
+
+    def lines(self, series, logx=True):
+        """series: {name: [(x, y), ...]}"""
+        pts = [p for s in series.values() for p in s if p[1] == p[1] and p[1] > 0]
+        if not pts:
+            return None
+        xs = sorted({p[0] for p in pts})
+        ymax = max(p[1] for p in pts) * 1.1
+        yticks = _nice_ticks(0, ymax)
+        ytop = yticks[-1]
+        pw, ph = self.w - self.ml - self.mr, self.h - self.mt - self.mb
+
+        def xmap(x):
+            if len(xs) == 1:
+                return self.ml + pw / 2
+            if logx:
+                return self.ml + pw * (math.log(x) - math.log(xs[0])) / (math.log(xs[-1]) - math.log(xs[0]))
+            return self.ml + pw * (x - xs[0]) / (xs[-1] - xs[0])
+
+        def ymap(y):
+            return self.mt + ph * (1 - y / ytop)
+
+        parts = []
+        self._frame(parts, yticks, ymap)
+        for x in xs:
+            parts.append(f'<text x="{xmap(x):.1f}" y="{self.h - self.mb + 16}" font-size="11" text-anchor="middle">'
+                         f'{_fmt(x)}</text>')
+        for i, (name, s) in enumerate(series.items()):
+            s = sorted(p for p in s if p[1] == p[1] and p[1] > 0)
+            col = PALETTE[i % len(PALETTE)]
+            if len(s) > 1:
+                d = " ".join(f"{xmap(x):.1f},{ymap(y):.1f}" for x, y in s)
+                parts.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="2"/>')
+            for x, y in s:
+                parts.append(f'<circle cx="{xmap(x):.1f}" cy="{ymap(y):.1f}" r="3.5" fill="{col}"/>')
+        self._legend(parts, list(series))
+        return self._svg(parts)
+
+    def bars(self, groups, names):
+        """groups: [(group label, {name: value})], names: series order"""
+        vals = [v for _, g in groups for v in g.values() if v == v and v > 0]
+        if not vals:
+            return None
+        yticks = _nice_ticks(0, max(vals) * 1.1)
+        ytop = yticks[-1]
+        pw, ph = self.w - self.ml - self.mr, self.h - self.mt - self.mb
+
+        def ymap(y):
+            return self.mt + ph * (1 - y / ytop)
+
+        parts = []
+        self._frame(parts, yticks, ymap)
+        gw = pw / max(1, len(groups))
+        bw = gw * 0.8 / max(1, len(names))
+        for gi, (label, g) in enumerate(groups):
+            gx = self.ml + gi * gw + gw * 0.1
+            for si, name in enumerate(names):
+                v = g.get(name)
+                if v is None or not v == v or v <= 0:
+                    continue
+                y = ymap(v)
+                parts.append(f'<rect x="{gx + si * bw:.1f}" y="{y:.1f}" width="{bw * 0.95:.1f}" '
+                             f'height="{self.h - self.mb - y:.1f}" fill="{PALETTE[si % len(PALETTE)]}">'
+                             f'<title>{_esc(name)} {_esc(label)}: {v:.4g}</title></rect>')
+            lx = self.ml + gi * gw + gw / 2
+            ly = self.h - self.mb + 14
+            parts.append(f'<text x="{lx:.1f}" y="{ly}" font-size="10" text-anchor="end" '
+                         f'transform="rotate(-30 {lx:.1f} {ly})">{_esc(label)}</text>')
+        self._legend(parts, names)
+        return self._svg(parts)
+
+
+# ---- records --------------------------------------------------------------------------------------------
+
+def load(path):
+    text = open(path).read().strip()
+    if not text:
+        return []
+    if text[0] == "[":
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def key(r):
+    return (r["model"], r.get("input", ""), r["batch"], r["mode"])
+
+
+def report(records, svg_dir, title, command):
+    ok = [r for r in records if r.get("ok", True) and r.get("ms_median", 0) == r.get("ms_median", 0)]
+    failed = [r for r in records if not r.get("ok", True)]
+    ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train")]
+    rivals = [r for r in ok if r["impl"] != "cnn" and r["mode"] in ("infer", "train")]
+    out = [f"# {title}", ""]
+    devices = sorted({r.get("device", "?") for r in records})
+    dates = sorted({r.get("date", "?") for r in records})
+    versions = sorted({f'{r["impl"]} {r.get("version", "")}'.strip() for r in records if r.get("version")})
+    out += [f"- device: {', '.join(devices)}", f"- measured: {dates[0]} .. {dates[-1]}" if dates else "",
+            f"- versions: {', '.join(versions)}"]
+    commits = sorted({r["commit"] for r in records if r.get("commit")})
+    if commits:
+        out.append(f"- cnn commit: {', '.join(commits)}")
+    if command:
+        out.append(f"- regenerate: `{command}`")
+    out.append("")
+    # main table: ours beside each rival with the ratio of times (rival ms / our ms: > 1 means we are faster)
+    out += ["## Throughput", "",
+            "| model | input | batch | mode | ours: dtype | ours ms | images/s | rival | rival dtype | rival ms | speed-up |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    by_key = defaultdict(list)
+    for r in rivals:
+        by_key[key(r)].append(r)
+    for r in sorted(ours, key=lambda r: (r["model"], r["mode"], r["batch"], r["dtype"])):
+        same = [v for v in by_key.get(key(r), []) if v["dtype"] == r["dtype"] or
+                (r["dtype"] == "fp32" and v["dtype"] == "fp32")]
+        if not same:
+            out.append(f'| {r["model"]} | {r["input"]} | {r["batch"]} | {r["mode"]} | {r["dtype"]} | '
+                       f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | – | | | |')
+        for v in same:
+            out.append(f'| {r["model"]} | {r["input"]} | {r["batch"]} | {r["mode"]} | {r["dtype"]} | '
+                       f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | {v["impl"]} | {v["dtype"]} | '
+                       f'{v["ms_median"]:.3f} | **{v["ms_median"] / r["ms_median"]:.2f}x** |')
+    out.append("")
+    out.append("speed-up = rival's median ms / ours, same model, batch, mode and precision, same run.")
+    out.append("")
+    svgs = []
+    os.makedirs(svg_dir, exist_ok=True)
+    # plot 1: throughput vs batch for each (model, mode, dtype)
+    combos = sorted({(r["model"], r["mode"], r["dtype"]) for r in ok if r["mode"] in ("infer", "train")})
+    for model, mode, dtype in combos:
+        series = defaultdict(list)
+        for r in ok:
+            if r["model"] == model and r["mode"] == mode and (r["dtype"] == dtype):
+                series[r["impl"]].append((r["batch"], r["images_per_s"]))
+        if sum(len(s) for s in series.values()) < 2:
+            continue
+        svg = Chart(f"{model} {mode} {dtype}: throughput", "batch size (images)", "images / s").lines(dict(series))
+        if svg:
+            name = f"throughput_{model}_{mode}_{dtype}.svg"
+            open(os.path.join(svg_dir, name), "w").write(svg)
+            svgs.append(name)
+    # plot 2: latency at batch 1
+    b1 = [r for r in ok if r["batch"] == 1 and r["mode"] == "infer"]
+    if b1:
+        impls = sorted({r["impl"] for r in b1})
+        groups = defaultdict(dict)
+        for r in b1:
+            groups[f'{r["model"]} {r["dtype"]}'][r["impl"]] = r["ms_median"]
+        svg = Chart("latency at batch 1 (lower is better)", "model, precision", "ms per image").bars(
+            sorted(groups.items()), impls)
+        if svg:
+            open(os.path.join(svg_dir, "latency_b1.svg"), "w").write(svg)
+            svgs.append("latency_b1.svg")
+    # plot 3: per-layer against cuDNN
+    layers = [r for r in ok if r["mode"] == "conv" or r.get("layer")]
+    if layers:
+        impls = sorted({r["impl"] for r in layers})
+        groups = defaultdict(dict)
+        for r in layers:
+            groups[r.get("layer", "?")][r["impl"]] = r["ms_median"]
+        svg = Chart("per conv layer (lower is better)", "layer", "ms").bars(sorted(groups.items()), impls)
+        if svg:
+            open(os.path.join(svg_dir, "layers.svg"), "w").write(svg)
+            svgs.append("layers.svg")
+        out += ["## Per layer", "", "| layer | " + " | ".join(impls) + " |", "|---|" + "---|" * len(impls)]
+        for label, g in sorted(groups.items()):
+            out.append(f"| {label} | " + " | ".join(f'{g[i]:.3f}' if i in g else "–" for i in impls) + " |")
+        out.append("")
+    # plot 4: training images/s
+    tr = [r for r in ok if r["mode"] == "train"]
+    if tr:
+        impls = sorted({r["impl"] for r in tr})
+        groups = defaultdict(dict)
+        for r in tr:
+            groups[f'{r["model"]} b{r["batch"]} {r["dtype"]}'][r["impl"]] = r["images_per_s"]
+        svg = Chart("training step throughput (higher is better)", "model, batch, precision", "images / s").bars(
+            sorted(groups.items()), impls)
+        if svg:
+            open(os.path.join(svg_dir, "training.svg"), "w").write(svg)
+            svgs.append("training.svg")
+    if svgs:
+        out += ["## Plots", ""] + [f"![{s}]({os.path.basename(svg_dir)}/{s})" for s in svgs] + [""]
+    if failed:
+        out += ["## Configurations that failed", ""]
+        out += [f'- {r["impl"]} {r["model"]} b{r["batch"]} {r["dtype"]} {r["mode"]}: {r.get("error", "")}' for r in failed]
+        out.append("")
+    return "\n".join(line for line in out if line is not None) + "\n", svgs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--out-md", default=None)
+    ap.add_argument("--svg-dir", default=None)
+    ap.add_argument("--title", default="Benchmarks")
+    ap.add_argument("--command", default="")
+    a = ap.parse_args()
+    recs = load(a.results)
+    svg_dir = a.svg_dir or os.path.join(os.path.dirname(a.out_md or a.results) or ".", "plots")
+    md, _ = report(recs, svg_dir, a.title, a.command)
+    if a.out_md:
+        open(a.out_md, "w").write(md)
+    else:
+        sys.stdout.write(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/run.sh — the standard benchmark suite, both sides in one run on one machine, then the report.
+#
+#   bench/run.sh [--quick] [--max-autotune]     (make bench-gpu runs it after building)
+#
+# Runs `cnn bench` and bench/pytorch_bench.py over the standard suite (docs/BENCH.md), writes
+# bench/results/<date>-<gpu>.json (all records), bench/results/<date>-<gpu>.md + plots, and regenerates
+# BENCHMARKS.md from that JSON. On a machine without a GPU it runs the CPU section instead.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-python3}
+CNN=$BUILD/cnn
+QUICK=0; MAXAT=0
+for a in "$@"; do
+    case $a in --quick) QUICK=1 ;; --max-autotune) MAXAT=1 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
+done
+REPEAT=${REPEAT:-20}; WARMUP=${WARMUP:-5}
+[ $QUICK = 1 ] && { REPEAT=5; WARMUP=2; }
+date=$(date -u +%Y-%m-%d)
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr -cd 'A-Za-z0-9_-')
+    DEV=cuda
+else
+    gpu=cpu-$(nproc)c
+    DEV=cpu
+fi
+mkdir -p bench/results
+out=bench/results/$date-$gpu.json
+tmp=$(mktemp)
+log=bench/results/$date-$gpu.log
+: >"$log"
+ours() { # model stem batches dtype mode [extra]
+    local stem=$2
+    "$CNN" bench --model "$1" --stem "$stem" --batch "$3" --dtype "$4" --mode "$5" --device $DEV --repeat "$REPEAT" \
+        --warmup "$WARMUP" -o jsonl ${6:-} 2>>"$log" >>"$tmp" || echo "cnn bench $* failed (see $log)" >&2
+}
+theirs() { # model stem batches dtype mode impls
+    "$PYTHON" bench/pytorch_bench.py --model "$1" --stem "$2" --batch "$3" --dtype "$4" --mode "$5" --impl "$6" \
+        --repeat "$REPEAT" --warmup "$WARMUP" 2>>"$log" >>"$tmp" || echo "pytorch_bench $* failed (see $log)" >&2
+}
+t0=$SECONDS
+if [ $DEV = cuda ]; then
+    compile=compile; [ $MAXAT = 1 ] && compile=compile,compile-max
+    # inference, fp32 (true fp32 on both sides) and bf16
+    for dt in fp32 bf16; do
+        ours resnet50 imagenet 1,16,64,256 $dt infer
+        ours resnet18 imagenet 1,64 $dt infer
+        ours vgg16 imagenet 64 $dt infer
+        ours resnet18 cifar 1,10000 $dt infer
+    done
+    theirs resnet50 imagenet 1,16,64,256 fp32 infer eager-fp32,eager-tf32
+    theirs resnet50 imagenet 1,16,64,256 bf16 infer eager-cl,graph
+    theirs resnet50 imagenet 1,256 bf16 infer $compile
+    theirs resnet18 imagenet 1,64 fp32 infer eager-fp32
+    theirs resnet18 imagenet 1,64 bf16 infer eager-cl,graph
+    theirs resnet18 imagenet 64 bf16 infer $compile
+    theirs vgg16 imagenet 64 fp32 infer eager-fp32,eager-tf32
+    theirs vgg16 imagenet 64 bf16 infer eager-cl,graph
+    theirs resnet18 cifar 1,10000 fp32 infer eager-fp32
+    theirs resnet18 cifar 1,10000 bf16 infer eager-cl,graph
+    # training steps
+    ours resnet50 imagenet 256 bf16 train
+    ours resnet18 cifar 512 bf16 train
+    theirs resnet50 imagenet 256 bf16 train eager-cl
+    theirs resnet18 cifar 512 bf16 train eager-cl,graph
+    # per-layer: cuDNN alone on every distinct ResNet-50 conv shape at batch 256
+    theirs resnet50 imagenet 256 bf16 infer cudnn
+else
+    ours resnet18 imagenet 32 fp32 infer
+    ours resnet18 cifar 64 fp32 train
+    ours resnet50 imagenet 8 fp32 infer
+    theirs resnet18 imagenet 32 fp32 infer cpu
+    theirs resnet18 cifar 64 fp32 train cpu
+    theirs resnet50 imagenet 8 fp32 infer cpu
+fi
+"$PYTHON" -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; json.dump(rows, open(sys.argv[2],"w"), indent=1)' "$tmp" "$out"
+rm -f "$tmp"
+cmd="bench/run.sh$( [ $QUICK = 1 ] && echo ' --quick')"
+"$PYTHON" bench/report.py "$out" --out-md "${out%.json}.md" --svg-dir "bench/results/plots-$date-$gpu" \
+    --title "cnn.c vs PyTorch on $gpu ($date)" --command "$cmd"
+"$PYTHON" bench/make_benchmarks_md.py bench/results >BENCHMARKS.md
+echo "suite took $((SECONDS - t0)) s; records in $out, report ${out%.json}.md, BENCHMARKS.md regenerated"
