@@ -40,7 +40,8 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "cnn: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "cnn: unknown command '%s' (commands:", argv[1]);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(stderr, " %s", commands[i].name);
+    fprintf(stderr, "; cnn --help for more)\n");
     return CLI_EXIT_USAGE;
 }

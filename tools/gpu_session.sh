@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# tools/gpu_session.sh -- everything one call to a lent GPU machine should do, in one command, with a summary
+# table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
+# startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
+#
+#   tools/gpu_session.sh [stage...]      stages: build ops e2e startup sanitize bench suite (default: all but suite)
+#
+# Logs go to $OUT (the device tool's return folder; ./gpu-out when unset): session.log (everything),
+# summary.txt (the table), logs.tgz (every test log).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+STAGES=${*:-build ops e2e startup sanitize bench}
+export PYTHON=${PYTHON:-python3} BUILD=${BUILD:-build}
+export CNN_CACHE_DIR=${CNN_CACHE_DIR:-/tmp/cnn-cache}
+LOGDIR=/tmp/gpu-logs
+mkdir -p "$LOGDIR"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+exec > >(tee -a "$OUT/session.log") 2>&1
+
+row() { printf '%-28s %-6s %6s s  %s\n' "$1" "$2" "$3" "$4" | tee -a "$SUMMARY.rows" >/dev/null; }
+stage() { # name timeout command...: runs, logs to $LOGDIR/name.log, records PASS/FAIL counts
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS log=$LOGDIR/$name.log
+    echo "=== $name (limit ${limit}s): $*"
+    timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+    local rc=$?
+    local p f s
+    p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log"); s=$(grep -c '^SKIP ' "$log")
+    grep -E '^(FAIL|SKIP) |^# |passed, ' "$log" | head -n 60
+    [ $rc -ne 0 ] && tail -n 25 "$log"
+    local verdict=ok
+    { [ $rc -ne 0 ] || [ "$f" -gt 0 ]; } && verdict=FAIL
+    [ $rc -eq 124 ] && verdict=TIMEOUT
+    row "$name" "$verdict" $((SECONDS - t0)) "rc=$rc pass=$p fail=$f skip=$s"
+}
+has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
+$PYTHON -c 'import torch; print("# torch", torch.__version__, torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
+
+if has build; then
+    stage build 240 make -j16 BUILD="$BUILD" all
+fi
+if has ops; then
+    stage nvrtc-quick 120 env CNN_TEST_QUICK=1 "$BUILD/test_nvrtc"
+    stage gpu-ops 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops"
+fi
+if has startup; then
+    $PYTHON -c 'import sys; sys.path.insert(0, "tools"); import st, torch; g = torch.Generator().manual_seed(1); st.save_file({"input": torch.randn(8, 3, 224, 224, generator=g)}, "/tmp/x224.safetensors")'
+    cold=/tmp/cnn-cache-cold; rm -rf "$cold"
+    stage startup-cold 120 "$BUILD/cnn" infer --model resnet50 --input /tmp/x224.safetensors --output /tmp/y1.safetensors --device cuda --cache-dir "$cold" -v
+    stage startup-warm 60 "$BUILD/cnn" infer --model resnet50 --input /tmp/x224.safetensors --output /tmp/y2.safetensors --device cuda --cache-dir "$cold" -v
+    stage startup-warm2 60 "$BUILD/cnn" infer --model resnet50 --input /tmp/x224.safetensors --output /tmp/y2.safetensors --device cuda --cache-dir "$cold"
+    stage infer-cpu-vs-gpu 120 $PYTHON -c '
+import sys, subprocess; sys.path.insert(0, "tools"); import st, torch
+subprocess.run(["'"$BUILD"'/cnn", "infer", "--model", "resnet50", "--input", "/tmp/x224.safetensors", "--output", "/tmp/yc.safetensors", "--device", "cpu", "--threads", "16"], check=True)
+a = st.load_file("/tmp/y2.safetensors")["logits"].double(); b = st.load_file("/tmp/yc.safetensors")["logits"].double()
+e = float((a - b).norm() / b.norm()); print(("PASS" if e <= 1e-4 else "FAIL"), "resnet50 fp32 logits gpu vs cpu rel-L2 %.2e" % e)'
+fi
+if has e2e; then
+    export CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16
+    stage golden-zoo 240 $PYTHON tests/golden/test_zoo_infer.py
+    stage golden-grad 120 $PYTHON tests/golden/test_grad.py
+    stage golden-train 150 $PYTHON tests/golden/test_train.py
+    unset CNN_TEST_DEVICE CNN_TEST_THREADS
+fi
+if has sanitize; then
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+        stage "sanitizer-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork convert pointwise dropout bn scale_shift pool conv linear xent prep optim graph
+    done
+fi
+if has bench; then
+    stage bench-ours 240 "$BUILD/cnn" bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32,bf16 --device cuda --repeat 20 --warmup 5
+    stage bench-ours-train 120 "$BUILD/cnn" bench --model resnet18 --stem cifar --batch 512 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3
+    stage bench-torch 240 $PYTHON bench/pytorch_bench.py --model resnet50 --batch 1,64,256 --dtype bf16 --mode infer --impl eager-cl,graph --repeat 20 --warmup 5
+fi
+if has suite; then
+    stage bench-suite 580 bench/run.sh
+    cp bench/results/*.json bench/results/*.md "$OUT"/ 2>/dev/null
+fi
+
+tar czf "$OUT/logs.tgz" -C "$LOGDIR" . 2>/dev/null
+{ echo; echo "stage                        result  time     details"; cat "$SUMMARY.rows"; } >"$SUMMARY"
+rm -f "$SUMMARY.rows"
+cat "$SUMMARY"
