@@ -93,13 +93,16 @@ int cmd_infer(int argc, char **argv) {
         free(x);
         return cli_fail(st);
     }
+    double t_start = cnn_now();
     if ((rc = cli_backend(&c, &be)) >= 0) {
         free(x);
         return rc;
     }
+    double t_backend = cnn_now();
     int b = n < batch ? n : batch;
     st = cnn_model_create(&mo, be, h, w, b, false, &m);
     if (st == CNN_OK && mm.weights) st = cnn_model_load(m, mm.weights);
+    double t_model = cnn_now(), t_first = 0;
     int classes = mo.num_classes;
     if (st == CNN_OK) {
         logits = cnn_malloc((size_t)n * classes * sizeof(float), "logits");
@@ -110,7 +113,12 @@ int cmd_infer(int argc, char **argv) {
         st = cnn_model_upload_input(m, x + (size_t)s * 3 * h * w, k);
         if (st == CNN_OK) st = cnn_model_forward(m, k, CNN_MODE_EVAL, 0);
         if (st == CNN_OK) st = cnn_model_download_logits(m, k, logits + (size_t)s * classes);
+        if (s == 0) t_first = cnn_now();
     }
+    if (st == CNN_OK)
+        cnn_log(2, "cnn: infer: backend %.3f s, model %.3f s, first batch (kernel compilation or cache "
+                "loads included) %.3f s, all %d images %.3f s", t_backend - t_start, t_model - t_backend,
+                t_first - t_model, n, cnn_now() - t_start);
     if (st == CNN_OK) {
         cnn_st_item it = {.name = "logits", .dtype = CNN_DTYPE_F32, .ndim = 2, .shape = {n, classes}, .data = logits};
         st = cnn_st_write(output, &it, 1, NULL, 0);

@@ -334,8 +334,10 @@ static double uniform01(uint64_t seed, int pi, int64_t i) {
     return (double)r[0] / 4294967296.0;
 }
 
-/* Fill a parameter (torchvision layout) according to its init rule. */
+/* Fill a parameter (torchvision layout) according to its init rule. Each value depends on (seed, parameter,
+ * index) alone, so the loop runs in parallel and gives the same values on any number of threads. */
 static void init_values(const cnn_param *p, int pi, uint64_t seed, float *out) {
+#pragma omp parallel for schedule(static) if (p->count > 65536)
     for (int64_t i = 0; i < p->count; i++) {
         double v = 0;
         switch (p->init) {
