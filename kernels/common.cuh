@@ -164,6 +164,57 @@ __device__ __forceinline__ void mma_m16n8k16(float *d, const unsigned *a, const 
 #endif
 #endif /* ACT */
 
+/* ---- asynchronous copies and ldmatrix (sm_80+) --------------------------------------------------------- */
+/* cp_async16: 16 bytes global -> shared without a register round trip; when !pred the destination is zero-filled
+ * and src is not read (it must still be a valid address). Groups: cp_async_commit() closes the copies issued so
+ * far into a group; cp_async_wait<N>() waits until at most N groups are still in flight (then __syncthreads()
+ * before other threads read the data). The emulator copies synchronously. */
+__device__ __forceinline__ unsigned smem_u32(const void *p) {
+#ifdef __CUDA_ARCH__
+    unsigned s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
+    return s;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred) {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(pred ? 16 : 0));
+#else
+    if (pred) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+/* ldmatrix.x4: lane l gives the address of row l%8 of matrix l/8 (16 contiguous bytes in shared memory); r[j]
+ * receives, from matrix j, the two 16-bit elements 2*(l%4), 2*(l%4)+1 of row l/4 -- the mma.m16n8k16 fragment
+ * layout. */
+__device__ __forceinline__ void ldmatrix_x4(unsigned *r, const void *p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+#else
+    const unsigned char *all[32];
+    emu_rt_ptr->allgather(&p, all, (int)sizeof p);
+    unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int lane = (int)(lin & 31);
+    for (int j = 0; j < 4; j++) memcpy(&r[j], all[j * 8 + lane / 4] + 4 * (lane % 4), 4);
+#endif
+}
+
+
 /* ---- Philox-4x32-10, identical to cnn_philox (src/core/rng.c) ----------------------------------------- */
 
 __device__ __forceinline__ void philox4x32_10(unsigned long long key, unsigned long long counter_hi,

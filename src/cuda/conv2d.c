@@ -18,6 +18,7 @@
 #include "cuda/internal.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,6 +46,21 @@ static const conv_config configs[] = {
 #define N_VARIANTS ((int)(sizeof configs / sizeof configs[0]))
 #define N_SIMT 5 /* the first N_SIMT are SIMT */
 
+/* The fast forward kernels of conv2d_tc.cu (cp.async pipeline, ldmatrix, mma.sync, fused epilogue): F16/BF16,
+ * sm_80+, C % 32 == 0, K % 8 == 0, 16-byte aligned tensors. Numbered after the generic variants. */
+typedef struct tc_config {
+    const char *name;
+    int bm, bn, wm, wn, stages;
+    float speed; /* relative throughput of a full tile, for the heuristic */
+} tc_config;
+static const tc_config tc_configs[] = {
+    {"tc128x128/w2x4/s3", 128, 128, 2, 4, 3, 1.00f},
+    {"tc128x64/w2x2/s4", 128, 64, 2, 2, 4, 0.85f},
+    {"tc64x128/w2x2/s4", 64, 128, 2, 2, 4, 0.85f},
+    {"tc64x64/w2x2/s4", 64, 64, 2, 2, 4, 0.70f},
+};
+#define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
+
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
 
 static int threads_of(const conv_config *c) {
@@ -63,10 +79,10 @@ static void check_config(const conv_config *c) {
     CNN_ASSERT(nt % c->bk == 0 && nt % c->bm == 0 && nt % c->bn == 0);
 }
 
-int cnn_cuda_conv_config_count(void) { return N_VARIANTS; }
+int cnn_cuda_conv_config_count(void) { return N_VARIANTS + N_TC; }
 const char *cnn_cuda_conv_config_name(int v) {
-    CNN_ASSERT(v >= 0 && v < N_VARIANTS);
-    return configs[v].name;
+    CNN_ASSERT(v >= 0 && v < N_VARIANTS + N_TC);
+    return v < N_VARIANTS ? configs[v].name : tc_configs[v - N_VARIANTS].name;
 }
 
 /* ---- the kernel families: per pass, one SIMT and one tensor-core family; config index within the kind ---- */
@@ -108,6 +124,15 @@ const cuda_family cuda_family_conv2d_dgrad_mma = {"conv2d_dgrad_mma", "conv2d.cu
 const cuda_family cuda_family_conv2d_wgrad_mma = {"conv2d_wgrad_mma", "conv2d.cu", wgrad_entries, 2, HALF_DTS,
                                                   N_VARIANTS - N_SIMT, def_wgrad_mma, mma_name};
 
+static void def_fprop_tc(int cfg, char *buf, size_t cap) {
+    const tc_config *c = &tc_configs[cfg];
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DWM=%d -DWN=%d -DSTAGES=%d", c->bm, c->bn, c->wm, c->wn, c->stages);
+}
+static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
+static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc"};
+const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 1, HALF_DTS, N_TC,
+                                                 def_fprop_tc, tc_name};
+
 static const cuda_family *family_of(int pass, int v) {
     static const cuda_family *const fams[2][3] = {
         {&cuda_family_conv2d_fprop, &cuda_family_conv2d_dgrad, &cuda_family_conv2d_wgrad},
@@ -119,8 +144,8 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 /* ---- choosing a variant ---------------------------------------------------------------------------------- */
 
 bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
-    CNN_ASSERT(v >= 0 && v < N_VARIANTS);
-    if (!configs[v].mma) return true;
+    CNN_ASSERT(v >= 0 && v < N_VARIANTS + N_TC);
+    if (v < N_VARIANTS && !configs[v].mma) return true;
     return be->act_dtype != CNN_DTYPE_F32 && cuda_impl(be)->cc_major >= 8 && !cuda_impl(be)->no_mma;
 }
 
@@ -146,7 +171,7 @@ int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int 
 }
 
 int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv, int pass) {
-    if (cb->conv_force_cfg >= 0) return cb->conv_force_cfg;
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return cb->conv_force_cfg;
     int64_t gm, gn, gk;
     gemm_dims(cv, pass, &gm, &gn, &gk);
     int cand[N_VARIANTS];
@@ -218,6 +243,33 @@ static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int e
     return cuda_kernel(cb, family_of(pass, v), be->act_dtype, family_cfg(v), entry, f);
 }
 
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The tensor-core kernel for this forward problem (index into tc_configs), or -1 when its preconditions do not
+ * hold or a generic variant is forced. */
+static int tc_pick(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                   const void *y) {
+    if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return -1;
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return -1;
+    if (cv->c % 32 != 0 || cv->k % 8 != 0) return -1;
+    if (!aligned16(x) || !aligned16(w) || !aligned16(y) || (ep && ep->residual && !aligned16(ep->residual))) return -1;
+    if (cb->conv_force_cfg >= N_VARIANTS) return cb->conv_force_cfg - N_VARIANTS;
+    int64_t gm, gn, gk;
+    gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    int best = 0;
+    double best_score = -1;
+    for (int i = 0; i < N_TC; i++) {
+        const tc_config *c = &tc_configs[i];
+        int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn);
+        double util = (double)gm * gn / ((double)tiles * c->bm * c->bn);
+        double par = (double)tiles / (double)cb->sm_count; /* at least one CTA per SM */
+        if (par > 1.0) par = 1.0;
+        double score = c->speed * util * par;
+        if (score > best_score + 1e-9) best_score = score, best = i;
+    }
+    return best;
+}
+
 cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                              const void *w, void *y) {
     cuda_be *cb = cuda_impl(be);
@@ -225,6 +277,28 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     CNN_ASSERT(x && w && y);
     int v;
     CUfunction f;
+    int tv = tc_pick(cb, cv, ep, x, w, y);
+    if (tv >= 0) {
+        CNN_TRY(check_problem(cv, PASS_FPROP));
+        const tc_config *c = &tc_configs[tv];
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 0, &f));
+        conv_args a = {0};
+        a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
+        a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
+        a.stride_h = cv->stride_h, a.stride_w = cv->stride_w, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
+        int64_t gm, gn, gk;
+        gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+        a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
+        a.splits = 1;
+        a.x = x, a.wt = w, a.out = y;
+        if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
+        char what[200];
+        snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+                 cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
+                 cv->stride_w, cv->pad_h, cv->pad_w);
+        return cuda_launch(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), 1,
+                           (unsigned)(32 * c->wm * c->wn), 1, &a);
+    }
     CNN_TRY(prepare(be, cv, PASS_FPROP, 0, &v, &f));
     const conv_config *c = &configs[v];
     conv_args a = make_args(cv, PASS_FPROP, c);

@@ -11,7 +11,7 @@
  * Each group runs in a forked child (the parent never touches CUDA), so a crash or a sticky device error in one
  * group is reported as that group's failure and the others still run.
  *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16] [group...]
- * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs linear xent prep
+ * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc linear xent prep
  * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  */
 #include "test.h"
@@ -1103,6 +1103,33 @@ static void g_conv_configs(ctx *t) {
     if (!quick) conv_one(t, &big, -1, 2, 3900);
 }
 
+/* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16, C % 32 == 0, K % 8 == 0), each config forced and the
+ * heuristic, on odd shapes within their preconditions; the dgrad/wgrad of these cases use the generic kernels */
+static const conv_case conv_tc_cases[] = {
+    {1, 32, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
+    {3, 64, 11, 9, 40, 3, 3, 2, 2, 1, 1},    /* batch 3, stride 2, K not a multiple of the tile */
+    {2, 32, 15, 13, 72, 7, 7, 2, 2, 3, 3},   /* 7x7/2 pad 3 */
+    {1, 96, 6, 5, 136, 1, 1, 1, 1, 0, 0},    /* 1x1, K > 128 */
+    {3, 64, 9, 9, 24, 1, 1, 2, 2, 0, 0},     /* 1x1/2: the downsample */
+    {2, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}, /* several tiles of M, 36 reduction slices */
+    {1, 32, 5, 12, 16, 3, 1, 1, 2, 1, 0},    /* R != S, stride_h != stride_w */
+};
+
+static void g_conv_tc(ctx *t) {
+    if (t->dt == CNN_DTYPE_F32 || !cnn_cuda_conv_config_usable(t->gpu, cnn_cuda_conv_config_count() - 1)) {
+        printf("SKIP conv_tc.%s: tensor-core kernels take F16/BF16 on sm_80+\n", t->dts);
+        return;
+    }
+    int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
+    int first_tc = cnn_cuda_conv_config_count();
+    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    for (int i = 0; i < (quick ? 2 : ncase); i++) {
+        conv_one(t, &conv_tc_cases[i], -1, 3 - (i % 4), 5000 + 10 * i);
+        for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
+            conv_one(t, &conv_tc_cases[i], cfg, i + cfg, 5100 + 10 * i + cfg);
+    }
+}
+
 /* ---- linear --------------------------------------------------------------------------------------------- */
 
 static void g_linear(ctx *t) {
@@ -1839,6 +1866,7 @@ static const group groups[] = {
     {"channel_sum", g_channel_sum, true}, {"bn", g_bn, true},
     {"scale_shift", g_scale_shift, true}, {"pool", g_pool, true},
     {"conv", g_conv, true},         {"conv_configs", g_conv_configs, true},
+    {"conv_tc", g_conv_tc, true},
     {"linear", g_linear, true},     {"xent", g_xent, true},
     {"prep", g_prep, true},         {"optim", g_optim, false},
     {"nonfinite", g_nonfinite, false}, {"graph", g_graph, true},
