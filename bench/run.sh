@@ -42,6 +42,13 @@ theirs() { # model stem batches dtype mode impls
 t0=$SECONDS
 if [ $DEV = cuda ]; then
     compile=compile; [ $MAXAT = 1 ] && compile=compile,compile-max
+    # the GPU's measured matrix peak (cuBLAS bf16 and true fp32), for "% of peak" in the report
+    "$PYTHON" bench/gpu_checks.py peak 2>>"$log" >>"$tmp" || echo "gpu_checks.py peak failed (see $log)" >&2
+    # cold start: an empty kernel cache, so setup_s is compilation (+ graph capture) from nothing
+    cold=$(mktemp -d)
+    "$CNN" bench --model resnet50 --batch 256 --dtype bf16 --device cuda --repeat 5 --warmup 2 --cache-dir "$cold" \
+        -o jsonl 2>>"$log" | sed 's/^{/{"cache":"cold",/' >>"$tmp" || echo "cold-start bench failed" >&2
+    rm -rf "$cold"
     # inference, fp32 (true fp32 on both sides) and bf16
     for dt in fp32 bf16; do
         ours resnet50 imagenet 1,16,64,256 $dt infer
@@ -76,6 +83,11 @@ else
 fi
 "$PYTHON" -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; json.dump(rows, open(sys.argv[2],"w"), indent=1)' "$tmp" "$out"
 rm -f "$tmp"
+if [ $DEV = cuda ]; then # an independent re-measurement of PyTorch rows (triton's do_bench), appended to the results
+    "$PYTHON" bench/gpu_checks.py check "$out" 2>>"$log" >"$out.check" || echo "gpu_checks.py check failed" >&2
+    "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); r += [json.loads(l) for l in open(sys.argv[2]) if l.strip()]; json.dump(r, open(sys.argv[1],"w"), indent=1)' "$out" "$out.check"
+    rm -f "$out.check"
+fi
 cmd="bench/run.sh$( [ $QUICK = 1 ] && echo ' --quick')"
 "$PYTHON" bench/report.py "$out" --out-md "${out%.json}.md" --svg-dir "bench/results/plots-$date-$gpu" \
     --title "cnn.c vs PyTorch on $gpu ($date)" --command "$cmd"

@@ -8,7 +8,9 @@
  *     writes are free of bank conflicts;
  *   - mma.sync.m16n8k16 with fp32 accumulators, warp tile (BM/WM) x (BN/WN);
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
- *     rounding to the activation type, two channels per 32-bit store.
+ *     rounding to the activation type, two channels per 32-bit store;
+ *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
+ *     a.ws, and conv2d_tc_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
  * Specialisation (-D, src/cuda/conv2d.c): BM BN (CTA tile), WM WN (warps), STAGES, ACT (F16 or BF16).
  * The launcher checks the preconditions (C % 32, K % 8, 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
@@ -51,7 +53,9 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const act_t *x = (const act_t *)a.x;
     const act_t *wt = (const act_t *)a.wt;
-    const int ktiles = a.gk / BK;
+    const int kt_begin = blockIdx.z * a.ktiles_per_split;
+    const int kt_end = min(a.gk / BK, kt_begin + a.ktiles_per_split);
+    const int ktiles = kt_end - kt_begin; /* this split's slices */
     const int ch = tid & 3; /* this thread's 16-byte chunk of every row it loads */
 
     /* A rows of this thread: output pixel (img, p, q) -> input window origin */
@@ -79,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
     }
 
     auto load_slice = [&](int stage, int kt) {
-        const int kk = kt * BK;
+        const int kk = (kt_begin + kt) * BK;
         const int rs = kk / a.c, c0 = kk - rs * a.c;
         const int r = rs / a.s, s = rs - r * a.s;
 #pragma unroll
@@ -151,6 +155,22 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
     act_t *y = (act_t *)a.out;
     const act_t *res = (const act_t *)a.residual;
     const int g = lane >> 2, t4 = lane & 3;
+    if (a.splits > 1) { /* partial sums of this split, the epilogue comes after all of them */
+        float *ws = a.ws + (long long)blockIdx.z * a.gm * a.gn;
+#pragma unroll
+        for (int j = 0; j < NT8; j++) {
+            const int n = n0 + wn0 + j * 8 + 2 * t4;
+            if (n >= a.gn) continue;
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int m = m0 + wm0 + i * 16 + g + h * 8;
+                    if (m < a.gm) *(float2 *)(ws + (long long)m * a.gn + n) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                }
+        }
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < NT8; j++) {
         const int n = n0 + wn0 + j * 8 + 2 * t4;
@@ -176,5 +196,34 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
                 }
                 *(unsigned *)(y + o) = pack2(v0, v1);
             }
+    }
+}
+
+/* y = epilogue(sum over the splits of ws, in split order): grid-stride over (m, n) pairs of channels. */
+extern "C" __global__ void conv2d_tc_splitk_epilogue(const conv_args a) {
+    const long long pairs = (long long)a.gm * a.gn / 2;
+    act_t *y = (act_t *)a.out;
+    const act_t *res = (const act_t *)a.residual;
+    const long long plane = (long long)a.gm * a.gn;
+    for (long long i = GRID_TID; i < pairs; i += GRID_STRIDE) {
+        const long long o = 2 * i;
+        const int n = (int)(o % a.gn);
+        float v0 = 0.0f, v1 = 0.0f;
+        for (int z = 0; z < a.splits; z++) {
+            const float2 p = *(const float2 *)(a.ws + z * plane + o);
+            v0 += p.x;
+            v1 += p.y;
+        }
+        v0 = v0 * (a.scale ? a.scale[n] : 1.0f) + (a.shift ? a.shift[n] : 0.0f);
+        v1 = v1 * (a.scale ? a.scale[n + 1] : 1.0f) + (a.shift ? a.shift[n + 1] : 0.0f);
+        if (res) {
+            v0 += act_to_f32(res[o]);
+            v1 += act_to_f32(res[o + 1]);
+        }
+        if (a.relu) {
+            v0 = v0 > 0.0f ? v0 : 0.0f;
+            v1 = v1 > 0.0f ? v1 : 0.0f;
+        }
+        *(unsigned *)(y + o) = pack2(v0, v1);
     }
 }

@@ -301,6 +301,10 @@ void cnn_cuda_conv_force_config(cnn_backend *be, int cfg) {
     CNN_ASSERT(cfg >= -1 && cfg < cnn_cuda_conv_config_count());
     cuda_impl(be)->conv_force_cfg = cfg;
 }
+void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits) {
+    CNN_ASSERT(splits >= -1);
+    cuda_impl(be)->conv_force_splitk = splits;
+}
 
 /* ---- creation ----------------------------------------------------------------------------------------- */
 
@@ -395,6 +399,7 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_mma = mma && strcmp(mma, "0") == 0;
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
+    cb->conv_force_splitk = -1;
     return CNN_OK;
 }
 

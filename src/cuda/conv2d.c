@@ -129,8 +129,8 @@ static void def_fprop_tc(int cfg, char *buf, size_t cap) {
     snprintf(buf, cap, "-DBM=%d -DBN=%d -DWM=%d -DWN=%d -DSTAGES=%d", c->bm, c->bn, c->wm, c->wn, c->stages);
 }
 static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
-static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc"};
-const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 1, HALF_DTS, N_TC,
+static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc", "conv2d_tc_splitk_epilogue"};
+const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 2, HALF_DTS, N_TC,
                                                  def_fprop_tc, tc_name};
 
 static const cuda_family *family_of(int pass, int v) {
@@ -289,15 +289,42 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
         int64_t gm, gn, gk;
         gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
         a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
-        a.splits = 1;
+        /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
+        int64_t ktiles = gk / 32, tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
+        if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
+        else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
+            splits = cdiv(cb->sm_count, tiles);
+            if (splits > ktiles / 4) splits = ktiles / 4;
+            if (splits > 32) splits = 32;
+            if (splits * gm * gn * 4 > ((int64_t)64 << 20)) splits = 1;
+        }
+        if (splits > ktiles) splits = ktiles;
+        if (splits < 1) splits = 1;
+        int64_t kps = cdiv(ktiles, splits);
+        splits = cdiv(ktiles, kps); /* no empty split */
+        a.ktiles_per_split = (int)kps;
+        a.splits = (int)splits;
         a.x = x, a.wt = w, a.out = y;
         if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
+        CUfunction fe = NULL;
+        if (splits > 1) {
+            CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 1, &fe));
+            void *ws;
+            CNN_TRY(cuda_workspace(cb, (size_t)(splits * gm * gn) * sizeof(float), &ws));
+            a.ws = ws;
+        }
         char what[200];
         snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
                  cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
                  cv->stride_w, cv->pad_h, cv->pad_w);
-        return cuda_launch(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), 1,
-                           (unsigned)(32 * c->wm * c->wn), 1, &a);
+        CNN_TRY(cuda_launch(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
+                            (unsigned)(32 * c->wm * c->wn), 1, &a));
+        if (splits > 1) {
+            size_t len = strlen(what);
+            snprintf(what + len, sizeof what - len, " split-K epilogue of %lld splits", (long long)splits);
+            CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
+        }
+        return CNN_OK;
     }
     CNN_TRY(prepare(be, cv, PASS_FPROP, 0, &v, &f));
     const conv_config *c = &configs[v];

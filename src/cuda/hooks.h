@@ -80,5 +80,8 @@ int cnn_cuda_conv_config_count(void);
 const char *cnn_cuda_conv_config_name(int v);
 bool cnn_cuda_conv_config_usable(cnn_backend *be, int v);
 void cnn_cuda_conv_force_config(cnn_backend *be, int v);
+/* Split-K of the tensor-core forward kernels: -1 = the heuristic (splits when the output has too few tiles to
+ * fill the GPU), 0 = never, s > 0 = s splits whenever the reduction has at least s slices. */
+void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
 
 #endif

@@ -200,6 +200,7 @@ typedef struct cuda_be {
     bool capturing;
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
+    int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
     bool timing;              /* between time_begin and time_end */
     /* memory */
     cuda_alloc *allocs;

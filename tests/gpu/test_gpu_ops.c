@@ -1123,11 +1123,16 @@ static void g_conv_tc(ctx *t) {
     int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
     int first_tc = cnn_cuda_conv_config_count();
     while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
-    for (int i = 0; i < (quick ? 2 : ncase); i++) {
-        conv_one(t, &conv_tc_cases[i], -1, 3 - (i % 4), 5000 + 10 * i);
-        for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-            conv_one(t, &conv_tc_cases[i], cfg, i + cfg, 5100 + 10 * i + cfg);
-    }
+    /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits */
+    const int splitk[] = {-1, 0, 3};
+    for (int i = 0; i < (quick ? 2 : ncase); i++)
+        for (int sk = 0; sk < 3; sk++) {
+            cnn_cuda_conv_force_splitk(t->gpu, splitk[sk]);
+            conv_one(t, &conv_tc_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
+            for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
+                conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
+        }
+    cnn_cuda_conv_force_splitk(t->gpu, -1);
 }
 
 /* ---- linear --------------------------------------------------------------------------------------------- */

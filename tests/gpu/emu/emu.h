@@ -68,6 +68,10 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(8) float2 {
+    float x, y;
+};
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 /* mma.sync.m16n8k16 (f32 += bf16/f16 x bf16/f16) with the PTX ISA's fragment layout, computed by every lane
  * from the whole warp's fragments */
