@@ -155,6 +155,7 @@ void cli_add_common(cli_table *t, cli_common *c) {
     c->threads = 0;
     c->dtype = "fp32";
     c->cache_dir = NULL;
+    c->tune = "fast";
     cli_add(t, (cli_opt){"device", 0, CLI_CHOICE, NULL, &c->device, 0, 0, "cpu|cuda|auto", "where to compute"});
     cli_add(t, (cli_opt){"threads", 0, CLI_INT, "N", &c->threads, 0, 4096, NULL, "CPU threads (0 = all cores)"});
     cli_add(t, (cli_opt){"dtype", 0, CLI_CHOICE, NULL, &c->dtype, 0, 0, "fp32|tf32|bf16|fp16", "compute precision"});
@@ -162,6 +163,9 @@ void cli_add_common(cli_table *t, cli_common *c) {
                          "bitwise-reproducible kernels"});
     cli_add(t, (cli_opt){"cache-dir", 0, CLI_STR, "DIR", &c->cache_dir, 0, 0, NULL,
                          "GPU kernel cache (default $CNN_CACHE_DIR or ~/.cache/cnn)"});
+    cli_add(t, (cli_opt){"tune", 0, CLI_CHOICE, NULL, &c->tune, 0, 0, "none|fast|full",
+                         "GPU kernel autotuning: none = heuristic; fast = a few candidates per layer, timed once and "
+                         "cached; full = all candidates"});
     cli_add(t, (cli_opt){"quiet", 'q', CLI_FLAG, NULL, &c->quiet, 0, 0, NULL, "errors only on stderr"});
     cli_add(t, (cli_opt){"verbose", 'v', CLI_FLAG, NULL, &c->verbose, 0, 0, NULL, "more messages on stderr"});
 }
@@ -196,6 +200,7 @@ int cli_backend(const cli_common *c, cnn_backend **be) {
     if (strcmp(c->dtype, "bf16") == 0) o.act_dtype = CNN_DTYPE_BF16;
     else if (strcmp(c->dtype, "fp16") == 0) o.act_dtype = CNN_DTYPE_F16;
     else if (strcmp(c->dtype, "tf32") == 0) o.allow_tf32 = true;
+    o.tune = strcmp(c->tune, "none") == 0 ? CNN_TUNE_NONE : strcmp(c->tune, "full") == 0 ? CNN_TUNE_FULL : CNN_TUNE_FAST;
     cnn_status st = cnn_backend_create(&o, be);
     if (st != CNN_OK) return cli_fail(st);
     cnn_log(2, "cnn: backend %s: %s", (*be)->name, (*be)->device_name);

@@ -57,6 +57,7 @@ typedef struct cli_common {
     bool deterministic;
     bool quiet, verbose;
     const char *cache_dir;
+    const char *tune;
 } cli_common;
 
 /* Options every subcommand with a model takes. */

@@ -230,6 +230,10 @@ struct cnn_backend {
 };
 
 /* Backend selection. device: "cpu", "cuda" or "auto" (cuda when usable, else cpu with a notice). */
+/* Autotuning of GPU kernels: none = a heuristic picks each layer's kernel configuration; fast = a few
+ * candidates per distinct layer are timed once and the winner cached on disk; full = every candidate. */
+typedef enum cnn_tune { CNN_TUNE_DEFAULT = 0, CNN_TUNE_NONE, CNN_TUNE_FAST, CNN_TUNE_FULL } cnn_tune;
+
 typedef struct cnn_backend_opts {
     const char *device;
     int threads;          /* CPU threads; 0 = OpenMP's default */
@@ -238,6 +242,7 @@ typedef struct cnn_backend_opts {
     bool deterministic;
     int gpu_index;
     const char *cache_dir; /* CUDA kernel cache directory; NULL = $CNN_CACHE_DIR, else ~/.cache/cnn; "" = none */
+    cnn_tune tune;         /* GPU kernel autotuning level (CNN_TUNE_DEFAULT = fast; none when deterministic) */
 } cnn_backend_opts;
 
 cnn_status cnn_backend_create(const cnn_backend_opts *opts, cnn_backend **out);

@@ -335,6 +335,7 @@ static void be_destroy(cnn_backend *be) {
     free(cb->allocs);
     free(cb->retired);
     free(cb->mods);
+    cuda_tune_free(cb);
     free(cb);
 }
 
@@ -400,6 +401,7 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
+    cb->tune = opts->deterministic ? CNN_TUNE_NONE : opts->tune == CNN_TUNE_DEFAULT ? CNN_TUNE_FAST : opts->tune;
     return CNN_OK;
 }
 

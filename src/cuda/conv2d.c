@@ -58,6 +58,9 @@ static const tc_config tc_configs[] = {
     {"tc128x64/w2x2/s4", 128, 64, 2, 2, 4, 0.85f},
     {"tc64x128/w2x2/s4", 64, 128, 2, 2, 4, 0.85f},
     {"tc64x64/w2x2/s4", 64, 64, 2, 2, 4, 0.70f},
+    {"tc128x128/w2x2/s3", 128, 128, 2, 2, 3, 0.95f}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 4, 2, 2, 0.90f},
+    {"tc128x256/w2x4/s2", 128, 256, 2, 4, 2, 0.90f},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 
@@ -247,27 +250,190 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* The tensor-core kernel for this forward problem (index into tc_configs), or -1 when its preconditions do not
  * hold or a generic variant is forced. */
-static int tc_pick(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
-                   const void *y) {
-    if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return -1;
-    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return -1;
-    if (cv->c % 32 != 0 || cv->k % 8 != 0) return -1;
-    if (!aligned16(x) || !aligned16(w) || !aligned16(y) || (ep && ep->residual && !aligned16(ep->residual))) return -1;
-    if (cb->conv_force_cfg >= N_VARIANTS) return cb->conv_force_cfg - N_VARIANTS;
+/* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+, C % 32, K % 8, 16-byte
+ * aligned tensors) and no generic variant is forced. */
+static bool tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                        const void *y) {
+    if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return false;
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return false;
+    if (cv->c % 32 != 0 || cv->k % 8 != 0) return false;
+    return aligned16(x) && aligned16(w) && aligned16(y) && !(ep && ep->residual && !aligned16(ep->residual));
+}
+
+/* heuristic score of a config: tile efficiency x edge utilisation x how well the tiles fill the GPU */
+static double tc_score(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn) {
+    int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn);
+    double util = (double)gm * gn / ((double)tiles * c->bm * c->bn);
+    double par = (double)tiles / (double)cb->sm_count; /* at least one CTA per SM */
+    if (par > 1.0) par = 1.0;
+    return c->speed * util * par;
+}
+
+/* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
+static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, int64_t gk) {
+    int64_t ktiles = gk / 32, tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
+    if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
+    else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
+        splits = cdiv(cb->sm_count, tiles);
+        if (splits > ktiles / 4) splits = ktiles / 4;
+        if (splits > 32) splits = 32;
+        if (splits * gm * gn * 4 > ((int64_t)64 << 20)) splits = 1;
+    }
+    if (splits > ktiles) splits = ktiles;
+    return splits < 1 ? 1 : (int)splits;
+}
+
+static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                            const void *w, void *y, int tv, int splits) {
+    cuda_be *cb = cuda_impl(be);
+    const tc_config *c = &tc_configs[tv];
+    CUfunction f, fe = NULL;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 0, &f));
+    conv_args a = {0};
+    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
+    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
+    a.stride_h = cv->stride_h, a.stride_w = cv->stride_w, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
     int64_t gm, gn, gk;
     gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
+    int64_t ktiles = gk / 32, kps = cdiv(ktiles, splits);
+    splits = (int)cdiv(ktiles, kps); /* no empty split */
+    a.ktiles_per_split = (int)kps;
+    a.splits = splits;
+    a.x = x, a.wt = w, a.out = y;
+    if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
+    if (splits > 1) {
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 1, &fe));
+        void *ws;
+        CNN_TRY(cuda_workspace(cb, (size_t)((int64_t)splits * gm * gn) * sizeof(float), &ws));
+        a.ws = ws;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+             cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
+             cv->stride_w, cv->pad_h, cv->pad_w);
+    CNN_TRY(cuda_launch(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
+                        (unsigned)(32 * c->wm * c->wn), 1, &a));
+    if (splits > 1) {
+        size_t len = strlen(what);
+        snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
+        CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
+    }
+    return CNN_OK;
+}
+
+/* ---- autotuning (tensor-core forward) ----------------------------------------------------------------------
+ * Once per distinct (dtype, shape), outside graph capture: time the candidates on the real inputs into a
+ * scratch output (the real one may alias nothing, but a scratch is certain), each launched once to warm up and
+ * then 3 times with the L2 flushed (a 64 MiB memset) before each, CUDA events, median; the fastest wins and is
+ * remembered in process and on disk (tune.c). fast = the 4 best by the heuristic's score, full = every config,
+ * each with its heuristic split-K and, when that splits, also unsplit. */
+typedef struct tc_cand {
+    int cfg, splits;
+} tc_cand;
+
+static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) {
+    int64_t gm, gn, gk;
+    gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    int order[N_TC];
+    double score[N_TC];
+    for (int i = 0; i < N_TC; i++) order[i] = i, score[i] = tc_score(cb, &tc_configs[i], gm, gn);
+    for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
+        for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-12; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    int keep = cb->tune == CNN_TUNE_FULL ? N_TC : (N_TC < 4 ? N_TC : 4), n = 0;
+    for (int i = 0; i < keep; i++) {
+        int sp = tc_splits(cb, &tc_configs[order[i]], gm, gn, gk);
+        out[n++] = (tc_cand){order[i], sp};
+        if (cb->tune == CNN_TUNE_FULL && sp > 1) out[n++] = (tc_cand){order[i], 1};
+    }
+    return n;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                          const char *key, int *cfg_out, int *splits_out) {
+    cuda_be *cb = cuda_impl(be);
+    double t0 = cnn_now();
+    tc_cand cand[2 * N_TC];
+    int nc = tc_candidates(cb, cv, cand);
+    *cfg_out = cand[0].cfg, *splits_out = cand[0].splits;
+    if (nc == 1) return CNN_OK;
+    size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * (be->act_dtype == CNN_DTYPE_F32 ? 4 : 2);
+    const size_t flush_bytes = (size_t)64 << 20;
+    CUdeviceptr scratch = 0, flush = 0;
+    CUevent e0 = NULL, e1 = NULL;
+    cnn_status st = CNN_OK;
+    if (cu.MemAlloc(&scratch, ybytes) != CUDA_SUCCESS || cu.MemAlloc(&flush, flush_bytes) != CUDA_SUCCESS ||
+        cu.EventCreate(&e0, 0) != CUDA_SUCCESS || cu.EventCreate(&e1, 0) != CUDA_SUCCESS) {
+        cnn_log(2, "cnn: tuning %s: no room for its scratch buffers; using the heuristic", key);
+        goto done; /* tuning is an optimisation: without memory for it, the heuristic's choice stands */
+    }
+    float best = 1e30f;
+    for (int i = 0; i < nc && st == CNN_OK; i++) {
+        st = tc_launch(be, cv, ep, x, w, (void *)(uintptr_t)scratch, cand[i].cfg, cand[i].splits);
+        float ms[3];
+        for (int r = 0; r < 3 && st == CNN_OK; r++) {
+            if (cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS ||
+                cu.EventRecord(e0, cb->stream) != CUDA_SUCCESS)
+                st = cnn_fail(CNN_E_DEVICE, "tuning %s: memset/event failed", key);
+            if (st == CNN_OK) st = tc_launch(be, cv, ep, x, w, (void *)(uintptr_t)scratch, cand[i].cfg, cand[i].splits);
+            if (st == CNN_OK && (cu.EventRecord(e1, cb->stream) != CUDA_SUCCESS || cu.EventSynchronize(e1) != CUDA_SUCCESS ||
+                                 cu.EventElapsedTime(&ms[r], e0, e1) != CUDA_SUCCESS))
+                st = cnn_fail(CNN_E_DEVICE, "tuning %s: timing %s failed", key, tc_configs[cand[i].cfg].name);
+        }
+        if (st != CNN_OK) break;
+        qsort(ms, 3, sizeof ms[0], cmp_float);
+        cnn_log(3, "cnn: tune %s: %s splits %d: %.4f ms", key, tc_configs[cand[i].cfg].name, cand[i].splits, ms[1]);
+        if (ms[1] < best) best = ms[1], *cfg_out = cand[i].cfg, *splits_out = cand[i].splits;
+    }
+    if (st == CNN_OK) {
+        cuda_tune_put(cb, key, *cfg_out, *splits_out, best);
+        cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms)", key, tc_configs[*cfg_out].name,
+                *splits_out, best, nc, (cnn_now() - t0) * 1e3);
+    }
+done:
+    if (scratch) cu.MemFree(scratch);
+    if (flush) cu.MemFree(flush);
+    if (e0) cu.EventDestroy(e0);
+    if (e1) cu.EventDestroy(e1);
+    cb->tune_seconds += (float)(cnn_now() - t0);
+    return st;
+}
+
+/* (config, splits) for a forward problem the tensor-core kernels can run: forced, tuned (cached) or heuristic */
+static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                            const void *w, int *tv, int *splits) {
+    cuda_be *cb = cuda_impl(be);
+    int64_t gm, gn, gk;
+    gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    if (cb->conv_force_cfg >= N_VARIANTS) {
+        *tv = cb->conv_force_cfg - N_VARIANTS;
+        *splits = tc_splits(cb, &tc_configs[*tv], gm, gn, gk);
+        return CNN_OK;
+    }
+    char key[200];
+    snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d", cuda_dtype_str(be->act_dtype),
+             cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
+    if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
+        if (cuda_tune_get(cb, key, tv, splits) && *tv < N_TC) return CNN_OK;
+        if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
+    }
     int best = 0;
     double best_score = -1;
     for (int i = 0; i < N_TC; i++) {
-        const tc_config *c = &tc_configs[i];
-        int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn);
-        double util = (double)gm * gn / ((double)tiles * c->bm * c->bn);
-        double par = (double)tiles / (double)cb->sm_count; /* at least one CTA per SM */
-        if (par > 1.0) par = 1.0;
-        double score = c->speed * util * par;
-        if (score > best_score + 1e-9) best_score = score, best = i;
+        double sc = tc_score(cb, &tc_configs[i], gm, gn);
+        if (sc > best_score + 1e-9) best_score = sc, best = i;
     }
-    return best;
+    *tv = best;
+    *splits = tc_splits(cb, &tc_configs[best], gm, gn, gk);
+    return CNN_OK;
 }
 
 cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
@@ -277,54 +443,11 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     CNN_ASSERT(x && w && y);
     int v;
     CUfunction f;
-    int tv = tc_pick(cb, cv, ep, x, w, y);
-    if (tv >= 0) {
+    if (tc_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(check_problem(cv, PASS_FPROP));
-        const tc_config *c = &tc_configs[tv];
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 0, &f));
-        conv_args a = {0};
-        a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
-        a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
-        a.stride_h = cv->stride_h, a.stride_w = cv->stride_w, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
-        int64_t gm, gn, gk;
-        gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
-        a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
-        /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
-        int64_t ktiles = gk / 32, tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
-        if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
-        else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
-            splits = cdiv(cb->sm_count, tiles);
-            if (splits > ktiles / 4) splits = ktiles / 4;
-            if (splits > 32) splits = 32;
-            if (splits * gm * gn * 4 > ((int64_t)64 << 20)) splits = 1;
-        }
-        if (splits > ktiles) splits = ktiles;
-        if (splits < 1) splits = 1;
-        int64_t kps = cdiv(ktiles, splits);
-        splits = cdiv(ktiles, kps); /* no empty split */
-        a.ktiles_per_split = (int)kps;
-        a.splits = (int)splits;
-        a.x = x, a.wt = w, a.out = y;
-        if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
-        CUfunction fe = NULL;
-        if (splits > 1) {
-            CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 1, &fe));
-            void *ws;
-            CNN_TRY(cuda_workspace(cb, (size_t)(splits * gm * gn) * sizeof(float), &ws));
-            a.ws = ws;
-        }
-        char what[200];
-        snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
-                 cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
-                 cv->stride_w, cv->pad_h, cv->pad_w);
-        CNN_TRY(cuda_launch(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
-                            (unsigned)(32 * c->wm * c->wn), 1, &a));
-        if (splits > 1) {
-            size_t len = strlen(what);
-            snprintf(what + len, sizeof what - len, " split-K epilogue of %lld splits", (long long)splits);
-            CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
-        }
-        return CNN_OK;
+        int tv, splits;
+        CNN_TRY(tc_choose(be, cv, ep, x, w, &tv, &splits));
+        return tc_launch(be, cv, ep, x, w, y, tv, splits);
     }
     CNN_TRY(prepare(be, cv, PASS_FPROP, 0, &v, &f));
     const conv_config *c = &configs[v];

@@ -184,6 +184,12 @@ typedef struct cuda_alloc {
     size_t bytes;
 } cuda_alloc;
 
+typedef struct cuda_tune_entry {
+    char key[200];
+    int cfg, splits;
+    float ms;
+} cuda_tune_entry;
+
 typedef struct cuda_be {
     cnn_backend pub;
     CUdevice dev;
@@ -202,6 +208,11 @@ typedef struct cuda_be {
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
     bool timing;              /* between time_begin and time_end */
+    cnn_tune tune;            /* autotuning level (NONE, FAST or FULL) */
+    cuda_tune_entry *tune_tab; /* winners (tune.c) */
+    int n_tune, cap_tune;
+    bool tune_loaded;
+    float tune_seconds;       /* time spent timing candidates */
     /* memory */
     cuda_alloc *allocs;
     int n_allocs, cap_allocs;
@@ -220,6 +231,11 @@ typedef struct cuda_be {
 } cuda_be;
 
 static inline cuda_be *cuda_impl(cnn_backend *be) { return (cuda_be *)be->impl; }
+
+/* tune.c: the winning (config, splits) of a problem key, in process and in the disk cache. */
+bool cuda_tune_get(cuda_be *cb, const char *key, int *cfg, int *splits);
+void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms);
+void cuda_tune_free(cuda_be *cb);
 
 /* Make the backend's context current on this thread (cheap when it already is). */
 void cuda_bind(cuda_be *cb);

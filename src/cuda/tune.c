@@ -1,0 +1,100 @@
+/* tune.c -- the autotuner's memory: the winning kernel configuration per problem, in process and on disk.
+ *
+ * A problem key is a printable string that names everything the choice depends on besides the GPU (pass, dtype,
+ * shape). Winners are kept in a per-backend table and appended to one text file per (GPU arch, driver, NVRTC)
+ * in the kernel cache directory:
+ *     <cache_dir>/tune-<arch>-drv<driver>-nvrtc<major>.<minor>.txt    lines "key|cfg|splits|ms"
+ * so a second run tunes nothing. Lines are appended with one write(2) on an O_APPEND descriptor (concurrent
+ * processes interleave whole lines); the file is read once, at the first lookup, and a malformed line is
+ * skipped (the problem is then tuned again). The timing itself lives with the kernels (conv2d.c).
+ */
+#include "cuda/hooks.h"
+#include "cuda/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void tune_path(cuda_be *cb, char *buf, size_t cap) {
+    int ma = 0, mi = 0;
+    cnn_cuda_nvrtc_version(&ma, &mi);
+    snprintf(buf, cap, "%s/tune-%s-drv%d-nvrtc%d.%d.txt", cb->cache_dir, cb->arch, cb->driver_version, ma, mi);
+}
+
+static void put_mem(cuda_be *cb, const char *key, int cfg, int splits, float ms) {
+    for (int i = 0; i < cb->n_tune; i++)
+        if (strcmp(cb->tune_tab[i].key, key) == 0) {
+            cb->tune_tab[i].cfg = cfg, cb->tune_tab[i].splits = splits, cb->tune_tab[i].ms = ms;
+            return;
+        }
+    if (cb->n_tune == cb->cap_tune) {
+        int cap = cb->cap_tune ? 2 * cb->cap_tune : 64;
+        cuda_tune_entry *t = realloc(cb->tune_tab, (size_t)cap * sizeof *t);
+        if (!t) return; /* not remembered: tuned again next time, which is only slower */
+        cb->tune_tab = t, cb->cap_tune = cap;
+    }
+    cuda_tune_entry *e = &cb->tune_tab[cb->n_tune++];
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->cfg = cfg, e->splits = splits, e->ms = ms;
+}
+
+static void load_disk(cuda_be *cb) {
+    cb->tune_loaded = true;
+    if (!cb->cache_dir[0]) return;
+    char path[1200];
+    tune_path(cb, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[512];
+    int n = 0, bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *bar = strchr(line, '|');
+        int cfg, splits;
+        float ms;
+        if (!bar || (size_t)(bar - line) >= sizeof cb->tune_tab[0].key || sscanf(bar + 1, "%d|%d|%f", &cfg, &splits, &ms) != 3 ||
+            cfg < 0 || splits < 1) {
+            bad++;
+            continue;
+        }
+        *bar = '\0';
+        put_mem(cb, line, cfg, splits, ms);
+        n++;
+    }
+    fclose(f);
+    cnn_log(2, "cnn: tuning cache %s: %d entries%s", path, n, bad ? " (malformed lines skipped)" : "");
+}
+
+bool cuda_tune_get(cuda_be *cb, const char *key, int *cfg, int *splits) {
+    if (!cb->tune_loaded) load_disk(cb);
+    for (int i = 0; i < cb->n_tune; i++)
+        if (strcmp(cb->tune_tab[i].key, key) == 0) {
+            *cfg = cb->tune_tab[i].cfg, *splits = cb->tune_tab[i].splits;
+            return true;
+        }
+    return false;
+}
+
+void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms) {
+    put_mem(cb, key, cfg, splits, ms);
+    if (!cb->cache_dir[0]) return;
+    char path[1200], line[512];
+    tune_path(cb, path, sizeof path);
+    int len = snprintf(line, sizeof line, "%s|%d|%d|%.5f\n", key, cfg, splits, ms);
+    if (len <= 0 || len >= (int)sizeof line) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cnn_log(2, "cnn: cannot append to the tuning cache %s: %s", path, strerror(errno));
+        return;
+    }
+    if (write(fd, line, (size_t)len) != len) cnn_log(2, "cnn: short write to the tuning cache %s", path);
+    close(fd);
+}
+
+void cuda_tune_free(cuda_be *cb) {
+    free(cb->tune_tab);
+    cb->tune_tab = NULL;
+    cb->n_tune = cb->cap_tune = 0;
+}
