@@ -3,6 +3,8 @@
  * For every (model, batch, dtype) in the lists: build the model, warm up (kernel compilation, tuning, graph
  * capture happen here and are reported as setup time), then time `repeat` runs with the backend's timer
  * (CUDA events on a GPU, a synchronised monotonic clock on the CPU) and report the median and spread.
+ * With --layers (inference), the eval forward is then also run one plan step at a time (eager, no graph) and
+ * each step is timed the same way: a per-layer breakdown whose sum can be set against the whole forward.
  * Output: a markdown table (default), or csv / json (one array) / jsonl (one object per line); the JSON
  * schema is documented in docs/BENCH.md.
  */
@@ -13,18 +15,44 @@
 #include <string.h>
 #include <time.h>
 
+/* One step of the eval plan, timed alone. gflop > 0 for conv and linear steps (TFLOP/s reported), else the
+ * activation bytes the step reads and writes (GB/s reported). */
+typedef struct bench_layer {
+    int step;
+    char name[CNN_NAME_MAX], kind[12], fused[24], layer[96];
+    double ms_median, ms_min, ms_max, gflop, gbyte;
+} bench_layer;
+
 typedef struct bench_row {
     char model[32], dtype[8], mode[8], input[24];
     int batch, repeat, warmup;
     double ms_median, ms_min, ms_max, ms_p10, ms_p90, setup_s, images_per_s, gflop, tflops;
     double mem_mib;
+    bench_layer *layers;     /* --layers: one per eval step */
+    int n_layers;
+    double layers_ms_sum;    /* sum of the steps' medians */
     cnn_status st;
     char error[256];
 } bench_row;
 
+typedef struct bench_stats {
+    double median, min, max, p10, p90;
+} bench_stats;
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Median and spread of n > 0 times (sorts ms). */
+static bench_stats summarize(double *ms, int n) {
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    bench_stats s = {.median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]),
+                     .min = ms[0],
+                     .max = ms[n - 1],
+                     .p10 = ms[(n - 1) / 10],
+                     .p90 = ms[(n - 1) - (n - 1) / 10]};
+    return s;
 }
 
 /* Split "a,b,c" into at most cap entries (modifies s). */
@@ -34,12 +62,107 @@ static int split_list(char *s, char **out, int cap) {
     return n;
 }
 
-static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int w, int batch, bool train, int warmup,
-                          int repeat, bench_row *r) {
+/* Convolution and linear FLOPs (2 per multiply-add, no bias) of one image: the count PyTorch's side uses. */
+static int64_t matmul_flops(const cnn_net *net) {
+    int64_t f = 0;
+    for (int i = 0; i < net->n_nodes; i++) {
+        const cnn_node *nd = &net->nodes[i];
+        int c = net->in_c, h = net->in_h, w = net->in_w;
+        if (nd->in[0] >= 0) c = net->nodes[nd->in[0]].c, h = net->nodes[nd->in[0]].h, w = net->nodes[nd->in[0]].w;
+        if (nd->op == CNN_OP_CONV) f += 2LL * nd->c * nd->h * nd->w * c * nd->r * nd->s;
+        if (nd->op == CNN_OP_LINEAR) f += 2LL * nd->c * c * h * w;
+    }
+    return f;
+}
+
+/* Name, kind, shape string and work of eval step s for n images; esz = bytes per activation element. */
+static void describe_step(const cnn_model *m, int s, int n, size_t esz, bench_layer *L) {
+    const cnn_net *net = cnn_model_net(m);
+    cnn_eval_step e = cnn_model_eval_step(m, s);
+    const cnn_node *nd = &net->nodes[e.node];
+    int c = net->in_c, h = net->in_h, w = net->in_w;
+    if (nd->in[0] >= 0) c = net->nodes[nd->in[0]].c, h = net->nodes[nd->in[0]].h, w = net->nodes[nd->in[0]].w;
+    double in_el = (double)n * c * h * w, out_el = (double)n * nd->c * nd->h * nd->w;
+    memset(L, 0, sizeof *L);
+    L->step = s;
+    snprintf(L->name, sizeof L->name, "%s", nd->name);
+    snprintf(L->fused, sizeof L->fused, "%s%s%s%s%s", e.bn >= 0 && e.bn != e.node ? "bn" : "",
+             e.bn >= 0 && e.bn != e.node && (e.has_residual || e.relu) ? "+" : "", e.has_residual ? "add" : "",
+             e.has_residual && e.relu ? "+" : "", e.relu ? "relu" : "");
+    const char *pool = nd->op == CNN_OP_MAXPOOL ? "max" : "avg";
+    switch (nd->op) {
+    case CNN_OP_CONV:
+        snprintf(L->kind, sizeof L->kind, "conv");
+        snprintf(L->layer, sizeof L->layer, "%d->%d %dx%d %dx%d/%d p%d", c, nd->k, h, w, nd->r, nd->s, nd->stride,
+                 nd->pad);
+        L->gflop = 2.0 * out_el * c * nd->r * nd->s / 1e9;
+        break;
+    case CNN_OP_LINEAR:
+        snprintf(L->kind, sizeof L->kind, "linear");
+        snprintf(L->layer, sizeof L->layer, "%d->%d", c * h * w, nd->c);
+        L->gflop = 2.0 * out_el * c * h * w / 1e9;
+        break;
+    case CNN_OP_MAXPOOL:
+    case CNN_OP_AVGPOOL:
+        snprintf(L->kind, sizeof L->kind, "pool");
+        snprintf(L->layer, sizeof L->layer, "%s %d %dx%d %dx%d/%d p%d", pool, c, h, w, nd->r, nd->s, nd->stride,
+                 nd->pad);
+        L->gbyte = (in_el + out_el) * (double)esz / 1e9;
+        break;
+    case CNN_OP_ADAPTIVE_AVGPOOL:
+        snprintf(L->kind, sizeof L->kind, "pool");
+        snprintf(L->layer, sizeof L->layer, "adaptive-avg %d %dx%d->%dx%d", c, h, w, nd->h, nd->w);
+        L->gbyte = (in_el + out_el) * (double)esz / 1e9;
+        break;
+    default: /* pointwise: bn (scale/shift), add, relu, flatten; a residual is one more read */
+        snprintf(L->kind, sizeof L->kind, "%s", nd->op == CNN_OP_BN ? "bn" : cnn_op_name(nd->op));
+        if (nd->op == CNN_OP_FLATTEN) snprintf(L->layer, sizeof L->layer, "%d %dx%d->%d", c, h, w, nd->c);
+        else snprintf(L->layer, sizeof L->layer, "%d %dx%d", nd->c, nd->h, nd->w);
+        L->gbyte = (in_el + out_el * (1 + (nd->op == CNN_OP_ADD) + e.has_residual)) * (double)esz / 1e9;
+        break;
+    }
+}
+
+/* The eval forward step by step: warmup untimed passes, then repeat passes with every step timed alone. No
+ * sync inside the timer: time_end waits for the step's work (CUDA events; the CPU backend is synchronous). */
+static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warmup, int repeat, bench_row *r) {
+    int ns = cnn_model_eval_steps(m);
+    double *ms = calloc((size_t)ns * repeat, sizeof *ms);
+    r->layers = calloc((size_t)(ns ? ns : 1), sizeof *r->layers);
+    if (!ms || !r->layers) {
+        free(ms);
+        return cnn_fail(CNN_E_OOM, "out of host memory for the per-layer times");
+    }
+    r->n_layers = ns;
+    for (int s = 0; s < ns; s++) describe_step(m, s, batch, cnn_dtype_size(be->act_dtype), &r->layers[s]);
+    cnn_status st = CNN_OK;
+    for (int it = 0; st == CNN_OK && it < warmup + repeat; it++) {
+        bool timed = it >= warmup;
+        for (int s = 0; st == CNN_OK && s < ns; s++) {
+            if (timed) st = be->time_begin(be);
+            if (st == CNN_OK) st = cnn_model_forward_eval_steps(m, batch, s, 1);
+            if (st == CNN_OK && timed) st = be->time_end(be, &ms[(size_t)s * repeat + (it - warmup)]);
+        }
+        if (st == CNN_OK) st = be->sync(be);
+    }
+    r->layers_ms_sum = 0;
+    for (int s = 0; st == CNN_OK && s < ns; s++) {
+        bench_stats t = summarize(&ms[(size_t)s * repeat], repeat);
+        r->layers[s].ms_median = t.median;
+        r->layers[s].ms_min = t.min;
+        r->layers[s].ms_max = t.max;
+        r->layers_ms_sum += t.median;
+    }
+    free(ms);
+    return st == CNN_OK ? CNN_OK : cnn_error_prefix(st, "per-layer timing");
+}
+
+static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int w, int batch, bool train, bool layers,
+                          int warmup, int repeat, bench_row *r) {
     double t0 = cnn_now();
     cnn_model *m = NULL;
     cnn_status st = cnn_model_create(mo, be, h, w, batch, train, &m);
-    float *x = NULL, *wbuf = NULL, *gbuf = NULL;
+    float *x = NULL;
     int64_t *labels = NULL;
     double *ms = calloc((size_t)repeat, sizeof *ms);
     if (st == CNN_OK) {
@@ -80,27 +203,160 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
         if (it == warmup - 1 || (warmup == 0 && it == 0)) r->setup_s = cnn_now() - t0;
     }
     if (st == CNN_OK) {
-        qsort(ms, (size_t)repeat, sizeof *ms, cmp_double);
-        r->ms_median = repeat % 2 ? ms[repeat / 2] : 0.5 * (ms[repeat / 2 - 1] + ms[repeat / 2]);
-        r->ms_min = ms[0];
-        r->ms_max = ms[repeat - 1];
-        r->ms_p10 = ms[(repeat - 1) / 10];
-        r->ms_p90 = ms[(repeat - 1) - (repeat - 1) / 10];
-        int64_t flops = 0;
-        for (int i = 0; i < net->n_nodes; i++) flops += cnn_node_flops(net, i);
-        r->gflop = (double)flops * batch * (train ? 3.0 : 1.0) / 1e9;
+        bench_stats t = summarize(ms, repeat);
+        r->ms_median = t.median;
+        r->ms_min = t.min;
+        r->ms_max = t.max;
+        r->ms_p10 = t.p10;
+        r->ms_p90 = t.p90;
+        r->gflop = (double)matmul_flops(net) * batch * (train ? 3.0 : 1.0) / 1e9;
         r->images_per_s = batch / (r->ms_median / 1e3);
         r->tflops = r->gflop / r->ms_median;  /* GFLOP per ms = TFLOP/s */
         r->mem_mib = (double)(be->peak_bytes ? be->peak_bytes(be) : cnn_model_device_bytes(m)) / 1048576.0;
     }
+    if (st == CNN_OK && layers && !train) st = time_layers(be, m, batch, warmup, repeat, r);
     if (mom) be->free(be, mom);
     free(x);
-    free(wbuf);
-    free(gbuf);
     free(labels);
     free(ms);
     cnn_model_free(m);
     return st;
+}
+
+/* ---- output --------------------------------------------------------------------------------------------- */
+
+typedef struct bench_out {
+    const char *device, *backend, *date;
+    bool layers;
+} bench_out;
+
+/* s as the inside of a JSON string (quotes and backslashes escaped, control characters as spaces). */
+static const char *json_esc(const char *s, char *buf, size_t cap) {
+    size_t b = 0;
+    for (; *s && b + 3 < cap; s++) {
+        if (*s == '"' || *s == '\\') buf[b++] = '\\';
+        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
+    }
+    buf[b] = 0;
+    return buf;
+}
+
+/* s as a quoted CSV field (inner quotes doubled). */
+static const char *csv_esc(const char *s, char *buf, size_t cap) {
+    size_t b = 0;
+    buf[b++] = '"';
+    for (; *s && b + 4 < cap; s++) {
+        if (*s == '"') buf[b++] = '"';
+        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
+    }
+    buf[b++] = '"';
+    buf[b] = 0;
+    return buf;
+}
+
+/* TFLOP/s (GFLOP per ms) for conv and linear steps, GB/s for the others. */
+static double layer_rate(const bench_layer *L) {
+    return L->gflop > 0 ? L->gflop / L->ms_median : L->gbyte * 1e3 / L->ms_median;
+}
+
+static void print_md(const bench_row *rows, int nr, const bench_out *o) {
+    printf("device: %s (%s), cnn %s commit %s, %s\n\n", o->device, o->backend, CNN_VERSION, CNN_COMMIT, o->date);
+    printf("| model | input | batch | dtype | mode | ms (median) | min..max | images/s | TFLOP/s | peak MiB | setup s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nr; i++) {
+        const bench_row *r = &rows[i];
+        if (r->st != CNN_OK) {
+            printf("| %s | %s | %d | %s | %s | error: %s |||||\n", r->model, r->input, r->batch, r->dtype, r->mode, r->error);
+            continue;
+        }
+        printf("| %s | %s | %d | %s | %s | %.3f | %.3f..%.3f | %.1f | %.3f | %.0f | %.2f |\n", r->model, r->input,
+               r->batch, r->dtype, r->mode, r->ms_median, r->ms_min, r->ms_max, r->images_per_s, r->tflops,
+               r->mem_mib, r->setup_s);
+    }
+    if (!o->layers) return;
+    printf("\nPer layer: the eval forward one step at a time (eager, no graph), each step timed alone; median of the "
+           "same runs. A conv step includes what is fused into it (BN, residual add, ReLU). TFLOP/s for conv and "
+           "linear (2 per multiply-add), GB/s of activations read and written for the rest.\n\n");
+    printf("| model | batch | dtype | step | name | kind | fused | shape | ms (median) | TFLOP/s | GB/s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nr; i++) {
+        const bench_row *r = &rows[i];
+        if (r->st != CNN_OK || !r->n_layers) continue;
+        for (int s = 0; s < r->n_layers; s++) {
+            const bench_layer *L = &r->layers[s];
+            char tf[24] = "", gb[24] = "";
+            snprintf(L->gflop > 0 ? tf : gb, sizeof tf, "%.3f", layer_rate(L));
+            printf("| %s | %d | %s | %d | %s | %s | %s | %s | %.4f | %s | %s |\n", r->model, r->batch, r->dtype, L->step,
+                   L->name, L->kind, L->fused, L->layer, L->ms_median, tf, gb);
+        }
+        printf("| %s | %d | %s | | **sum of %d steps** | | | whole forward %.3f ms | **%.4f** | | |\n", r->model,
+               r->batch, r->dtype, r->n_layers, r->ms_median, r->layers_ms_sum);
+    }
+}
+
+static void print_csv(const bench_row *rows, int nr, const bench_out *o) {
+    char dev[320], err[560], name[2 * CNN_NAME_MAX + 4];
+    printf("impl,model,input,batch,dtype,mode,device,backend,ms_median,ms_min,ms_p10,ms_p90,ms_max,images_per_s,tflops,"
+           "peak_mib,setup_s,repeat,warmup,commit,date,error%s\n",
+           o->layers ? ",layer,name,kind,fused,gbps,layers_ms_sum" : "");
+    csv_esc(o->device, dev, sizeof dev);
+    for (int i = 0; i < nr; i++) {
+        const bench_row *r = &rows[i];
+        printf("cnn,%s,%s,%d,%s,%s,%s,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d,%d,%s,%s,%s", r->model,
+               r->input, r->batch, r->dtype, r->mode, dev, o->backend, r->ms_median, r->ms_min, r->ms_p10, r->ms_p90,
+               r->ms_max, r->images_per_s, r->tflops, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_COMMIT,
+               o->date, csv_esc(r->error, err, sizeof err));
+        if (o->layers) printf(",,,,,,%.9g", r->layers_ms_sum);
+        printf("\n");
+        for (int s = 0; r->st == CNN_OK && s < r->n_layers; s++) {
+            const bench_layer *L = &r->layers[s];
+            char tf[24] = "", gb[24] = "";
+            snprintf(L->gflop > 0 ? tf : gb, sizeof tf, "%.9g", layer_rate(L));
+            printf("cnn,%s,%s,%d,%s,layer,%s,%s,%.9g,%.9g,,,%.9g,,%s,,,%d,%d,%s,%s,\"\",\"%s\",%s,%s,%s,%s,\n",
+                   r->model, r->input, r->batch, r->dtype, dev, o->backend, L->ms_median, L->ms_min, L->ms_max, tf,
+                   r->repeat, r->warmup, CNN_COMMIT, o->date, L->layer, csv_esc(L->name, name, sizeof name), L->kind,
+                   L->fused, gb);
+        }
+    }
+}
+
+static void print_json(const bench_row *rows, int nr, const bench_out *o, bool lines) {
+    char dev[320], err[520];
+    json_esc(o->device, dev, sizeof dev);
+    const char *indent = lines ? "" : "  ";
+    if (!lines) printf("[\n");
+    for (int i = 0; i < nr; i++) {
+        const bench_row *r = &rows[i];
+        bool last_row = i + 1 == nr;
+        int nl = r->st == CNN_OK ? r->n_layers : 0;
+        printf("%s{\"impl\":\"cnn\",\"model\":\"%s\",\"input\":\"%s\",\"batch\":%d,\"dtype\":\"%s\",\"mode\":\"%s\","
+               "\"device\":\"%s\",\"backend\":\"%s\",\"ok\":%s,\"ms_median\":%.9g,\"ms_min\":%.9g,\"ms_p10\":%.9g,"
+               "\"ms_p90\":%.9g,\"ms_max\":%.9g,\"images_per_s\":%.9g,\"tflops\":%.9g,\"gflop_per_batch\":%.9g,"
+               "\"peak_mib\":%.9g,\"setup_s\":%.9g,\"repeat\":%d,\"warmup\":%d,\"version\":\"%s\",\"commit\":\"%s\","
+               "\"date\":\"%s\",\"error\":\"%s\"",
+               indent, r->model, r->input, r->batch, r->dtype, r->mode, dev, o->backend,
+               r->st == CNN_OK ? "true" : "false", r->ms_median, r->ms_min, r->ms_p10, r->ms_p90, r->ms_max,
+               r->images_per_s, r->tflops, r->gflop, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_VERSION,
+               CNN_COMMIT, o->date, json_esc(r->error, err, sizeof err));
+        if (nl) printf(",\"layer_steps\":%d,\"layers_ms_sum\":%.9g", nl, r->layers_ms_sum);
+        printf("}%s\n", !lines && !(last_row && nl == 0) ? "," : "");
+        for (int s = 0; s < nl; s++) {
+            const bench_layer *L = &r->layers[s];
+            char name[2 * CNN_NAME_MAX];
+            printf("%s{\"impl\":\"cnn\",\"model\":\"%s\",\"input\":\"%s\",\"batch\":%d,\"dtype\":\"%s\",\"mode\":\"layer\","
+                   "\"device\":\"%s\",\"backend\":\"%s\",\"ok\":true,\"step\":%d,\"name\":\"%s\",\"kind\":\"%s\","
+                   "\"fused\":\"%s\",\"layer\":\"%s\",\"ms_median\":%.9g,\"ms_min\":%.9g,\"ms_max\":%.9g,",
+                   indent, r->model, r->input, r->batch, r->dtype, dev, o->backend, L->step,
+                   json_esc(L->name, name, sizeof name), L->kind, L->fused, L->layer, L->ms_median, L->ms_min,
+                   L->ms_max);
+            if (L->gflop > 0) printf("\"gflop_per_batch\":%.9g,\"tflops\":%.9g,", L->gflop, layer_rate(L));
+            else printf("\"gbyte_per_batch\":%.9g,\"gbps\":%.9g,", L->gbyte, layer_rate(L));
+            printf("\"repeat\":%d,\"warmup\":%d,\"version\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\",\"error\":\"\"}%s\n",
+                   r->repeat, r->warmup, CNN_VERSION, CNN_COMMIT, o->date,
+                   !lines && !(last_row && s + 1 == nl) ? "," : "");
+        }
+    }
+    if (!lines) printf("]\n");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -109,21 +365,27 @@ int cmd_bench(int argc, char **argv) {
     cli_model mm = {0};
     const char *batches = "32", *mode = "infer", *format = "md", *dtypes = NULL;
     int repeat = 10, warmup = 2;
+    bool layers = false;
     cli_add_model(&t, &mm, false);
     cli_add(&t, (cli_opt){"batch", 0, CLI_STR, "B[,B...]", &batches, 0, 0, NULL, "batch sizes"});
     cli_add(&t, (cli_opt){"mode", 0, CLI_CHOICE, NULL, &mode, 0, 0, "infer|train",
                           "inference (eval, fused) or a training step (forward, backward, SGD)"});
     cli_add(&t, (cli_opt){"repeat", 0, CLI_INT, "N", &repeat, 1, 100000, NULL, "timed runs (median reported)"});
     cli_add(&t, (cli_opt){"warmup", 0, CLI_INT, "N", &warmup, 0, 100000, NULL, "untimed runs first"});
+    cli_add(&t, (cli_opt){"layers", 0, CLI_FLAG, NULL, &layers, 0, 0, NULL,
+                          "then time each step of the eval forward alone (eager): a per-layer breakdown (infer only)"});
     cli_add(&t, (cli_opt){"output", 'o', CLI_CHOICE, NULL, &format, 0, 0, "md|csv|json|jsonl", "output format"});
     cli_add(&t, (cli_opt){"dtypes", 0, CLI_STR, "D[,D...]", &dtypes, 0, 0, NULL, "several of fp32,tf32,bf16,fp16 (overrides --dtype)"});
     cli_add_common(&t, &c);
-    int rc = cli_parse(&t, "bench", "--model M[,M...] --batch B[,B...] [--mode infer|train] [-o md|csv|json|jsonl]",
+    int rc = cli_parse(&t, "bench", "--model M[,M...] --batch B[,B...] [--mode infer|train] [--layers] [-o md|csv|json|jsonl]",
                        "Time the model: median (and min, p10, p90, max) of --repeat runs after --warmup runs; "
-                       "images/s, ms per batch, achieved TFLOP/s, peak memory and setup time.",
+                       "images/s, ms per batch, achieved TFLOP/s, peak memory and setup time. --layers adds the time "
+                       "of every layer (fused step) of the inference forward.",
                        argc, argv);
     if (rc >= 0) return rc;
     if (!mm.model) return cli_usage_error("bench", "--model is required");
+    bool train = strcmp(mode, "train") == 0;
+    if (layers && train) return cli_usage_error("bench", "--layers times the inference forward: use it with --mode infer");
     char model_buf[512], batch_buf[256], dtype_buf[128];
     snprintf(model_buf, sizeof model_buf, "%s", mm.model);
     snprintf(batch_buf, sizeof batch_buf, "%s", batches);
@@ -140,32 +402,25 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < nd; i++)
         if (strcmp(dl[i], "fp32") && strcmp(dl[i], "tf32") && strcmp(dl[i], "bf16") && strcmp(dl[i], "fp16"))
             return cli_usage_error("bench", "dtype '%s' is not one of fp32, tf32, bf16, fp16", dl[i]);
-    bool train = strcmp(mode, "train") == 0;
     int nrows = nm * nb * nd, nr = 0;
     bench_row *rows = calloc((size_t)nrows, sizeof *rows);
     if (!rows) return cli_fail(cnn_fail(CNN_E_OOM, "out of host memory"));
     char device_name[160] = "", backend_name[16] = "";
     int failures = 0;
-    for (int di = 0; di < nd; di++) {
+    rc = -1;
+    for (int di = 0; rc < 0 && di < nd; di++) {
         cli_common cc = c;
         cc.dtype = dl[di];
         cnn_backend *be = NULL;
-        if ((rc = cli_backend(&cc, &be)) >= 0) {
-            free(rows);
-            return rc;
-        }
+        if ((rc = cli_backend(&cc, &be)) >= 0) break;
         snprintf(device_name, sizeof device_name, "%s", be->device_name);
         snprintf(backend_name, sizeof backend_name, "%s", be->name);
-        for (int mi = 0; mi < nm; mi++) {
+        for (int mi = 0; rc < 0 && mi < nm; mi++) {
             cli_model m2 = mm;
             m2.model = models[mi];
             cnn_model_opts mo;
             int h, w;
-            if ((rc = cli_model_opts("bench", &t, &m2, 1000, &mo, &h, &w)) >= 0) {
-                cnn_backend_destroy(be);
-                free(rows);
-                return rc;
-            }
+            if ((rc = cli_model_opts("bench", &t, &m2, 1000, &mo, &h, &w)) >= 0) break;
             for (int bi = 0; bi < nb; bi++) {
                 bench_row *r = &rows[nr++];
                 snprintf(r->model, sizeof r->model, "%s%s", mo.arch, mo.stem == CNN_STEM_CIFAR ? "-cifar" : "");
@@ -175,7 +430,7 @@ int cmd_bench(int argc, char **argv) {
                 r->batch = bvals[bi];
                 r->repeat = repeat;
                 r->warmup = warmup;
-                r->st = run_one(be, &mo, h, w, bvals[bi], train, warmup, repeat, r);
+                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, warmup, repeat, r);
                 if (r->st != CNN_OK) {
                     snprintf(r->error, sizeof r->error, "%s", cnn_error_msg());
                     fprintf(stderr, "cnn: %s batch %d %s: %s\n", r->model, r->batch, r->dtype, r->error);
@@ -185,56 +440,17 @@ int cmd_bench(int argc, char **argv) {
         }
         cnn_backend_destroy(be);
     }
-    char date[32];
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    if (strcmp(format, "md") == 0) {
-        printf("device: %s (%s), cnn %s commit %s, %s\n\n", device_name, backend_name, CNN_VERSION, CNN_COMMIT, date);
-        printf("| model | input | batch | dtype | mode | ms (median) | min..max | images/s | TFLOP/s | peak MiB | setup s |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < nr; i++) {
-            bench_row *r = &rows[i];
-            if (r->st != CNN_OK) {
-                printf("| %s | %s | %d | %s | %s | error: %s |||||\n", r->model, r->input, r->batch, r->dtype, r->mode, r->error);
-                continue;
-            }
-            printf("| %s | %s | %d | %s | %s | %.3f | %.3f..%.3f | %.1f | %.3f | %.0f | %.2f |\n", r->model, r->input,
-                   r->batch, r->dtype, r->mode, r->ms_median, r->ms_min, r->ms_max, r->images_per_s, r->tflops,
-                   r->mem_mib, r->setup_s);
-        }
-    } else if (strcmp(format, "csv") == 0) {
-        printf("impl,model,input,batch,dtype,mode,device,backend,ms_median,ms_min,ms_p10,ms_p90,ms_max,images_per_s,tflops,"
-               "peak_mib,setup_s,repeat,warmup,commit,date,error\n");
-        for (int i = 0; i < nr; i++) {
-            bench_row *r = &rows[i];
-            printf("cnn,%s,%s,%d,%s,%s,\"%s\",%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.4f,%.1f,%.3f,%d,%d,%s,%s,\"%s\"\n",
-                   r->model, r->input, r->batch, r->dtype, r->mode, device_name, backend_name, r->ms_median, r->ms_min,
-                   r->ms_p10, r->ms_p90, r->ms_max, r->images_per_s, r->tflops, r->mem_mib, r->setup_s, r->repeat,
-                   r->warmup, CNN_COMMIT, date, r->error);
-        }
-    } else {
-        bool lines = strcmp(format, "jsonl") == 0;
-        if (!lines) printf("[\n");
-        for (int i = 0; i < nr; i++) {
-            bench_row *r = &rows[i];
-            char err[300] = "";
-            for (size_t a = 0, b = 0; r->error[a] && b + 2 < sizeof err; a++) {
-                if (r->error[a] == '"' || r->error[a] == '\\') err[b++] = '\\';
-                err[b++] = (char)(r->error[a] < 32 ? ' ' : r->error[a]);
-                err[b] = 0;
-            }
-            printf("%s{\"impl\":\"cnn\",\"model\":\"%s\",\"input\":\"%s\",\"batch\":%d,\"dtype\":\"%s\",\"mode\":\"%s\","
-                   "\"device\":\"%s\",\"backend\":\"%s\",\"ok\":%s,\"ms_median\":%.4f,\"ms_min\":%.4f,\"ms_p10\":%.4f,"
-                   "\"ms_p90\":%.4f,\"ms_max\":%.4f,\"images_per_s\":%.2f,\"tflops\":%.4f,\"gflop_per_batch\":%.4f,"
-                   "\"peak_mib\":%.1f,\"setup_s\":%.3f,\"repeat\":%d,\"warmup\":%d,\"version\":\"%s\",\"commit\":\"%s\","
-                   "\"date\":\"%s\",\"error\":\"%s\"}%s\n",
-                   lines ? "" : "  ", r->model, r->input, r->batch, r->dtype, r->mode, device_name, backend_name,
-                   r->st == CNN_OK ? "true" : "false", r->ms_median, r->ms_min, r->ms_p10, r->ms_p90, r->ms_max,
-                   r->images_per_s, r->tflops, r->gflop, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_VERSION,
-                   CNN_COMMIT, date, err, !lines && i + 1 < nr ? "," : "");
-        }
-        if (!lines) printf("]\n");
+    if (rc < 0) {
+        char date[32];
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        bench_out o = {.device = device_name, .backend = backend_name, .date = date, .layers = layers};
+        if (strcmp(format, "md") == 0) print_md(rows, nr, &o);
+        else if (strcmp(format, "csv") == 0) print_csv(rows, nr, &o);
+        else print_json(rows, nr, &o, strcmp(format, "jsonl") == 0);
+        rc = failures ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
     }
+    for (int i = 0; i < nr; i++) free(rows[i].layers);
     free(rows);
-    return failures ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
+    return rc;
 }

@@ -65,11 +65,11 @@ class Chart:
             y = ymap(t)
             parts.append(f'<line x1="{x0 - 4}" y1="{y:.1f}" x2="{x0 + pw}" y2="{y:.1f}" stroke="#ddd"/>')
             parts.append(f'<text x="{x0 - 8}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{_fmt(t)}</text>')
-        parts.append(f'<text x="{x0 + pw / 2}" y="{self.h - 15}" font-size="13" text-anchor="middle">'
+        parts.append(f'<text class="xlabel" x="{x0 + pw / 2}" y="{self.h - 15}" font-size="13" text-anchor="middle">'
                      f'{_esc(self.xlabel)}</text>')
         yc = self.mt + (y0 - self.mt) / 2
-        parts.append(f'<text x="18" y="{yc}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {yc})">'
-                     f'{_esc(self.ylabel)}</text>')
+        parts.append(f'<text class="ylabel" x="18" y="{yc}" font-size="13" text-anchor="middle" '
+                     f'transform="rotate(-90 18 {yc})">{_esc(self.ylabel)}</text>')
 
     def _legend(self, parts, names):
         x = self.w - self.mr + 15
@@ -168,6 +168,80 @@ def key(r):
     return (r["model"], r.get("input", ""), r["batch"], r["mode"])
 
 
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def _slug(s):
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(s))
+
+
+def per_layer(ok, records, svg_dir):
+    """Markdown sections and SVG names comparing our conv layers with cuDNN's, per (model, batch, dtype).
+
+    Ours: `mode=layer`, `kind=conv` records of `cnn bench --layers`; layers of one shape are summarised by the
+    median of their times. Theirs: `mode=conv` records (bench/pytorch_bench.py --impl cudnn), one per shape."""
+    ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] == "layer" and r.get("kind") == "conv" and r.get("layer")]
+    convs = [r for r in ok if r["mode"] == "conv" and r.get("layer")]
+    if not ours and not convs:
+        return [], []
+    whole = {(r["model"], r["batch"], r["dtype"]): r for r in ok
+             if r["impl"] == "cnn" and r["mode"] == "infer" and r.get("layers_ms_sum")}
+    configs = sorted({(r["model"], r["batch"], r["dtype"]) for r in ours + convs})
+    out, svgs = ["## Per layer", "",
+                 "Ours: each conv of the eval forward timed alone (`cnn bench --layers`, eager, BN / residual add / "
+                 "ReLU fused in), the median over the layers of one shape. Rival: the same convolution alone "
+                 "(`pytorch_bench.py --impl cudnn`, F.conv2d NHWC, cudnn.benchmark). ratio = rival ms / ours: "
+                 "> 1 means we are faster.", ""], []
+    for model, batch, dtype in configs:
+        mine = defaultdict(list)
+        for r in ours:
+            if (r["model"], r["batch"], r["dtype"]) == (model, batch, dtype):
+                mine[r["layer"]].append(r["ms_median"])
+        theirs = defaultdict(dict)
+        for r in convs:
+            if (r["model"], r["batch"], r["dtype"]) == (model, batch, dtype) and r["impl"] != "cnn":
+                theirs[r["layer"]][r["impl"]] = r
+        rivals = sorted({impl for g in theirs.values() for impl in g})
+        shapes = sorted(set(mine) | set(theirs), key=lambda l: (-max(mine.get(l, [0])), l))
+        head = ["layer", "count", "cnn ms"] + [c for i in rivals for c in (f"{i} ms", "ratio")]
+        out += [f"### {model}, batch {batch}, {dtype}", "", "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head)]
+        groups = []
+        for shape in shapes:
+            ms = _median(mine[shape]) if shape in mine else None
+            count = len(mine[shape]) if shape in mine else next(iter(theirs[shape].values())).get("count", "")
+            g = {"cnn": ms} if ms is not None else {}
+            cells = [shape, str(count), f"{ms:.4f}" if ms is not None else "–"]
+            for impl in rivals:
+                v = theirs[shape].get(impl)
+                if v is None:
+                    cells += ["–", ""]
+                    continue
+                g[impl] = v["ms_median"]
+                cells += [f'{v["ms_median"]:.4f}', f'**{v["ms_median"] / ms:.2f}x**' if ms else ""]
+            out.append("| " + " | ".join(cells) + " |")
+            groups.append((shape, g))
+        w = whole.get((model, batch, dtype))
+        if w:
+            out += ["", f'All {w.get("layer_steps", "?")} steps of our forward one at a time: '
+                    f'{w["layers_ms_sum"]:.3f} ms in all; the whole forward: {w["ms_median"]:.3f} ms.']
+        out.append("")
+        names = (["cnn"] if mine else []) + rivals
+        chart = Chart(f"per-layer: cnn vs cuDNN, {model} b{batch} {dtype} (lower is better)",
+                      "conv layer (C->K HxW RxR/stride pP)", "ms per layer (median)",
+                      width=max(720, 300 + 34 * len(groups)), height=560)
+        chart.mb = 130
+        svg = chart.bars(groups, names)
+        if svg:
+            name = f"layers_{_slug(model)}_b{batch}_{_slug(dtype)}.svg"
+            open(os.path.join(svg_dir, name), "w").write(svg)
+            svgs.append(name)
+    return out, svgs
+
+
 def report(records, svg_dir, title, command):
     ok = [r for r in records if r.get("ok", True) and r.get("ms_median", 0) == r.get("ms_median", 0)]
     failed = [r for r in records if not r.get("ok", True)]
@@ -233,21 +307,11 @@ def report(records, svg_dir, title, command):
         if svg:
             open(os.path.join(svg_dir, "latency_b1.svg"), "w").write(svg)
             svgs.append("latency_b1.svg")
-    # plot 3: per-layer against cuDNN
-    layers = [r for r in ok if r["mode"] == "conv" or r.get("layer")]
-    if layers:
-        impls = sorted({r["impl"] for r in layers})
-        groups = defaultdict(dict)
-        for r in layers:
-            groups[r.get("layer", "?")][r["impl"]] = r["ms_median"]
-        svg = Chart("per conv layer (lower is better)", "layer", "ms").bars(sorted(groups.items()), impls)
-        if svg:
-            open(os.path.join(svg_dir, "layers.svg"), "w").write(svg)
-            svgs.append("layers.svg")
-        out += ["## Per layer", "", "| layer | " + " | ".join(impls) + " |", "|---|" + "---|" * len(impls)]
-        for label, g in sorted(groups.items()):
-            out.append(f"| {label} | " + " | ".join(f'{g[i]:.3f}' if i in g else "–" for i in impls) + " |")
-        out.append("")
+    # plot 3: per layer, ours (mode=layer, one record per conv of the model) against cuDNN alone (mode=conv,
+    # one record per distinct shape), matched on the `layer` shape string
+    sections, layer_svgs = per_layer(ok, records, svg_dir)
+    out += sections
+    svgs += layer_svgs
     # plot 4: training images/s
     tr = [r for r in ok if r["mode"] == "train"]
     if tr:

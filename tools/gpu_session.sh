@@ -3,7 +3,8 @@
 # table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
-#   tools/gpu_session.sh [stage...]      stages: build ops e2e startup sanitize bench suite (default: all but suite)
+#   tools/gpu_session.sh [stage...]      stages: build ops e2e startup sanitize tune bench suite (default: all but
+#                                        tune and suite)
 #
 # Logs go to $OUT (the device tool's return folder; ./gpu-out when unset): session.log (everything),
 # summary.txt (the table), logs.tgz (every test log).
@@ -74,6 +75,12 @@ if has sanitize; then
         stage "sanitizer-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork convert pointwise dropout bn scale_shift pool conv linear xent prep optim graph
     done
+fi
+if has tune; then
+    for lvl in none fast full; do
+        stage "tune-$lvl" 120 "$BUILD/cnn" bench --model resnet50,vgg16 --batch 1,64,256 --dtypes bf16 --device cuda --repeat 20 --warmup 5 --tune $lvl --cache-dir /tmp/cnn-cache-$lvl
+    done
+    stage tune-warm 60 "$BUILD/cnn" infer --model resnet50 --input /tmp/x224.safetensors --output /tmp/y3.safetensors --device cuda --dtype bf16 --cache-dir /tmp/cnn-cache-fast -v
 fi
 if has bench; then
     stage bench-ours 240 "$BUILD/cnn" bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32,bf16 --device cuda --repeat 20 --warmup 5

@@ -169,6 +169,23 @@ void *cnn_model_input_buffer(cnn_model *m);
  * dropout with masks from dropout_seed. Eval mode uses the fused, BN-folded plan. */
 cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropout_seed);
 cnn_status cnn_model_download_logits(cnn_model *m, int n, float *out);
+
+/* The eval plan, step by step (per-layer timing: `cnn bench --layers`). Each step runs one op node; a conv
+ * (or an unfused BN) may carry a folded BN, a residual add and a ReLU in its epilogue, so one step can stand
+ * for several nodes. Dropout and trivial flattens are no steps. */
+typedef struct cnn_eval_step {
+    int node;          /* the op executed: conv, bn, add, relu, a pool, linear or flatten */
+    int bn;            /* BN node folded into the epilogue, or -1                          */
+    bool has_residual; /* a residual tensor is added in the epilogue                       */
+    int residual;      /* its producer node (-1 = the network input)                       */
+    bool relu;         /* ReLU applied in the epilogue                                      */
+} cnn_eval_step;
+int cnn_model_eval_steps(const cnn_model *m);
+cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s); /* s in [0, cnn_model_eval_steps) */
+/* Run eval steps [first, first + count) for n images, eagerly (never a recorded graph). Each step reads what
+ * earlier steps wrote, so run them in order; after all of them the logits are those of
+ * cnn_model_forward(m, n, CNN_MODE_EVAL, 0). */
+cnn_status cnn_model_forward_eval_steps(cnn_model *m, int n, int first, int count);
 /* After a train-mode forward: loss (mean over n) and all parameter gradients. labels are host int64. */
 cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float label_smoothing,
                               float *loss_out);

@@ -12,7 +12,8 @@
  *   train  every node runs as itself (batch statistics, dropout); gradients flow back node by node, an
  *          activation gradient that two consumers write is accumulated by the second writer.
  *   eval   BatchNorm folded into scale/shift, and conv -> BN -> residual add -> ReLU chains fused into the
- *          conv's epilogue; dropout and trivial flattens alias their input.
+ *          conv's epilogue; dropout and trivial flattens alias their input. Its steps can also be run one
+ *          at a time, eagerly (cnn_model_forward_eval_steps), for per-layer timing (`cnn bench --layers`).
  */
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
@@ -702,58 +703,83 @@ static cnn_status forward_train(cnn_model *m, int n) {
     return CNN_OK;
 }
 
-static cnn_status forward_eval(cnn_model *m, int n) {
+/* One step of the eval plan for n images. */
+static cnn_status eval_step(cnn_model *m, int n, int s) {
     const cnn_net *net = m->net;
     cnn_backend *be = m->be;
-    for (int s = 0; s < m->n_steps; s++) {
-        const cnn_step *sp = &m->steps[s];
-        const cnn_node *nd = &net->nodes[sp->node];
-        const void *x = value_ptr(m, nd->in[0], CNN_MODE_EVAL);
-        void *y = value_ptr(m, sp->node, CNN_MODE_EVAL);
-        int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
-        const float *scale = NULL, *shift = NULL;
-        if (sp->bn >= 0) {
-            const float *f = m->bn + m->bn_off[sp->bn] + 2 * net->nodes[sp->bn].c;
-            scale = f;
-            shift = f + net->nodes[sp->bn].c;
-        }
-        const void *res = sp->has_residual ? value_ptr(m, sp->residual, CNN_MODE_EVAL) : NULL;
-        cnn_status st = CNN_OK;
-        switch (nd->op) {
-        case CNN_OP_CONV: {
-            cnn_conv2d cv;
-            conv_problem(m, nd, n, &cv);
-            if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]);
-            cnn_epilogue ep = {.scale = scale, .shift = shift, .residual = res, .relu = sp->relu};
-            st = be->conv2d_fprop(be, &cv, &ep, x, weight(m, nd->param[0]), y);
-            break;
-        }
-        case CNN_OP_BN:
-            st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, scale, shift, res, sp->relu, y);
-            break;
-        case CNN_OP_ADD:
-            st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, NULL, NULL,
-                                 value_ptr(m, nd->in[1], CNN_MODE_EVAL), sp->relu, y);
-            break;
-        case CNN_OP_RELU: st = be->relu_forward(be, count, x, y); break;
-        case CNN_OP_MAXPOOL:
-        case CNN_OP_AVGPOOL:
-        case CNN_OP_ADAPTIVE_AVGPOOL: st = run_pool(m, nd, n, x, y); break;
-        case CNN_OP_LINEAR: {
-            cnn_linear ln = linear_problem(m, nd, n);
-            st = be->linear_forward(be, &ln, x, weight(m, nd->param[0]), pf(m, nd->param[1]), y);
-            break;
-        }
-        case CNN_OP_FLATTEN: {
-            const cnn_node *src = &net->nodes[nd->in[0]];
-            cnn_shape sh = {n, src->c, src->h, src->w};
-            st = be->flatten_forward(be, sh, x, y);
-            break;
-        }
-        default: CNN_ASSERT(!"op has no eval step");
-        }
-        if (st != CNN_OK) return cnn_error_prefix(st, "layer %s (%s)", nd->name, cnn_op_name(nd->op));
+    const cnn_step *sp = &m->steps[s];
+    const cnn_node *nd = &net->nodes[sp->node];
+    const void *x = value_ptr(m, nd->in[0], CNN_MODE_EVAL);
+    void *y = value_ptr(m, sp->node, CNN_MODE_EVAL);
+    int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
+    const float *scale = NULL, *shift = NULL;
+    if (sp->bn >= 0) {
+        const float *f = m->bn + m->bn_off[sp->bn] + 2 * net->nodes[sp->bn].c;
+        scale = f;
+        shift = f + net->nodes[sp->bn].c;
     }
+    const void *res = sp->has_residual ? value_ptr(m, sp->residual, CNN_MODE_EVAL) : NULL;
+    cnn_status st = CNN_OK;
+    switch (nd->op) {
+    case CNN_OP_CONV: {
+        cnn_conv2d cv;
+        conv_problem(m, nd, n, &cv);
+        if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]);
+        cnn_epilogue ep = {.scale = scale, .shift = shift, .residual = res, .relu = sp->relu};
+        st = be->conv2d_fprop(be, &cv, &ep, x, weight(m, nd->param[0]), y);
+        break;
+    }
+    case CNN_OP_BN:
+        st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, scale, shift, res, sp->relu, y);
+        break;
+    case CNN_OP_ADD:
+        st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, NULL, NULL,
+                             value_ptr(m, nd->in[1], CNN_MODE_EVAL), sp->relu, y);
+        break;
+    case CNN_OP_RELU: st = be->relu_forward(be, count, x, y); break;
+    case CNN_OP_MAXPOOL:
+    case CNN_OP_AVGPOOL:
+    case CNN_OP_ADAPTIVE_AVGPOOL: st = run_pool(m, nd, n, x, y); break;
+    case CNN_OP_LINEAR: {
+        cnn_linear ln = linear_problem(m, nd, n);
+        st = be->linear_forward(be, &ln, x, weight(m, nd->param[0]), pf(m, nd->param[1]), y);
+        break;
+    }
+    case CNN_OP_FLATTEN: {
+        const cnn_node *src = &net->nodes[nd->in[0]];
+        cnn_shape sh = {n, src->c, src->h, src->w};
+        st = be->flatten_forward(be, sh, x, y);
+        break;
+    }
+    default: CNN_ASSERT(!"op has no eval step");
+    }
+    if (st != CNN_OK) return cnn_error_prefix(st, "layer %s (%s)", nd->name, cnn_op_name(nd->op));
+    return CNN_OK;
+}
+
+static cnn_status forward_eval(cnn_model *m, int n) {
+    for (int s = 0; s < m->n_steps; s++) CNN_TRY(eval_step(m, n, s));
+    return CNN_OK;
+}
+
+int cnn_model_eval_steps(const cnn_model *m) { return m->n_steps; }
+
+cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s) {
+    CNN_ASSERT(s >= 0 && s < m->n_steps);
+    const cnn_step *sp = &m->steps[s];
+    cnn_eval_step e = {.node = sp->node, .bn = sp->bn, .has_residual = sp->has_residual,
+                       .residual = sp->residual, .relu = sp->relu};
+    return e;
+}
+
+cnn_status cnn_model_forward_eval_steps(cnn_model *m, int n, int first, int count) {
+    if (n < 1 || n > m->max_batch) return cnn_fail(CNN_E_INVALID, "batch %d out of range [1, %d]", n, m->max_batch);
+    if (first < 0 || count < 0 || first > m->n_steps || count > m->n_steps - first)
+        return cnn_fail(CNN_E_INVALID, "eval steps [%d, %d) out of range [0, %d)", first, first + count, m->n_steps);
+    if (!m->fold_valid) CNN_TRY(refresh_fold(m));
+    m->last_n = n;
+    m->last_mode = CNN_MODE_EVAL;
+    for (int s = first; s < first + count; s++) CNN_TRY(eval_step(m, n, s));
     return CNN_OK;
 }
 

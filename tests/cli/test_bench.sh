@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# test_bench.sh — `cnn bench` on the CPU writes the records docs/BENCH.md documents (every field, its type,
+# images/s = batch / ms), --layers adds one record per step of the eval forward (every conv of the model, with
+# its torchvision name and shape string), and bench/report.py renders a hand-written fixture of records into a
+# markdown report whose ratios follow from the fixture and SVG plots that parse as XML and have axis labels.
+. "$(dirname "$0")/../lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+FIXTURE=$ROOT/tests/fixtures/bench_fixture.jsonl
+ARGS=(--model resnet18 --stem cifar --batch 1,2 --dtypes fp32 --repeat 2 --warmup 1 --device cpu)
+
+# Run a Python check; it prints "PASS|name|detail" or "FAIL|name|detail" lines, turned into pass/fail here.
+# A check that dies without a verdict line is a failure named $1.
+pycheck() {
+    local name=$1; shift
+    "$PYTHON" - "$@" >"$TMP/verdicts" 2>"$TMP/pyerr"
+    local rc=$? seen=0 kind n detail
+    while IFS='|' read -r kind n detail; do
+        case $kind in
+        PASS) pass "$n" "$detail"; seen=1 ;;
+        FAIL) fail "$n" "$detail"; seen=1 ;;
+        esac
+    done <"$TMP/verdicts"
+    if [ $rc -ne 0 ] || [ $seen -eq 0 ]; then fail "$name" "python exited $rc: $(tail -c 600 "$TMP/pyerr" | tr '\n' '|')"; fi
+}
+
+# ---- (a) cnn bench records ----------------------------------------------------------------------------
+"$CNN" bench "${ARGS[@]}" -o json >"$TMP/bench.json" 2>"$TMP/bench.err" \
+    && pass bench.json_runs || fail bench.json_runs "$(head -c 400 "$TMP/bench.err")"
+"$CNN" bench "${ARGS[@]}" --layers -o json >"$TMP/layers.json" 2>"$TMP/layers.err" \
+    && pass bench.layers_runs || fail bench.layers_runs "$(head -c 400 "$TMP/layers.err")"
+
+pycheck bench.records "$ROOT/docs/BENCH.md" "$TMP/bench.json" "$TMP/layers.json" <<'EOF'
+import json, math, re, sys
+
+def verdict(ok, name, detail=""):
+    print(f"{'PASS' if ok else 'FAIL'}|{name}|{str(detail)[:300]}")
+
+# The two field tables of docs/BENCH.md: {field: (type, meaning)}
+tables, cur = [], None
+for line in open(sys.argv[1]):
+    if line.startswith("| field |"):
+        cur = {}
+        tables.append(cur)
+    elif cur is not None and line.startswith("| `"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for f in re.findall(r"`([a-z_0-9]+)`", cells[0]):
+            cur[f] = (cells[1], cells[2])
+    elif not line.startswith("|"):
+        cur = None
+verdict(len(tables) == 2, "bench.docs_tables", f"{len(tables)} field tables in docs/BENCH.md")
+record, layer = tables[0], tables[1] if len(tables) > 1 else {}
+TYPES = {"string": lambda v: isinstance(v, str), "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+         "bool": lambda v: isinstance(v, bool),
+         "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+verdict(all(t in TYPES for t, _ in list(record.values()) + list(layer.values())), "bench.docs_types",
+        sorted({t for t, _ in list(record.values()) + list(layer.values())}))
+
+def conditional(meaning):  # fields only some records carry: "`conv` rows: ...", "`infer` rows of `cnn bench --layers`"
+    return re.match(r"`\w+` rows", meaning) is not None
+
+def check_fields(r, table, skip=()):
+    bad = []
+    for f, (t, meaning) in table.items():
+        if f in skip or conditional(meaning):
+            continue
+        if f not in r:
+            bad.append(f"missing {f}")
+        elif not TYPES[t](r[f]):
+            bad.append(f"{f}={r[f]!r} is not {t}")
+    return bad
+
+def close(a, b, rel=1e-6):
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+try:
+    rows = json.load(open(sys.argv[2]))
+    verdict(True, "bench.json_valid")
+except Exception as e:
+    verdict(False, "bench.json_valid", e)
+    sys.exit(0)
+verdict(isinstance(rows, list) and [r.get("batch") for r in rows] == [1, 2], "bench.one_record_per_batch",
+        [r.get("batch") for r in rows])
+for r in rows:
+    b = r.get("batch")
+    bad = check_fields(r, record)
+    verdict(not bad, f"bench.b{b}.fields_and_types", "; ".join(bad) or f"{len(r)} fields")
+    verdict(r.get("ok") is True and r.get("error") == "", f"bench.b{b}.ok", r.get("error"))
+    verdict((r.get("impl"), r.get("model"), r.get("input"), r.get("dtype"), r.get("mode"), r.get("backend")) ==
+            ("cnn", "resnet18-cifar", "32x32", "fp32", "infer", "cpu"), f"bench.b{b}.identity")
+    ms = r.get("ms_median", 0)
+    verdict(ms > 0 and r["ms_min"] <= r["ms_p10"] <= ms <= r["ms_p90"] <= r["ms_max"], f"bench.b{b}.times",
+            f'{r.get("ms_min")} <= {ms} <= {r.get("ms_max")} ms')
+    verdict(ms > 0 and close(r["images_per_s"], b * 1000.0 / ms), f"bench.b{b}.images_per_s",
+            f'{r.get("images_per_s")} vs {b} * 1000 / {ms}')
+    verdict(ms > 0 and close(r["tflops"], r["gflop_per_batch"] / ms), f"bench.b{b}.tflops")
+    # resnet18 (CIFAR stem, 1000 classes): convs and fc, 2 FLOPs per multiply-add
+    verdict(close(r["gflop_per_batch"], b * 1.1118592), f"bench.b{b}.gflop_per_batch", r["gflop_per_batch"])
+    verdict(r.get("repeat") == 2 and r.get("warmup") == 1, f"bench.b{b}.repeat_warmup")
+
+# --layers: the same records plus one per eval step, each after its configuration's record
+try:
+    lrows = json.load(open(sys.argv[3]))
+    verdict(True, "layers.json_valid")
+except Exception as e:
+    verdict(False, "layers.json_valid", e)
+    sys.exit(0)
+mains = [r for r in lrows if r.get("mode") == "infer"]
+verdict([r["batch"] for r in mains] == [1, 2], "layers.infer_records", [r.get("batch") for r in mains])
+# what a layer record shares with the others (docs/BENCH.md lists them under "Per-layer records")
+common = {f: record[f] for f in ("impl", "model", "input", "batch", "dtype", "device", "backend", "ok", "repeat",
+                                 "warmup", "version", "commit", "date", "error")}
+SHAPE = re.compile(r"^\d+->\d+ \d+x\d+ \d+x\d+/\d+ p\d+$")
+for m in mains:
+    b = m["batch"]
+    bad = check_fields(m, record)
+    for f in ("layer_steps", "layers_ms_sum"):
+        if f not in record:
+            bad.append(f"{f} not documented")
+        elif f not in m or not TYPES[record[f][0]](m[f]):
+            bad.append(f"{f} missing or mistyped")
+    verdict(not bad, f"layers.b{b}.infer_fields", "; ".join(bad))
+    i = lrows.index(m)
+    steps = lrows[i + 1:i + 1 + m.get("layer_steps", 0)]
+    verdict(len(steps) == m.get("layer_steps") and all(s.get("mode") == "layer" for s in steps)
+            and [s.get("step") for s in steps] == list(range(len(steps))), f"layers.b{b}.steps_follow",
+            f'{m.get("layer_steps")} steps')
+    bad = []
+    for s in steps:
+        skip = ("tflops", "gflop_per_batch") if s.get("kind") != "conv" and s.get("kind") != "linear" else ("gbps", "gbyte_per_batch")
+        bad += [f'{s.get("name")}: {e}' for e in check_fields(s, layer, skip) + check_fields(s, common)]
+        if (s.get("model"), s.get("batch"), s.get("dtype"), s.get("impl")) != ("resnet18-cifar", b, "fp32", "cnn"):
+            bad.append(f'{s.get("name")}: model/batch/dtype/impl')
+        if not s.get("ms_median", 0) > 0:
+            bad.append(f'{s.get("name")}: ms_median {s.get("ms_median")}')
+    verdict(not bad, f"layers.b{b}.step_fields", "; ".join(bad[:6]) or f"{len(steps)} steps")
+    convs = [s for s in steps if s.get("kind") == "conv"]
+    names = [s["name"] for s in convs]
+    want = ["conv1"] + [f"layer{l}.{k}.conv{c}" for l in range(1, 5) for k in range(2) for c in (1, 2)] + \
+           [f"layer{l}.0.downsample.0" for l in range(2, 5)]
+    verdict(sorted(names) == sorted(want), f"layers.b{b}.every_conv", f"{len(convs)} conv steps (resnet18: 20)")
+    verdict(all(s["ms_median"] > 0 for s in convs), f"layers.b{b}.conv_times_positive",
+            f'min {min((s["ms_median"] for s in convs), default=0):.4f} ms')
+    shapes = {s["name"]: s["layer"] for s in convs}
+    verdict(all(SHAPE.match(v) for v in shapes.values()) and shapes.get("conv1") == "3->64 32x32 3x3/1 p1"
+            and shapes.get("layer1.0.conv1") == "64->64 32x32 3x3/1 p1"
+            and shapes.get("layer2.0.downsample.0") == "64->128 32x32 1x1/2 p0"
+            and shapes.get("layer4.1.conv2") == "512->512 4x4 3x3/1 p1", f"layers.b{b}.conv_shapes",
+            "; ".join(f"{k}: {v}" for k, v in shapes.items() if k in ("conv1", "layer1.0.conv1", "layer2.0.downsample.0")))
+    l101 = next((s for s in convs if s["name"] == "layer1.0.conv1"), {})
+    flop = 2.0 * b * 64 * 32 * 32 * 64 * 9 / 1e9
+    verdict(close(l101.get("gflop_per_batch", 0), flop) and close(l101.get("tflops", 0), flop / l101.get("ms_median", 1))
+            and l101.get("fused") == "bn+relu", f"layers.b{b}.conv_flops", l101)
+    others = [s for s in steps if s.get("kind") != "conv"]
+    verdict([(s["name"], s["kind"]) for s in others] == [("avgpool", "pool"), ("fc", "linear")]
+            and "gbps" in others[0] and "tflops" in others[1], f"layers.b{b}.other_steps",
+            [(s["name"], s["kind"]) for s in others])
+    verdict(close(m.get("layers_ms_sum", 0), sum(s["ms_median"] for s in steps)), f"layers.b{b}.sum",
+            f'{m.get("layers_ms_sum")} ms for the steps, {m["ms_median"]} ms whole')
+EOF
+
+# markdown and csv carry the same breakdown; --layers is for inference only
+"$CNN" bench --model resnet18 --stem cifar --batch 1 --repeat 1 --warmup 0 --device cpu --layers >"$TMP/layers.md" 2>&1 \
+    && grep -q '^| model | batch | dtype | step | name | kind | fused | shape | ms (median) |' "$TMP/layers.md" \
+    && grep -q '^| resnet18-cifar | 1 | fp32 | 7 | layer2.0.downsample.0 | conv | bn+add+relu | 64->128 32x32 1x1/2 p0 |' "$TMP/layers.md" \
+    && grep -q '^| resnet18-cifar | 1 | fp32 | | \*\*sum of 22 steps\*\* |' "$TMP/layers.md" \
+    && pass layers.markdown || fail layers.markdown "$(head -c 600 "$TMP/layers.md")"
+"$CNN" bench --model vgg11_bn --input-size 32 --batch 1 --repeat 1 --warmup 0 --device cpu --layers -o csv >"$TMP/layers.csv" 2>&1 \
+    && "$PYTHON" -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+steps = [r for r in rows if r["mode"] == "layer"]
+assert rows[0]["mode"] == "infer" and len(steps) == 20 and all(len(r) == len(rows[0]) and None not in r for r in rows)
+assert [r["name"] for r in steps if r["kind"] == "conv"][:2] == ["features.0", "features.4"], steps[:2]
+assert all(float(r["ms_median"]) > 0 for r in steps) and abs(sum(float(r["ms_median"]) for r in steps) - float(rows[0]["layers_ms_sum"])) < 1e-3
+assert all((r["tflops"] != "") == (r["kind"] in ("conv", "linear")) and (r["gbps"] != "") != (r["tflops"] != "") for r in steps)
+' "$TMP/layers.csv" && pass layers.csv_vgg11_bn || fail layers.csv_vgg11_bn "$(head -c 600 "$TMP/layers.csv")"
+expect layers.train_is_usage_error 2 'layers.*--mode infer' -- "$CNN" bench --model resnet18 --mode train --layers --device cpu
+
+# ---- (b) bench/report.py on the fixture --------------------------------------------------------------------
+"$PYTHON" "$ROOT/bench/report.py" "$FIXTURE" --out-md "$TMP/report/report.md" --svg-dir "$TMP/report/plots" \
+    --title "fixture" >"$TMP/report.out" 2>&1 && pass report.runs || fail report.runs "$(tail -c 600 "$TMP/report.out")"
+pycheck report.checks "$FIXTURE" "$TMP/report/report.md" "$TMP/report/plots" <<'EOF'
+import json, os, re, statistics, sys
+import xml.etree.ElementTree as ET
+
+def verdict(ok, name, detail=""):
+    print(f"{'PASS' if ok else 'FAIL'}|{name}|{str(detail)[:300]}")
+
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+md = open(sys.argv[2]).read()
+lines = md.splitlines()
+# the throughput table: every ok cnn infer/train record beside every ok rival of the same model, input, batch,
+# mode and dtype, with speed-up = rival ms / ours
+ok = [r for r in recs if r["ok"]]
+ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train")]
+pairs = [(o, v) for o in ours for v in ok if v["impl"] != "cnn" and v["mode"] == o["mode"]
+         and (v["model"], v["input"], v["batch"], v["dtype"]) == (o["model"], o["input"], o["batch"], o["dtype"])]
+verdict(len(pairs) >= 10 and any(o["mode"] == "train" for o, _ in pairs), "report.fixture_pairs", f"{len(pairs)} pairs")
+head = next((l for l in lines if l.startswith("| model |") and "speed-up" in l), "")
+verdict(head != "", "report.ratio_column", head)
+missing = []
+for o, v in pairs:
+    want = f'| {o["model"]} | {o["input"]} | {o["batch"]} | {o["mode"]} | {o["dtype"]} | {o["ms_median"]:.3f} |'
+    ratio = f'**{v["ms_median"] / o["ms_median"]:.2f}x**'
+    if not any(l.startswith(want) and f'| {v["impl"]} |' in l and l.rstrip().endswith(f"| {ratio} |") for l in lines):
+        missing.append(f'{o["model"]} b{o["batch"]} {o["dtype"]} {o["mode"]} vs {v["impl"]}: {ratio}')
+verdict(not missing, "report.ratio_values", "; ".join(missing) or f"{len(pairs)} ratios")
+verdict("out of memory" in md and "pytorch-compile" in md, "report.failed_listed")
+# per layer: our conv steps per distinct shape (median) against pytorch-cudnn's conv rows of the same shape
+mine = {}
+for r in ok:
+    if r["mode"] == "layer" and r["kind"] == "conv":
+        mine.setdefault((r["model"], r["batch"], r["dtype"], r["layer"]), []).append(r["ms_median"])
+cud = [r for r in ok if r["impl"] == "pytorch-cudnn" and r["mode"] == "conv"]
+bad, n = [], 0
+for c in cud:
+    ms = mine.get((c["model"], c["batch"], c["dtype"], c["layer"]))
+    if not ms:
+        continue
+    n += 1
+    row = f'| {c["layer"]} | {len(ms)} | {statistics.median(ms):.4f} | {c["ms_median"]:.4f} | **{c["ms_median"] / statistics.median(ms):.2f}x** |'
+    if row not in lines:
+        bad.append(row)
+verdict(n >= 3 and not bad, "report.per_layer_ratios", "; ".join(bad) or f"{n} shapes matched")
+# plots: every SVG the report links exists, parses as XML and has both axis labels
+svg_dir = sys.argv[3]
+linked = re.findall(r"!\[[^\]]*\]\(([^)]+\.svg)\)", md)
+files = sorted(f for f in os.listdir(svg_dir) if f.endswith(".svg"))
+verdict(len(files) >= 1 and sorted(os.path.basename(l) for l in linked) == files, "report.svgs_linked",
+        f"{len(files)} SVGs")
+NS = "{http://www.w3.org/2000/svg}"
+for f in files:
+    try:
+        root = ET.parse(os.path.join(svg_dir, f)).getroot()
+    except ET.ParseError as e:
+        verdict(False, f"report.svg.{f}", e)
+        continue
+    texts = {t.get("class"): (t.text or "").strip() for t in root.iter(NS + "text") if t.get("class")}
+    verdict(root.tag == NS + "svg" and texts.get("xlabel") and texts.get("ylabel"), f"report.svg.{f}",
+            f'x: {texts.get("xlabel")!r}, y: {texts.get("ylabel")!r}')
+lay = os.path.join(svg_dir, "layers_resnet50_b64_bf16.svg")
+if os.path.exists(lay):
+    root = ET.parse(lay).getroot()
+    texts = [(t.text or "") for t in root.iter(NS + "text")]
+    ylabel = next((t.text for t in root.iter(NS + "text") if t.get("class") == "ylabel"), "")
+    bars = [r for r in root.iter(NS + "rect") if r.find(NS + "title") is not None]
+    verdict("ms" in ylabel and "cnn" in texts and "pytorch-cudnn" in texts and len(bars) == 9
+            and any("cuDNN" in t for t in texts), "report.layers_plot", f"{len(bars)} bars, y: {ylabel!r}")
+else:
+    verdict(False, "report.layers_plot", "no layers_resnet50_b64_bf16.svg")
+EOF
+finish
