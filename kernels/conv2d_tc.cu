@@ -8,7 +8,7 @@
  *     writes are free of bank conflicts;
  *   - mma.sync.m16n8k16 with fp32 accumulators, warp tile (BM/WM) x (BN/WN);
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
- *     rounding to the activation type, two channels per 32-bit store;
+ *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes);
  *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
  *     a.ws, and conv2d_tc_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
  * Specialisation (-D, src/cuda/conv2d.c): BM BN (CTA tile), WM WN (warps), STAGES, ACT (F16 or BF16).
@@ -33,7 +33,7 @@
 #define NT8 (WTN / 8)
 #define A_PER (BM * 4 / NT) /* 16-byte chunks of A per thread per slice */
 #define B_PER (BN * 4 / NT)
-static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile: m16 rows, pairs of n8 columns");
+static_assert(WTM % 16 == 0 && WTN % 32 == 0, "warp tile: m16 rows, groups of four n8 columns");
 static_assert((BM * 4) % NT == 0 && (BN * 4) % NT == 0, "slice loads must divide over the threads");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert((BM + BN) * BK * 2 * STAGES <= 48 * 1024, "static shared memory");
@@ -171,32 +171,54 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
         }
         return;
     }
+    /* Four lanes of a row (t4 = 0..3) trade the column pairs of four consecutive n8 tiles -- a 4x4 transpose by
+     * XOR shuffles: in round r lane t4 sends its pair of tile t4^r and receives its partner's pair of tile t4 --
+     * so each lane owns 8 consecutive channels: 16-byte residual loads and stores, 64 contiguous bytes per row
+     * per warp instruction. */
 #pragma unroll
-    for (int j = 0; j < NT8; j++) {
-        const int n = n0 + wn0 + j * 8 + 2 * t4;
-        if (n >= a.gn) continue; /* K % 8 == 0: n + 1 < K as well */
-        const float sc0 = a.scale ? a.scale[n] : 1.0f, sc1 = a.scale ? a.scale[n + 1] : 1.0f;
-        const float sh0 = a.shift ? a.shift[n] : 0.0f, sh1 = a.shift ? a.shift[n + 1] : 0.0f;
+    for (int i = 0; i < MT; i++)
 #pragma unroll
-        for (int i = 0; i < MT; i++)
+        for (int h = 0; h < 2; h++) {
+            const int m = m0 + wm0 + i * 16 + g + h * 8;
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = m0 + wm0 + i * 16 + g + h * 8;
-                if (m >= a.gm) continue;
+            for (int jb = 0; jb < NT8; jb += 4) {
+                float gx[4], gy[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int q = t4 ^ r;
+                    const float sx = q == 0 ? acc[i][jb][2 * h] : q == 1 ? acc[i][jb + 1][2 * h]
+                                   : q == 2 ? acc[i][jb + 2][2 * h] : acc[i][jb + 3][2 * h];
+                    const float sy = q == 0 ? acc[i][jb][2 * h + 1] : q == 1 ? acc[i][jb + 1][2 * h + 1]
+                                   : q == 2 ? acc[i][jb + 2][2 * h + 1] : acc[i][jb + 3][2 * h + 1];
+                    gx[r] = __shfl_xor_sync(0xffffffffu, sx, r);
+                    gy[r] = __shfl_xor_sync(0xffffffffu, sy, r);
+                }
+                /* gx/gy[r] = columns 2*(t4^r), +1 of tile jb + t4 */
+                float v[8];
+#pragma unroll
+                for (int sp = 0; sp < 4; sp++) {
+                    const int r = t4 ^ sp;
+                    v[2 * sp] = r == 0 ? gx[0] : r == 1 ? gx[1] : r == 2 ? gx[2] : gx[3];
+                    v[2 * sp + 1] = r == 0 ? gy[0] : r == 1 ? gy[1] : r == 2 ? gy[2] : gy[3];
+                }
+                const int n = n0 + wn0 + (jb + t4) * 8;
+                if (m >= a.gm || n >= a.gn) continue; /* K % 8 == 0: all 8 channels or none */
                 const long long o = (long long)m * a.gn + n;
-                float v0 = acc[i][j][2 * h] * sc0 + sh0, v1 = acc[i][j][2 * h + 1] * sc1 + sh1;
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] = v[k] * (a.scale ? a.scale[n + k] : 1.0f) + (a.shift ? a.shift[n + k] : 0.0f);
                 if (res) {
-                    const unsigned rv = *(const unsigned *)(res + o);
-                    v0 += act_to_f32((act_t)(rv & 0xffffu));
-                    v1 += act_to_f32((act_t)(rv >> 16));
+                    float rv[8];
+                    act_load_vec(res + o, rv);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) v[k] += rv[k];
                 }
                 if (a.relu) {
-                    v0 = v0 > 0.0f ? v0 : 0.0f;
-                    v1 = v1 > 0.0f ? v1 : 0.0f;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
                 }
-                *(unsigned *)(y + o) = pack2(v0, v1);
+                act_store_vec(y + o, v);
             }
-    }
+        }
 }
 
 /* y = epilogue(sum over the splits of ws, in split order): grid-stride over (m, n) pairs of channels. */

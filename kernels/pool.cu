@@ -69,6 +69,53 @@ extern "C" __global__ void pool_forward(const pool_args a) {
     }
 }
 
+/* Max and average forward, 16 bytes of channels per thread (C % ACT_VEC == 0, 16-byte aligned tensors, fewer
+ * than 2^31 vectors: the launcher checks): the same arithmetic per element as pool_forward, in 32-bit index
+ * math, with one 16-byte load per window tap and one 16-byte store. */
+extern "C" __global__ void pool_forward_vec(const pool_args a) {
+    const act_t *x = (const act_t *)a.x;
+    act_t *y = (act_t *)a.out;
+    const int cv = a.c / ACT_VEC;
+    const int total = a.n * a.p * a.q * cv;
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
+        int t = o / cv;
+        const int cg = o - t * cv;
+        const int qq = t % a.q;
+        t /= a.q;
+        const int pp = t % a.p;
+        const int n = t / a.p;
+        const act_t *xi = x + (long long)n * a.h * a.w * a.c + cg * ACT_VEC;
+        const int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
+        const bool mx = a.kind == POOL_MAX;
+        float acc[ACT_VEC], e[ACT_VEC];
+#pragma unroll
+        for (int k = 0; k < ACT_VEC; k++) acc[k] = mx ? -CNN_INF : 0.0f;
+        for (int r = 0; r < a.r; r++) {
+            const int hi = h0 + r;
+            if ((unsigned)hi >= (unsigned)a.h) continue;
+            for (int s = 0; s < a.s; s++) {
+                const int wi = w0 + s;
+                if ((unsigned)wi >= (unsigned)a.w) continue;
+                act_load_vec(xi + ((long long)hi * a.w + wi) * a.c, e);
+#pragma unroll
+                for (int k = 0; k < ACT_VEC; k++) {
+                    if (mx) {
+                        if (e[k] > acc[k]) acc[k] = e[k];
+                    } else {
+                        acc[k] += e[k];
+                    }
+                }
+            }
+        }
+        if (!mx) {
+            const float d = (float)(a.r * a.s);
+#pragma unroll
+            for (int k = 0; k < ACT_VEC; k++) acc[k] = acc[k] / d;
+        }
+        act_store_vec(y + (long long)o * ACT_VEC, acc);
+    }
+}
+
 /* Position (hi*W + wi) of the first maximum of window (pp, qq) of channel plane xi; -1 if the window is empty
  * or holds no value > -inf (then the forward wrote -inf and no input receives a gradient). */
 __device__ __forceinline__ int max_argmax(const pool_args &a, const act_t *xi, int pp, int qq) {

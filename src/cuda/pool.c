@@ -2,10 +2,12 @@
  * forward (one thread per output) and backward (a gather: one thread per input, no atomics). */
 #include "cuda/internal.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 
-enum { POOL_FWD, POOL_BWD, POOL_N };
-static const char *const entries[POOL_N] = {"pool_forward", "pool_backward"};
+enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_N };
+static const char *const entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec"};
 
 static void defines(int cfg, char *buf, size_t cap) {
     (void)cfg;
@@ -50,6 +52,12 @@ cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void
     CNN_ASSERT(x && y);
     pool_args a = make_args(pl);
     a.x = x, a.out = y;
+    /* 16 bytes of channels per thread when the layout allows (every ResNet/VGG pool but the classifier's) */
+    int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
+    long long nvec = (long long)pl->n * pl->p * pl->q * (pl->c / vec);
+    if (pl->kind != CNN_POOL_ADAPTIVE_AVG && pl->c % vec == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
+        nvec < INT_MAX && (long long)pl->n * pl->p * pl->q * pl->c < INT_MAX)
+        return run(be, POOL_FWD_VEC, &a, nvec, pl);
     return run(be, POOL_FWD, &a, (long long)pl->n * pl->p * pl->q * pl->c, pl);
 }
 

@@ -871,6 +871,10 @@ static void g_pool(ctx *t) {
         {CNN_POOL_ADAPTIVE_AVG, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0, 7, 7, false}, /* VGG head on a 1x1 map */
         {CNN_POOL_ADAPTIVE_AVG, 2, 5, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false},
         {CNN_POOL_ADAPTIVE_AVG, 1, 6, 14, 14, 0, 0, 0, 0, 0, 0, 7, 7, false},
+        /* C % 8 == 0: the 16-byte-vector kernel (pool_forward_vec) */
+        {CNN_POOL_MAX, 2, 16, 9, 11, 3, 3, 2, 2, 1, 1, 0, 0, true},
+        {CNN_POOL_MAX, 1, 24, 7, 6, 2, 2, 2, 2, 0, 0, 0, 0, false},
+        {CNN_POOL_AVG, 3, 8, 5, 7, 3, 3, 2, 1, 1, 1, 0, 0, false},
     };
     static const char *kn[] = {"max", "avg", "adaptive"};
     for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
