@@ -245,6 +245,11 @@ def per_layer(ok, records, svg_dir):
 def report(records, svg_dir, title, command):
     ok = [r for r in records if r.get("ok", True) and r.get("ms_median", 0) == r.get("ms_median", 0)]
     failed = [r for r in records if not r.get("ok", True)]
+    # side records: the measured matmul peak, independent re-measurements (check-*), the cold-cache start
+    peaks = {r["dtype"]: r["tflops"] for r in ok if r["mode"] == "peak" and r.get("tflops")}
+    checks = [r for r in ok if r["impl"].startswith("check-")]
+    cold = [r for r in ok if r.get("cache") == "cold"]
+    ok = [r for r in ok if r["mode"] != "peak" and not r["impl"].startswith("check-") and r.get("cache") != "cold"]
     ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train")]
     rivals = [r for r in ok if r["impl"] != "cnn" and r["mode"] in ("infer", "train")]
     out = [f"# {title}", ""]
@@ -260,9 +265,18 @@ def report(records, svg_dir, title, command):
         out.append(f"- regenerate: `{command}`")
     out.append("")
     # main table: ours beside each rival with the ratio of times (rival ms / our ms: > 1 means we are faster)
+    if peaks:
+        out += ["Measured matrix peak of this GPU (cuBLAS 8192^3 matmul, `bench/gpu_checks.py peak`): " +
+                ", ".join(f"{d} {v:.0f} TFLOP/s" for d, v in sorted(peaks.items())) +
+                "; `% peak` = our achieved TFLOP/s over the peak of our precision (tf32 rows: the fp32 peak is not "
+                "a bound, so none is shown).", ""]
+
+    def pct(r):
+        p = peaks.get(r["dtype"])
+        return f'{r.get("tflops", 0):.1f} ({100 * r.get("tflops", 0) / p:.0f}%)' if p else f'{r.get("tflops", 0):.1f}'
     out += ["## Throughput", "",
-            "| model | input | batch | mode | ours: dtype | ours ms | images/s | rival | rival dtype | rival ms | speed-up |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| model | input | batch | mode | ours: dtype | ours ms | images/s | TFLOP/s (% peak) | rival | rival dtype | rival ms | speed-up |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by_key = defaultdict(list)
     for r in rivals:
         by_key[key(r)].append(r)
@@ -271,14 +285,35 @@ def report(records, svg_dir, title, command):
                 (r["dtype"] == "fp32" and v["dtype"] == "fp32")]
         if not same:
             out.append(f'| {r["model"]} | {r["input"]} | {r["batch"]} | {r["mode"]} | {r["dtype"]} | '
-                       f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | – | | | |')
+                       f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | {pct(r)} | – | | | |')
         for v in same:
             out.append(f'| {r["model"]} | {r["input"]} | {r["batch"]} | {r["mode"]} | {r["dtype"]} | '
-                       f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | {v["impl"]} | {v["dtype"]} | '
+                       f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | {pct(r)} | {v["impl"]} | {v["dtype"]} | '
                        f'{v["ms_median"]:.3f} | **{v["ms_median"] / r["ms_median"]:.2f}x** |')
     out.append("")
     out.append("speed-up = rival's median ms / ours, same model, batch, mode and precision, same run.")
     out.append("")
+    if cold:
+        out += ["## Startup: compilation and tuning", "",
+                "| model | batch | dtype | setup s, empty kernel cache | setup s, warm cache |", "|---|---|---|---|---|"]
+        for c in cold:
+            warm = [r for r in ours if key(r) == key(c) and r["dtype"] == c["dtype"]]
+            out.append(f'| {c["model"]} | {c["batch"]} | {c["dtype"]} | {c.get("setup_s", 0):.2f} | '
+                       f'{warm[0].get("setup_s", 0):.2f} |' if warm else
+                       f'| {c["model"]} | {c["batch"]} | {c["dtype"]} | {c.get("setup_s", 0):.2f} | – |')
+        out += ["", "setup = model build, kernel compilation (NVRTC) or cache loads, autotuning, graph capture and the "
+                "warm-up runs before timing.", ""]
+    if checks:
+        out += ["## Independent check of the PyTorch rows", "",
+                "| model | batch | dtype | rival | pytorch_bench.py ms | do_bench ms | ratio | within 10% |",
+                "|---|---|---|---|---|---|---|---|"]
+        for c in checks:
+            ratio = c.get("ratio", 0)
+            out.append(f'| {c["model"]} | {c["batch"]} | {c["dtype"]} | pytorch-{c["impl"][len("check-"):]} | '
+                       f'{c.get("ref_ms", 0):.3f} | {c["ms_median"]:.3f} | {ratio:.3f} | '
+                       f'{"yes" if 0.9 <= ratio <= 1.1 else "**no**"} |')
+        out += ["", "The same configuration rebuilt and timed by `triton.testing.do_bench` (median) in "
+                "`bench/gpu_checks.py check`, after the suite.", ""]
     svgs = []
     os.makedirs(svg_dir, exist_ok=True)
     # plot 1: throughput vs batch for each (model, mode, dtype)

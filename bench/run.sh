@@ -51,7 +51,7 @@ if [ $DEV = cuda ]; then
     rm -rf "$cold"
     # inference, fp32 (true fp32 on both sides) and bf16
     for dt in fp32 bf16; do
-        ours resnet50 imagenet 1,16,64,256 $dt infer
+        ours resnet50 imagenet 1,16,64,256 $dt infer "$( [ $dt = bf16 ] && echo --layers)"
         ours resnet18 imagenet 1,64 $dt infer
         ours vgg16 imagenet 64 $dt infer
         ours resnet18 cifar 1,10000 $dt infer

@@ -88,8 +88,8 @@ if has bench; then
     stage bench-torch 240 $PYTHON bench/pytorch_bench.py --model resnet50 --batch 1,64,256 --dtype bf16 --mode infer --impl eager-cl,graph --repeat 20 --warmup 5
 fi
 if has suite; then
-    stage bench-suite 580 bench/run.sh
-    cp bench/results/*.json bench/results/*.md "$OUT"/ 2>/dev/null
+    stage bench-suite 590 bench/run.sh
+    tar czf "$OUT/results.tgz" bench/results BENCHMARKS.md 2>/dev/null
 fi
 
 tar czf "$OUT/logs.tgz" -C "$LOGDIR" . 2>/dev/null

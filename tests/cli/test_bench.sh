@@ -192,8 +192,9 @@ lines = md.splitlines()
 # the throughput table: every ok cnn infer/train record beside every ok rival of the same model, input, batch,
 # mode and dtype, with speed-up = rival ms / ours
 ok = [r for r in recs if r["ok"]]
-ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train")]
+ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train") and r.get("cache") != "cold"]
 pairs = [(o, v) for o in ours for v in ok if v["impl"] != "cnn" and v["mode"] == o["mode"]
+         and not v["impl"].startswith("check-")
          and (v["model"], v["input"], v["batch"], v["dtype"]) == (o["model"], o["input"], o["batch"], o["dtype"])]
 verdict(len(pairs) >= 10 and any(o["mode"] == "train" for o, _ in pairs), "report.fixture_pairs", f"{len(pairs)} pairs")
 head = next((l for l in lines if l.startswith("| model |") and "speed-up" in l), "")
@@ -206,6 +207,14 @@ for o, v in pairs:
         missing.append(f'{o["model"]} b{o["batch"]} {o["dtype"]} {o["mode"]} vs {v["impl"]}: {ratio}')
 verdict(not missing, "report.ratio_values", "; ".join(missing) or f"{len(pairs)} ratios")
 verdict("out of memory" in md and "pytorch-compile" in md, "report.failed_listed")
+# side sections: % of the measured peak, the cold-cache startup row, the independent check of a PyTorch row
+r64 = next(o for o in ours if o["model"] == "resnet50" and o["batch"] == 64 and o["dtype"] == "bf16" and o["mode"] == "infer")
+want_pct = f'{r64["tflops"]:.1f} ({100 * r64["tflops"] / 785.4:.0f}%)'
+verdict(any(l.startswith("| resnet50 | 224x224 | 64 | infer | bf16 |") and want_pct in l for l in lines),
+        "report.percent_of_peak", want_pct)
+verdict(any(l.startswith("| resnet50 | 64 | bf16 | 6.25 | 2.00 |") for l in lines), "report.cold_start_row")
+verdict(any(l.startswith("| resnet50 | 64 | bf16 | pytorch-eager-cl | 17.500 | 17.000 | 1.029 | yes |") for l in lines),
+        "report.independent_check_row")
 # per layer: our conv steps per distinct shape (median) against pytorch-cudnn's conv rows of the same shape
 mine = {}
 for r in ok:
