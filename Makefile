@@ -13,7 +13,8 @@ HAVE_OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c 
 HAVE_CUDA   := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/nvrtc.h && echo 1)
 HAVE_TORCH  := $(shell $(PYTHON) -c 'import torch, torchvision' 2>/dev/null && echo 1)
 HAVE_CLANG  := $(shell command -v clang >/dev/null 2>&1 && echo 1)
-GIT_COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# the commit recorded in benchmark results; `make GIT_COMMIT=...` where the tree's git metadata is not its own
+GIT_COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 
 ifneq ($(SAN),)
   ifneq ($(SAN),1)

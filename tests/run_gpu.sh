@@ -6,7 +6,8 @@
 #      (a crash or a sticky device error fails that group only); a synchronised launch names a failing kernel
 #   3. gpu_test_ops again without CNN_SYNC_DEBUG, warm kernel cache: asynchronous execution gives the same answers
 #   4. compute-sanitizer memcheck / racecheck / initcheck / synccheck over the quick op tests (B9)
-#   5. (to come) end-to-end tests: a ResNet-18 training step, inference parity with PyTorch (B12)
+#   5. end to end on the GPU: tests/golden (zoo logits, gradients, 20 training steps fp32 and bf16, against PyTorch
+#      on the same GPU) with CNN_TEST_DEVICE=cuda, and tests/cli/test_resume.sh (bit-exact resume, repeatability)
 # Environment: BUILD (default build), SANITIZER=0 to skip step 4, SANITIZER_TOOLS (default "memcheck racecheck
 # initcheck synccheck"), GPU_TEST_GROUPS to restrict steps 2-4 to some groups (e.g. "conv bn"), TEST_LOG_DIR.
 set -u
@@ -59,7 +60,7 @@ elif [ ! -x "$SAN_BIN" ]; then
 else
     # quick shapes, in-process (--no-fork: the sanitizer follows one process), the cache warmed by step 2;
     # the oom group is left out (an absurd allocation is the point there, and memcheck would report it)
-    SAN_GROUPS=${GROUPS_SEL:-"convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs linear xent prep optim nonfinite graph determinism"}
+    SAN_GROUPS=${GROUPS_SEL:-"convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc linear xent prep optim nonfinite graph determinism"}
     for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
         opts=""
         [ $tool = memcheck ] && opts="--leak-check full --padding 2048"
@@ -69,7 +70,12 @@ else
     done
 fi
 
-# ---- end-to-end tests go here (the lead's): e.g. run_one e2e-resnet18-step "$BUILD/cnn" train ... --device cuda
+# ---- end to end, against PyTorch on the same GPU
+PYTHON=${PYTHON:-python3}
+for t in tests/golden/test_zoo_infer.py tests/golden/test_grad.py tests/golden/test_train.py; do
+    run_one "e2e-$(basename "$t" .py)" env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=$(nproc) PYTHONUNBUFFERED=1 "$PYTHON" "$t"
+done
+run_one e2e-resume env CNN_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/cli/test_resume.sh
 
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed programs: ${failures[*]} (logs in $LOG)"

@@ -3,8 +3,8 @@
 # table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
-#   tools/gpu_session.sh [stage...]      stages: build ops e2e startup sanitize tune bench suite (default: all but
-#                                        tune and suite)
+#   tools/gpu_session.sh [stage...]      stages: build ops e2e startup cli sanitize tune bench suite (default: all
+#                                        but tune and suite). GIT_COMMIT=hash: the commit the build records.
 #
 # Logs go to $OUT (the device tool's return folder; ./gpu-out when unset): session.log (everything),
 # summary.txt (the table), logs.tgz (every test log).
@@ -12,7 +12,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${*:-build ops e2e startup sanitize bench}
+STAGES=${*:-build ops e2e startup cli sanitize bench}
 export PYTHON=${PYTHON:-python3} BUILD=${BUILD:-build}
 export CNN_CACHE_DIR=${CNN_CACHE_DIR:-/tmp/cnn-cache}
 LOGDIR=/tmp/gpu-logs
@@ -44,7 +44,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 $PYTHON -c 'import torch; print("# torch", torch.__version__, torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
 
 if has build; then
-    stage build 240 make -j16 BUILD="$BUILD" all
+    stage build 240 make -j16 BUILD="$BUILD" ${GIT_COMMIT:+GIT_COMMIT=$GIT_COMMIT} all
 fi
 if has ops; then
     stage nvrtc-quick 120 env CNN_TEST_QUICK=1 "$BUILD/test_nvrtc"
@@ -69,11 +69,14 @@ if has e2e; then
     stage golden-train 150 $PYTHON tests/golden/test_train.py
     unset CNN_TEST_DEVICE CNN_TEST_THREADS
 fi
+if has cli; then
+    stage cli-resume-cuda 180 env CNN_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/cli/test_resume.sh
+fi
 if has sanitize; then
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck; do
         stage "sanitizer-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
-            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork convert pointwise dropout bn scale_shift pool conv linear xent prep optim graph
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork convert pointwise dropout bn scale_shift pool conv conv_tc linear xent prep optim graph
     done
 fi
 if has tune; then

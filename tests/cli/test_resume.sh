@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_resume.sh — exact resume (testing.md B14/B15): 40 steps straight, 20 + stop + --resume + 20, and a run
-# killed with SIGKILL at a random moment then resumed, must give bitwise-identical losses and final weights.
+# killed with SIGKILL at a random moment then resumed, must give bitwise-identical losses and final weights; and
+# the same run twice gives the same bits. CNN_TEST_DEVICE=cuda runs it on the GPU (tools/gpu_session.sh).
 . "$(dirname "$0")/../lib.sh"
-M="--model resnet18 --stem cifar --device cpu --data synthetic --train-size 96 --eval-size 0 --batch 4 --steps 40 \
+M="--model resnet18 --stem cifar --device ${CNN_TEST_DEVICE:-cpu} --data synthetic --train-size 96 --eval-size 0 --batch 4 --steps 40 \
    --lr 0.05 --warmup 5 --schedule cosine --no-progress -q --seed 3"
 losses() { "$PYTHON" -c '
 import json, sys
@@ -13,6 +14,11 @@ for l in open(sys.argv[1]):
 "$CNN" train $M --out "$TMP/a" >/dev/null || { fail straight "training failed"; finish; exit; }
 losses "$TMP/a/metrics.jsonl" >"$TMP/a.loss"
 [ "$(wc -l <"$TMP/a.loss")" -eq 40 ] && pass straight.40_records || fail straight.40_records "$(wc -l <"$TMP/a.loss") records"
+"$CNN" train $M --out "$TMP/a2" >/dev/null || fail straight.again "training failed"
+losses "$TMP/a2/metrics.jsonl" >"$TMP/a2.loss"
+cmp -s "$TMP/a.loss" "$TMP/a2.loss" && cmp -s "$TMP/a/model.safetensors" "$TMP/a2/model.safetensors" \
+    && pass straight.repeat_bitwise "same seed twice: identical losses and weights" \
+    || fail straight.repeat_bitwise "$(diff "$TMP/a.loss" "$TMP/a2.loss" | head -5 | tr '\n' '|')"
 
 "$CNN" train $M --out "$TMP/b" --checkpoint-every 20 --stop-after 20 >/dev/null || fail stop.first_half "exit $?"
 [ -f "$TMP/b/model.safetensors" ] && fail stop.no_final_model "a stopped run wrote the final model" || pass stop.no_final_model
