@@ -6,7 +6,8 @@ CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O2
 CUDA_HOME ?= /usr/local/cuda
-PYTHON  ?= /usr/bin/python3
+# the first Python that imports torch + torchvision (Debian's on CI; a pip one on the GPU machine)
+PYTHON  ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch, torchvision' 2>/dev/null && { echo $$p; exit 0; }; done; echo /usr/bin/python3)
 
 # ---- what is there ------------------------------------------------------------------------------------
 HAVE_OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1)
