@@ -30,7 +30,8 @@ def main():
         md, _ = report.report(report.load(f), os.path.join(d, "plots-" + base), f"{title}: {base}",
                               f"bench/run.sh  (records: bench/results/{base}.json)")
         md = md.replace("](plots-", "](bench/results/plots-")
-        out += [md.replace("# ", "## ", 1), ""]
+        # one level down: the file's title becomes a section, its sections subsections
+        out += ["\n".join("#" + l if l.startswith("#") else l for l in md.split("\n")), ""]
     sys.stdout.write("\n".join(out))
 
 

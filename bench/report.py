@@ -42,7 +42,7 @@ def _fmt(v):
     if abs(v) >= 10:
         return f"{v:.0f}"
     if abs(v) >= 1:
-        return f"{v:.1f}"
+        return f"{v:.0f}" if v == int(v) else f"{v:.1f}"
     return f"{v:.2g}"
 
 
