@@ -226,7 +226,7 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
 /* ---- output --------------------------------------------------------------------------------------------- */
 
 typedef struct bench_out {
-    const char *device, *backend, *date;
+    const char *device, *backend, *runtime, *date;
     bool layers;
 } bench_out;
 
@@ -260,7 +260,8 @@ static double layer_rate(const bench_layer *L) {
 }
 
 static void print_md(const bench_row *rows, int nr, const bench_out *o) {
-    printf("device: %s (%s), cnn %s commit %s, %s\n\n", o->device, o->backend, CNN_VERSION, CNN_COMMIT, o->date);
+    printf("device: %s (%s%s%s), cnn %s commit %s, %s\n\n", o->device, o->backend, o->runtime[0] ? "; " : "",
+           o->runtime, CNN_VERSION, CNN_COMMIT, o->date);
     printf("| model | input | batch | dtype | mode | ms (median) | min..max | images/s | TFLOP/s | peak MiB | setup s |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nr; i++) {
@@ -338,6 +339,7 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
                r->st == CNN_OK ? "true" : "false", r->ms_median, r->ms_min, r->ms_p10, r->ms_p90, r->ms_max,
                r->images_per_s, r->tflops, r->gflop, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_VERSION,
                CNN_COMMIT, o->date, json_esc(r->error, err, sizeof err));
+        if (o->runtime[0]) printf(",\"runtime\":\"%s\"", json_esc(o->runtime, err, sizeof err));
         if (nl) printf(",\"layer_steps\":%d,\"layers_ms_sum\":%.9g", nl, r->layers_ms_sum);
         printf("}%s\n", !lines && !(last_row && nl == 0) ? "," : "");
         for (int s = 0; s < nl; s++) {
@@ -405,7 +407,7 @@ int cmd_bench(int argc, char **argv) {
     int nrows = nm * nb * nd, nr = 0;
     bench_row *rows = calloc((size_t)nrows, sizeof *rows);
     if (!rows) return cli_fail(cnn_fail(CNN_E_OOM, "out of host memory"));
-    char device_name[160] = "", backend_name[16] = "";
+    char device_name[160] = "", backend_name[16] = "", runtime[96] = "";
     int failures = 0;
     rc = -1;
     for (int di = 0; rc < 0 && di < nd; di++) {
@@ -415,6 +417,7 @@ int cmd_bench(int argc, char **argv) {
         if ((rc = cli_backend(&cc, &be)) >= 0) break;
         snprintf(device_name, sizeof device_name, "%s", be->device_name);
         snprintf(backend_name, sizeof backend_name, "%s", be->name);
+        snprintf(runtime, sizeof runtime, "%s", be->runtime);
         for (int mi = 0; rc < 0 && mi < nm; mi++) {
             cli_model m2 = mm;
             m2.model = models[mi];
@@ -444,7 +447,7 @@ int cmd_bench(int argc, char **argv) {
         char date[32];
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-        bench_out o = {.device = device_name, .backend = backend_name, .date = date, .layers = layers};
+        bench_out o = {.device = device_name, .backend = backend_name, .runtime = runtime, .date = date, .layers = layers};
         if (strcmp(format, "md") == 0) print_md(rows, nr, &o);
         else if (strcmp(format, "csv") == 0) print_csv(rows, nr, &o);
         else print_json(rows, nr, &o, strcmp(format, "jsonl") == 0);

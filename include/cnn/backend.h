@@ -119,6 +119,7 @@ typedef struct cnn_backend cnn_backend;
 struct cnn_backend {
     const char *name;        /* "cpu", "cuda" */
     char device_name[128];   /* "AMD EPYC (2 threads)", "NVIDIA H100 80GB HBM3" */
+    char runtime[96];        /* versions: "driver 13.0, NVRTC 13.0, sm_90a"; "OpenMP, 2 threads" */
     cnn_dtype act_dtype;     /* storage type of activations and conv/linear weights */
     bool deterministic;      /* no atomics-order nondeterminism */
     void *impl;              /* backend-private state */

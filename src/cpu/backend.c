@@ -6,6 +6,11 @@
  * region uses the thread count fixed at creation; results never depend on it (see cpu.h). Graphs are not
  * supported (NULL entries).
  */
+#ifdef _OPENMP
+#define CNN_HAVE_OPENMP_STR "OpenMP"
+#else
+#define CNN_HAVE_OPENMP_STR "no OpenMP"
+#endif
 #include "cpu/cpu.h"
 
 #include <stdio.h>
@@ -134,6 +139,7 @@ cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out) {
     cpu_model(model, sizeof model);
     snprintf(be->device_name, sizeof be->device_name, "CPU: %s (%d thread%s, %s kernels)", model, threads,
              threads == 1 ? "" : "s", cnn_cpu_isa_name(cnn_cpu_gemm_isa()));
+    snprintf(be->runtime, sizeof be->runtime, "%s, %d thread%s", CNN_HAVE_OPENMP_STR, threads, threads == 1 ? "" : "s");
     be->act_dtype = CNN_DTYPE_F32;
     be->deterministic = true;
 

@@ -466,6 +466,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->peak_bytes = be_peak_bytes;
     int nv_major, nv_minor;
     cnn_cuda_nvrtc_version(&nv_major, &nv_minor);
+    snprintf(be->runtime, sizeof be->runtime, "CUDA driver %d.%d, NVRTC %d.%d, %s, %d SMs", cb->driver_version / 1000,
+             cb->driver_version % 1000 / 10, nv_major, nv_minor, cb->arch, cb->sm_count);
     cnn_log(2, "cnn: cuda backend on %s (%s, %d SMs), driver %d.%d, NVRTC %d.%d, %s activations, kernel cache %s%s",
             be->device_name, cb->arch, cb->sm_count, cb->driver_version / 1000, cb->driver_version % 1000 / 10, nv_major,
             nv_minor, cuda_dtype_str(dt), cb->cache_dir[0] ? cb->cache_dir : "off",
