@@ -14,6 +14,7 @@ static const struct {
     {"infer", cmd_infer, "logits for a batch of images (safetensors in, safetensors out)"},
     {"grad", cmd_grad, "one training-mode forward + backward: loss and every parameter gradient"},
     {"bench", cmd_bench, "throughput and latency (median of N timed runs)"},
+    {"tune", cmd_tune, "compile and autotune a model's GPU kernels ahead of time (fills the caches)"},
     {"info", cmd_info, "per-layer table: output shapes, parameters, FLOPs, memory"},
 };
 

@@ -120,6 +120,8 @@ struct cnn_backend {
     const char *name;        /* "cpu", "cuda" */
     char device_name[128];   /* "AMD EPYC (2 threads)", "NVIDIA H100 80GB HBM3" */
     char runtime[96];        /* versions: "driver 13.0, NVRTC 13.0, sm_90a"; "OpenMP, 2 threads" */
+    int n_tuned;             /* layer shapes autotuned by this backend so far (GPU; cached ones not counted) */
+    double tune_seconds;     /* time spent timing their candidates */
     cnn_dtype act_dtype;     /* storage type of activations and conv/linear weights */
     bool deterministic;      /* no atomics-order nondeterminism */
     void *impl;              /* backend-private state */

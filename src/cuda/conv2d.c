@@ -395,6 +395,7 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     }
     if (st == CNN_OK) {
         cuda_tune_put(cb, key, *cfg_out, *splits_out, best);
+        cb->pub.n_tuned++;
         cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms)", key, tc_configs[*cfg_out].name,
                 *splits_out, best, nc, (cnn_now() - t0) * 1e3);
     }
@@ -403,7 +404,7 @@ done:
     if (flush) cu.MemFree(flush);
     if (e0) cu.EventDestroy(e0);
     if (e1) cu.EventDestroy(e1);
-    cb->tune_seconds += (float)(cnn_now() - t0);
+    cb->pub.tune_seconds += cnn_now() - t0;
     return st;
 }
 

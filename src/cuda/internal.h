@@ -212,7 +212,6 @@ typedef struct cuda_be {
     cuda_tune_entry *tune_tab; /* winners (tune.c) */
     int n_tune, cap_tune;
     bool tune_loaded;
-    float tune_seconds;       /* time spent timing candidates */
     /* memory */
     cuda_alloc *allocs;
     int n_allocs, cap_allocs;

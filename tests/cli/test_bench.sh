@@ -258,4 +258,17 @@ if os.path.exists(lay):
 else:
     verdict(False, "report.layers_plot", "no layers_resnet50_b64_bf16.svg")
 EOF
+
+# ---- (c) cnn tune: one line per batch, exit 0 (nothing to tune on the CPU, said on stderr); bad --batch -> 2
+"$CNN" tune --model resnet18 --stem cifar --batch 1,2 --device cpu >"$TMP/tune.out" 2>"$TMP/tune.err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'layer shapes tuned' "$TMP/tune.out")" -eq 2 ] && grep -q 'no kernels to compile' "$TMP/tune.err"; then
+    pass tune.cpu "$(head -1 "$TMP/tune.out")"
+else
+    fail tune.cpu "exit $rc: $(cat "$TMP/tune.out" "$TMP/tune.err" | head -c 400)"
+fi
+"$CNN" tune --model resnet18 --batch 1,x --device cpu >/dev/null 2>"$TMP/tune2.err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$TMP/tune2.err")" -eq 1 ] && pass tune.bad_batch "$(cat "$TMP/tune2.err")" \
+    || fail tune.bad_batch "exit $rc: $(head -c 300 "$TMP/tune2.err")"
 finish

@@ -1,0 +1,76 @@
+/* cmd_tune.c — `cnn tune`: compile and autotune a model's GPU kernels ahead of time.
+ *
+ * For every batch size in the list: build the model in eval mode on the chosen backend and run one forward on
+ * random images. That first forward compiles every kernel the model needs (or loads it from the disk cache) and,
+ * with --tune fast|full, times the candidate configurations of each distinct conv shape once and stores the
+ * winners in the tuning cache, so a later `cnn infer` / `cnn bench` with the same model, batch, dtype and cache
+ * directory starts warm and tunes nothing. On the CPU backend there is nothing to compile or tune.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_tune(int argc, char **argv) {
+    cli_table t = {0};
+    cli_common c = {0};
+    cli_model mm = {0};
+    const char *batches = "1,64,256";
+    cli_add_model(&t, &mm, false);
+    cli_add(&t, (cli_opt){"batch", 0, CLI_STR, "B[,B...]", &batches, 0, 0, NULL, "batch sizes to prepare"});
+    cli_add_common(&t, &c);
+    int rc = cli_parse(&t, "tune", "--model M [--batch B[,B...]] [--dtype D] [--tune fast|full]",
+                       "Compile the model's GPU kernels and autotune its layers for these batch sizes, filling the "
+                       "kernel and tuning caches (--cache-dir) so later runs start warm. One line per batch on stdout.",
+                       argc, argv);
+    if (rc >= 0) return rc;
+    cnn_model_opts mo;
+    int h, w;
+    if ((rc = cli_model_opts("tune", &t, &mm, 1000, &mo, &h, &w)) >= 0) return rc;
+    int bl[32], nb = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", batches);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if (*end || v < 1 || v > 65536 || nb == 32)
+            return cli_usage_error("tune", "--batch '%s': expected up to 32 sizes in 1..65536, comma separated", batches);
+        bl[nb++] = (int)v;
+    }
+    if (nb == 0) return cli_usage_error("tune", "--batch is empty");
+
+    cnn_backend *be = NULL;
+    if ((rc = cli_backend(&c, &be)) >= 0) return rc;
+    if (strcmp(be->name, "cuda") != 0)
+        fprintf(stderr, "cnn: tune: the %s backend has no kernels to compile or tune; running the forwards anyway\n",
+                be->name);
+    cnn_status st = CNN_OK;
+    for (int i = 0; i < nb && st == CNN_OK; i++) {
+        double t0 = cnn_now();
+        int tuned0 = be->n_tuned;
+        double ts0 = be->tune_seconds;
+        cnn_model *m = NULL;
+        size_t count = (size_t)bl[i] * 3 * h * w;
+        float *x = cnn_malloc(count * sizeof *x, "tune input");
+        if (!x) st = CNN_E_OOM;
+        for (size_t k = 0; st == CNN_OK && k < count; k++) {
+            uint32_t q[4];
+            cnn_philox(11, 2, k, q);
+            x[k] = 2.0f * cnn_u01(q[0]) - 1.0f;
+        }
+        if (st == CNN_OK) st = cnn_model_create(&mo, be, h, w, bl[i], false, &m);
+        if (st == CNN_OK) st = cnn_model_upload_input(m, x, bl[i]);
+        if (st == CNN_OK) st = cnn_model_forward(m, bl[i], CNN_MODE_EVAL, 0);
+        if (st == CNN_OK) st = be->sync(be);
+        if (st == CNN_OK)
+            printf("%s%s %dx%d batch %d %s: %d layer shapes tuned (%.2f s of timing), %.2f s in all\n", mo.arch,
+                   mo.stem == CNN_STEM_CIFAR ? "-cifar" : "", h, w, bl[i], c.dtype, be->n_tuned - tuned0,
+                   be->tune_seconds - ts0, cnn_now() - t0);
+        cnn_model_free(m);
+        free(x);
+    }
+    rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
+    cnn_backend_destroy(be);
+    return rc;
+}
