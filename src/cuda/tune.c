@@ -1,9 +1,9 @@
 /* tune.c -- the autotuner's memory: the winning kernel configuration per problem, in process and on disk.
  *
  * A problem key is a printable string that names everything the choice depends on besides the GPU (pass, dtype,
- * shape). Winners are kept in a per-backend table and appended to one text file per (GPU arch, driver, NVRTC)
- * in the kernel cache directory:
- *     <cache_dir>/tune-<arch>-drv<driver>-nvrtc<major>.<minor>.txt    lines "key|cfg|splits|ms"
+ * shape). Winners are kept in a per-backend table and appended to one text file per (GPU arch, SM count, driver,
+ * NVRTC) in the kernel cache directory:
+ *     <cache_dir>/tune-<arch>-<SMs>sm-drv<driver>-nvrtc<major>.<minor>.txt    lines "key|cfg|splits|ms"
  * so a second run tunes nothing. Lines are appended with one write(2) on an O_APPEND descriptor (concurrent
  * processes interleave whole lines); the file is read once, at the first lookup, and a malformed line is
  * skipped (the problem is then tuned again). The timing itself lives with the kernels (conv2d.c).
@@ -21,7 +21,8 @@
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;
     cnn_cuda_nvrtc_version(&ma, &mi);
-    snprintf(buf, cap, "%s/tune-%s-drv%d-nvrtc%d.%d.txt", cb->cache_dir, cb->arch, cb->driver_version, ma, mi);
+    snprintf(buf, cap, "%s/tune-%s-%dsm-drv%d-nvrtc%d.%d.txt", cb->cache_dir, cb->arch, cb->sm_count, cb->driver_version,
+             ma, mi);
 }
 
 static void put_mem(cuda_be *cb, const char *key, int cfg, int splits, float ms) {

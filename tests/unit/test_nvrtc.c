@@ -17,8 +17,10 @@ int main(void) {
 #else
 
 #include "cuda/hooks.h"
+#include "cuda/internal.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -281,10 +283,57 @@ static void test_registry(bool quick) {
     free(ids);
 }
 
+/* the autotuner's memory (src/cuda/tune.c): in process, then from the disk file by a new backend; malformed
+ * lines are skipped; another SM count is another file */
+static void test_tune_cache(void) {
+    char dir[] = "/tmp/cnn-test-tune-XXXXXX";
+    if (!mkdtemp(dir)) {
+        check(false, "tune.mkdtemp", "%s", strerror(errno));
+        return;
+    }
+    cuda_be a, b, c, d;
+    memset(&a, 0, sizeof a);
+    snprintf(a.cache_dir, sizeof a.cache_dir, "%s", dir);
+    snprintf(a.arch, sizeof a.arch, "sm_90a");
+    a.sm_count = 132, a.driver_version = 13000;
+    b = c = d = a;
+    int cfg = -1, sp = -1;
+    cuda_tune_put(&a, "fprop_tc bf16 n1 c64", 3, 2, 1.5f);
+    cuda_tune_put(&a, "fprop_tc bf16 n2 c64", 0, 1, 0.5f);
+    bool got = cuda_tune_get(&a, "fprop_tc bf16 n1 c64", &cfg, &sp);
+    check(got && cfg == 3 && sp == 2, "tune.in_process", "cfg %d splits %d", cfg, sp);
+    got = cuda_tune_get(&b, "fprop_tc bf16 n2 c64", &cfg, &sp);
+    check(got && cfg == 0 && sp == 1, "tune.from_disk", "cfg %d splits %d", cfg, sp);
+    check(!cuda_tune_get(&b, "fprop_tc bf16 n3 c64", &cfg, &sp), "tune.unknown_key", NULL);
+    /* malformed lines appended by hand: skipped, the good ones still load */
+    DIR *dd = opendir(dir);
+    struct dirent *e;
+    char path[1400] = "";
+    while (dd && (e = readdir(dd)))
+        if (strncmp(e->d_name, "tune-", 5) == 0) snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (dd) closedir(dd);
+    FILE *f = path[0] ? fopen(path, "a") : NULL;
+    check(f != NULL && strstr(path, "132sm") != NULL, "tune.file", "%s", path);
+    if (f) {
+        fputs("garbage without a bar\nfprop_tc bad|x|y|z\nfprop_tc neg|-1|1|2.0\nfprop_tc zero|1|0|2.0\n", f);
+        fclose(f);
+    }
+    check(cuda_tune_get(&c, "fprop_tc bf16 n1 c64", &cfg, &sp) && cfg == 3 && sp == 2 &&
+              !cuda_tune_get(&c, "fprop_tc bad", &cfg, &sp) && !cuda_tune_get(&c, "fprop_tc neg", &cfg, &sp) &&
+              !cuda_tune_get(&c, "fprop_tc zero", &cfg, &sp),
+          "tune.malformed_skipped", NULL);
+    d.sm_count = 114; /* another GPU of the same arch: its own file */
+    check(!cuda_tune_get(&d, "fprop_tc bf16 n1 c64", &cfg, &sp), "tune.per_sm_count", NULL);
+    cuda_tune_free(&a), cuda_tune_free(&b), cuda_tune_free(&c), cuda_tune_free(&d);
+    if (path[0]) unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     const char *q = getenv("CNN_TEST_QUICK");
     bool quick = q && q[0] && strcmp(q, "0") != 0;
     test_cache();
+    test_tune_cache();
     if (cnn_cuda_nvrtc_load(getenv("CUDA_HOME")) != CNN_OK) {
         skip("nvrtc.compile_all", cnn_error_msg());
         return test_finish();
