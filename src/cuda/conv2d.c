@@ -5,7 +5,9 @@
  * and newer). A variant is valid for every shape (edges are masked), so choosing one is only about speed:
  *     cuda_conv_candidates()  the variants usable for a problem on this backend (dtype, GPU)
  *     cuda_conv_pick()        the heuristic choice among them (or the variant forced by cnn_cuda_conv_force_config)
- * An autotuner times the candidates and overrides the pick; that is the whole interface it needs.
+ * The forward pass of F16/BF16 convolutions with C % 32 == 0 and K % 8 == 0 goes instead to the fast kernels of
+ * conv2d_tc.cu (tc_configs, numbered after the generic variants), whose tile config and split-K are chosen per
+ * layer shape by the autotuner (--tune, winners cached by tune.c) or, with --tune none, by a heuristic.
  *
  * Variants are numbered across both kinds: 0 .. N_SIMT-1 are SIMT configs, N_SIMT .. are tensor-core configs;
  * each kind is its own kernel family per pass (conv2d_fprop, conv2d_fprop_mma, ...), compiled from conv2d.cu
@@ -248,8 +250,6 @@ static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int e
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* The tensor-core kernel for this forward problem (index into tc_configs), or -1 when its preconditions do not
- * hold or a generic variant is forced. */
 /* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+, C % 32, K % 8, 16-byte
  * aligned tensors) and no generic variant is forced. */
 static bool tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
