@@ -14,8 +14,9 @@ HAVE_OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c 
 HAVE_CUDA   := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/nvrtc.h && echo 1)
 HAVE_TORCH  := $(shell $(PYTHON) -c 'import torch, torchvision' 2>/dev/null && echo 1)
 HAVE_CLANG  := $(shell command -v clang >/dev/null 2>&1 && echo 1)
-# the commit recorded in benchmark results; `make GIT_COMMIT=...` where the tree's git metadata is not its own
-GIT_COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# the commit recorded in benchmark results (-dirty: tracked files differ from it); `make GIT_COMMIT=...` where
+# the tree's git metadata is not its own
+GIT_COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
 ifneq ($(SAN),)
   ifneq ($(SAN),1)
@@ -77,6 +78,12 @@ $(BUILD)/test_%: tests/unit/test_%.c tests/unit/test.h $(BUILD)/libcnn.a
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+# the commit string is compiled into these two: rebuild them when it changes
+COMMIT_STAMP := $(BUILD)/commit-$(GIT_COMMIT).stamp
+$(COMMIT_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/commit-*.stamp && touch $@
+$(BUILD)/apps/main.o $(BUILD)/apps/cmd_bench.o: $(COMMIT_STAMP)
 
 # kernels/*.cu -> one C file of byte arrays (tools/embed.c), so the binary carries its kernel sources
 $(BUILD)/tools/embed: tools/embed.c

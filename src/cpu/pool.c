@@ -71,8 +71,12 @@ cnn_status cnn_cpu_op_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, cons
                     for (int h = wd.h0; h < wd.h1; h++)
                         for (int w = wd.w0; w < wd.w1; w++) {
                             const float *xp = x + ((n * H + h) * W + w) * C + c0;
-                            for (int c = 0; c < cb; c++)
-                                if (xp[c] > mx[c] || isnan(xp[c])) mx[c] = xp[c];
+                            /* a select, not a branch (x != x is NaN), with a constant trip count when the block is
+                             * full: the compiler vectorises it */
+                            if (cb == CB)
+                                for (int c = 0; c < CB; c++) mx[c] = ((xp[c] > mx[c]) | (xp[c] != xp[c])) ? xp[c] : mx[c];
+                            else
+                                for (int c = 0; c < cb; c++) mx[c] = ((xp[c] > mx[c]) | (xp[c] != xp[c])) ? xp[c] : mx[c];
                         }
                     for (int c = 0; c < cb; c++) yp[c0 + c] = mx[c];
                 } else {
