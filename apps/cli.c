@@ -230,3 +230,13 @@ int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int 
     }
     return -1;
 }
+
+float *cli_random_images(size_t count, uint64_t key, uint64_t stream) {
+    float *x = cnn_malloc(count * sizeof *x, "random images");
+    for (size_t i = 0; x && i < count; i++) {
+        uint32_t q[4];
+        cnn_philox(key, stream, i, q);
+        x[i] = 2.0f * cnn_u01(q[0]) - 1.0f;
+    }
+    return x;
+}

@@ -80,6 +80,9 @@ int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int 
                    int *h, int *w);
 
 /* Subcommands */
+/* count uniform floats in [-1, 1) from Philox(key, stream): reproducible benchmark / tuning input; NULL on OOM */
+float *cli_random_images(size_t count, uint64_t key, uint64_t stream);
+
 int cmd_info(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_grad(int argc, char **argv);

@@ -166,15 +166,9 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
     int64_t *labels = NULL;
     double *ms = calloc((size_t)repeat, sizeof *ms);
     if (st == CNN_OK) {
-        size_t count = (size_t)batch * 3 * h * w;
-        x = malloc(count * sizeof *x);
+        x = cli_random_images((size_t)batch * 3 * h * w, 7, 1);
         labels = malloc((size_t)batch * sizeof *labels);
         if (!x || !labels || !ms) st = cnn_fail(CNN_E_OOM, "out of host memory for the benchmark input");
-        for (size_t i = 0; st == CNN_OK && i < count; i++) {
-            uint32_t q[4];
-            cnn_philox(7, 1, i, q);
-            x[i] = 2.0f * cnn_u01(q[0]) - 1.0f;
-        }
         for (int i = 0; st == CNN_OK && i < batch; i++) labels[i] = i % mo->num_classes;
     }
     if (st == CNN_OK) st = cnn_model_upload_input(m, x, batch);

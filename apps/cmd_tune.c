@@ -51,14 +51,8 @@ int cmd_tune(int argc, char **argv) {
         int tuned0 = be->n_tuned;
         double ts0 = be->tune_seconds;
         cnn_model *m = NULL;
-        size_t count = (size_t)bl[i] * 3 * h * w;
-        float *x = cnn_malloc(count * sizeof *x, "tune input");
+        float *x = cli_random_images((size_t)bl[i] * 3 * h * w, 11, 2);
         if (!x) st = CNN_E_OOM;
-        for (size_t k = 0; st == CNN_OK && k < count; k++) {
-            uint32_t q[4];
-            cnn_philox(11, 2, k, q);
-            x[k] = 2.0f * cnn_u01(q[0]) - 1.0f;
-        }
         if (st == CNN_OK) st = cnn_model_create(&mo, be, h, w, bl[i], false, &m);
         if (st == CNN_OK) st = cnn_model_upload_input(m, x, bl[i]);
         if (st == CNN_OK) st = cnn_model_forward(m, bl[i], CNN_MODE_EVAL, 0);
