@@ -5,9 +5,13 @@
          (TF32 off), CUDA events, median of 20 after warm-up, random data (never zeros). Records: impl
          "pytorch-matmul", mode "peak", tflops. The report divides achieved TFLOP/s by these.
   check  an independent re-measurement of PyTorch rows of a results file: the same model, batch and precision,
-         rebuilt here and timed by triton.testing.do_bench (its own warm-up, repetition and L2 handling; median)
-         instead of pytorch_bench.py's event loop. Records: impl "check-<impl>", mode as checked, "ref_ms" (the
-         row checked), "ratio" = ref_ms / ms_median; within 10% when 0.9 <= ratio <= 1.1.
+         rebuilt here and timed by torch.utils.benchmark.Timer.blocked_autorange (a wall clock around blocks of
+         back-to-back calls, synchronised, median per call over the blocks) instead of pytorch_bench.py's CUDA
+         events around each call. Records: impl "check-<impl>", mode as checked, "ref_ms" (the row checked),
+         "ratio" = ref_ms / ms_median, "timer"; within 10% when 0.9 <= ratio <= 1.1.
+         Not triton's do_bench: it clears the L2 before every call, which is another configuration (our rows and
+         PyTorch's run back to back with a warm L2), and on launch-bound rows (eager at small batch) the clearing
+         kernel lets the host run ahead of the GPU, so do_bench reads 10-20% off there (docs/perf-log.md).
 
 usage: gpu_checks.py peak
        gpu_checks.py check RESULTS.json
@@ -15,8 +19,8 @@ usage: gpu_checks.py peak
 import datetime, json, statistics, sys
 
 import torch
-import torch.nn.functional as F
-import torchvision
+
+from pytorch_bench import build  # the same model construction as the rows being checked
 
 
 def now():
@@ -51,7 +55,7 @@ def peak():
 
 
 def check(path):
-    import triton.testing
+    import torch.utils.benchmark as tb
     recs = json.load(open(path))
     todo = [r for r in recs if r.get("ok") and r.get("impl") in ("pytorch-eager-cl", "pytorch-eager-fp32")
             and r.get("mode") == "infer" and r.get("batch", 0) >= 16]
@@ -63,10 +67,7 @@ def check(path):
         arch = r["model"].replace("-cifar", "")
         cifar = r["model"].endswith("-cifar")
         h, w = (int(v) for v in r["input"].split("x"))
-        m = getattr(torchvision.models, arch)(weights=None, num_classes=10 if cifar else 1000)
-        if cifar:
-            m.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-            m.maxpool = torch.nn.Identity()
+        m = build(arch, 10 if cifar else 1000, "cifar" if cifar else "imagenet")
         x = torch.randn(r["batch"], 3, h, w, device="cuda")
         if r["impl"] == "pytorch-eager-cl":
             dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[r["dtype"]]
@@ -75,11 +76,16 @@ def check(path):
         else:
             m = m.cuda().eval()
         with torch.no_grad():
-            ms = triton.testing.do_bench(lambda: m(x), warmup=200, rep=1000, return_mode="median")
+            for _ in range(20):  # warm-up: cuDNN's algorithm search, allocator
+                m(x)
+            torch.cuda.synchronize()
+            meas = tb.Timer(stmt="m(x)", globals={"m": m, "x": x}).blocked_autorange(min_run_time=3.0)
+        ms = meas.median * 1e3
         print(json.dumps({"impl": "check-" + r["impl"][len("pytorch-"):], "model": r["model"], "input": r["input"],
                           "batch": r["batch"], "dtype": r["dtype"], "mode": r["mode"], "device": dev,
                           "backend": "cuda", "ok": True, "ms_median": ms, "ref_ms": r["ms_median"],
-                          "ratio": r["ms_median"] / ms, "timer": "triton.testing.do_bench (median)",
+                          "ratio": r["ms_median"] / ms, "timer": "torch.utils.benchmark blocked_autorange (median)",
+                          "blocks": len(meas.times),
                           "version": torch.__version__, "date": now(), "error": ""}), flush=True)
         del m, x
         torch.cuda.empty_cache()

@@ -305,15 +305,16 @@ def report(records, svg_dir, title, command):
                 "warm-up runs before timing.", ""]
     if checks:
         out += ["## Independent check of the PyTorch rows", "",
-                "| model | batch | dtype | rival | pytorch_bench.py ms | do_bench ms | ratio | within 10% |",
+                "| model | batch | dtype | rival | pytorch_bench.py ms | independent ms | ratio | within 10% |",
                 "|---|---|---|---|---|---|---|---|"]
         for c in checks:
             ratio = c.get("ratio", 0)
             out.append(f'| {c["model"]} | {c["batch"]} | {c["dtype"]} | pytorch-{c["impl"][len("check-"):]} | '
                        f'{c.get("ref_ms", 0):.3f} | {c["ms_median"]:.3f} | {ratio:.3f} | '
                        f'{"yes" if 0.9 <= ratio <= 1.1 else "**no**"} |')
-        out += ["", "The same configuration rebuilt and timed by `triton.testing.do_bench` (median) in "
-                "`bench/gpu_checks.py check`, after the suite.", ""]
+        timers = sorted({c.get("timer", "triton.testing.do_bench (median)") for c in checks})
+        out += ["", "The same configuration rebuilt and timed by " + ", ".join(f"`{t}`" for t in timers) +
+                " in `bench/gpu_checks.py check`, after the suite; ratio = pytorch_bench.py ms / independent ms.", ""]
     svgs = []
     os.makedirs(svg_dir, exist_ok=True)
     # plot 1: throughput vs batch for each (model, mode, dtype)

@@ -83,7 +83,7 @@ else
 fi
 "$PYTHON" -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; json.dump(rows, open(sys.argv[2],"w"), indent=1)' "$tmp" "$out"
 rm -f "$tmp"
-if [ $DEV = cuda ]; then # an independent re-measurement of PyTorch rows (triton's do_bench), appended to the results
+if [ $DEV = cuda ]; then # an independent re-measurement of PyTorch rows (torch.utils.benchmark), appended to the results
     "$PYTHON" bench/gpu_checks.py check "$out" 2>>"$log" >"$out.check" || echo "gpu_checks.py check failed" >&2
     "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); r += [json.loads(l) for l in open(sys.argv[2]) if l.strip()]; json.dump(r, open(sys.argv[1],"w"), indent=1)' "$out" "$out.check"
     rm -f "$out.check"

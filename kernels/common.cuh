@@ -103,8 +103,7 @@ __device__ __forceinline__ float act_load(const act_t *p, long long i) { return 
 __device__ __forceinline__ void act_store(act_t *p, long long i, float v) { p[i] = f32_to_act(v); }
 
 /* Conversions of one 16-byte vector (ACT_VEC elements) between act_t and float, p 16-byte aligned. */
-__device__ __forceinline__ void act_load_vec(const act_t *p, float *v) {
-    uint4 u = *(const uint4 *)p;
+__device__ __forceinline__ void act_unpack_vec(uint4 u, float *v) {
 #if ACT == ACT_F32
     v[0] = __uint_as_float(u.x); v[1] = __uint_as_float(u.y); v[2] = __uint_as_float(u.z); v[3] = __uint_as_float(u.w);
 #else
@@ -122,6 +121,7 @@ __device__ __forceinline__ void act_load_vec(const act_t *p, float *v) {
 #endif
 }
 
+__device__ __forceinline__ void act_load_vec(const act_t *p, float *v) { act_unpack_vec(*(const uint4 *)p, v); }
 __device__ __forceinline__ void act_store_vec(act_t *p, const float *v) {
     uint4 u;
 #if ACT == ACT_F32
@@ -185,6 +185,14 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred
 #else
     if (pred) memcpy(dst, src, 16);
     else memset(dst, 0, 16);
+#endif
+}
+/* prefetch_l2: ask for the 128-byte line holding p to be brought into L2 (a hint: no register, no wait). */
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
 #endif
 }
 __device__ __forceinline__ void cp_async_commit(void) {

@@ -1,18 +1,27 @@
 /* conv2d_tc.cu -- forward convolution on tensor cores for the shapes that make up almost all of a ResNet or a
- * VGG: F16/BF16 NHWC activations with C % 32 == 0 and K % 8 == 0, every kernel size, stride and padding.
+ * VGG: F16/BF16 NHWC activations with C % 8 == 0 and K % 8 == 0, every kernel size, stride and padding.
  * Implicit GEMM y[NPQ][K] = x_im2col[NPQ][RSC] * w[K][RSC]^T, no im2col in memory:
- *   - a BK=32 reduction slice lies inside one filter tap (r, s) because C % 32 == 0, so each GEMM row of the
- *     slice is 64 contiguous bytes of x: four 16-byte cp.async copies, zero-filled outside the image;
- *   - STAGES shared-memory stages in flight (cp.async groups), one __syncthreads per slice;
- *   - rows of 64 bytes with the 16-byte chunks XOR-swizzled by (row/2)%4, so ldmatrix.x4 reads and cp.async
- *     writes are free of bank conflicts;
+ *   - a BK-wide reduction slice (BK = 32 or 64) is BK/8 16-byte chunks of 8 channels; C % 8 == 0 keeps each
+ *     chunk inside one filter tap (r, s), so every chunk is one cp.async copy, zero-filled outside the image and
+ *     past R*S*C.
+ *     Each thread loads the same chunk position of its rows in every slice and steps its tap (r, s, c) along
+ *     incrementally: no division in the main loop;
+ *   - STAGES shared-memory stages in flight (cp.async groups), one __syncthreads per slice; dynamic shared
+ *     memory, so a stage set may exceed 48 KB (the launcher raises the function's limit);
+ *   - rows of BK*2 bytes with the 16-byte chunks XOR-swizzled (by (row/2)%4 for 64-byte rows, row%8 for 128-byte
+ *     rows), so ldmatrix.x4 reads and cp.async writes are free of bank conflicts;
  *   - mma.sync.m16n8k16 with fp32 accumulators, warp tile (BM/WM) x (BN/WN);
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
- *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes);
+ *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes). The
+ *     residual tile is prefetched into L2 when the CTA starts and all of a thread's residual vectors are loaded
+ *     before its first store, so a short-reduction (1x1) conv waits for one memory round trip, not one per row;
  *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
  *     a.ws, and conv2d_tc_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
- * Specialisation (-D, src/cuda/conv2d.c): BM BN (CTA tile), WM WN (warps), STAGES, ACT (F16 or BF16).
- * The launcher checks the preconditions (C % 32, K % 8, 16-byte aligned pointers) and otherwise uses the
+ * The stem (C <= 4, stride 2, e.g. 3->64 7x7/2) runs here too, as a space-to-depth problem: conv2d_s2d_input
+ * and conv2d_s2d_filter rewrite x and w so that the same convolution becomes a stride-1 one over 16 channels
+ * (src/cuda/conv2d.c, stem_fprop, has the algebra).
+ * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, ACT (F16 or BF16).
+ * The launcher checks the preconditions (C % 8, K % 8, 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
  */
 #include "common.cuh"
@@ -25,83 +34,123 @@
 #error "conv2d_tc.cu takes F16 or BF16 activations"
 #endif
 
+#ifndef BK
 #define BK 32
+#endif
+#define CPR (BK / 8) /* 16-byte chunks per row of a slice */
 #define NT (32 * WM * WN)
 #define WTM (BM / WM)
 #define WTN (BN / WN)
 #define MT (WTM / 16)
 #define NT8 (WTN / 8)
-#define A_PER (BM * 4 / NT) /* 16-byte chunks of A per thread per slice */
-#define B_PER (BN * 4 / NT)
+#define A_PER (BM * CPR / NT) /* 16-byte chunks of A per thread per slice */
+#define B_PER (BN * CPR / NT)
+#define SMEM_BYTES ((BM + BN) * BK * 2 * STAGES)
 static_assert(WTM % 16 == 0 && WTN % 32 == 0, "warp tile: m16 rows, groups of four n8 columns");
-static_assert((BM * 4) % NT == 0 && (BN * 4) % NT == 0, "slice loads must divide over the threads");
+static_assert(BK == 32 || BK == 64, "slices of 32 or 64 channels");
+static_assert((BM * CPR) % NT == 0 && (BN * CPR) % NT == 0, "slice loads must divide over the threads");
 static_assert(STAGES >= 2, "at least double buffering");
-static_assert((BM + BN) * BK * 2 * STAGES <= 48 * 1024, "static shared memory");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA (sm_90; the launcher checks the GPU's limit)");
 
-/* element offset of chunk `ch` (0..3, 8 elements each) of row `row` in a [rows][32] stage */
-__device__ __forceinline__ int swz(int row, int ch) { return row * BK + ((ch ^ ((row >> 1) & 3)) << 3); }
+/* element offset of chunk `ch` (0..CPR-1, 8 elements each) of row `row` in a [rows][BK] stage */
+__device__ __forceinline__ int swz(int row, int ch) {
+#if BK == 32
+    return row * BK + ((ch ^ ((row >> 1) & 3)) << 3);
+#else
+    return row * BK + ((ch ^ (row & 7)) << 3);
+#endif
+}
 
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return (unsigned)f32_to_act(lo) | ((unsigned)f32_to_act(hi) << 16);
 }
 
 extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args a) {
-    __shared__ __align__(128) act_t As[STAGES][BM * BK];
-    __shared__ __align__(128) act_t Bs[STAGES][BN * BK];
+#ifdef __CUDA_ARCH__
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+#else
+    __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES]; /* the emulator: static is per block */
+#endif
+    act_t(*As)[BM * BK] = reinterpret_cast<act_t(*)[BM * BK]>(smem_raw);
+    act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(smem_raw + (size_t)BM * BK * 2 * STAGES);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const act_t *x = (const act_t *)a.x;
     const act_t *wt = (const act_t *)a.wt;
     const int kt_begin = blockIdx.z * a.ktiles_per_split;
-    const int kt_end = min(a.gk / BK, kt_begin + a.ktiles_per_split);
+    const int kt_end = min((a.gk + BK - 1) / BK, kt_begin + a.ktiles_per_split);
     const int ktiles = kt_end - kt_begin; /* this split's slices */
-    const int ch = tid & 3; /* this thread's 16-byte chunk of every row it loads */
+    const int ch = tid % CPR; /* this thread's 16-byte chunk of every row it loads */
 
-    /* A rows of this thread: output pixel (img, p, q) -> input window origin */
-    long long a_img[A_PER];
+    /* A rows of this thread: output pixel (img, p, q) -> input window origin (hb, wb) and its element offset */
+    long long a_base[A_PER];
     int a_hb[A_PER], a_wb[A_PER];
     bool a_ok[A_PER];
 #pragma unroll
     for (int i = 0; i < A_PER; i++) {
-        int m = m0 + (tid >> 2) + i * (NT / 4);
+        int m = m0 + tid / CPR + i * (NT / CPR);
         a_ok[i] = m < a.gm;
         int mm = a_ok[i] ? m : 0;
         int img = mm / (a.p * a.q), pq = mm - img * (a.p * a.q);
         int p = pq / a.q, q = pq - p * a.q;
-        a_img[i] = (long long)img * a.h * a.w * a.c;
         a_hb[i] = p * a.stride_h - a.pad_h;
         a_wb[i] = q * a.stride_w - a.pad_w;
+        a_base[i] = (((long long)img * a.h + a_hb[i]) * a.w + a_wb[i]) * a.c;
     }
     const act_t *b_src[B_PER];
     bool b_ok[B_PER];
 #pragma unroll
     for (int j = 0; j < B_PER; j++) {
-        int n = n0 + (tid >> 2) + j * (NT / 4);
+        int n = n0 + tid / CPR + j * (NT / CPR);
         b_ok[j] = n < a.gn;
-        b_src[j] = wt + (long long)(b_ok[j] ? n : 0) * a.gk + ch * 8;
+        b_src[j] = wt + (long long)(b_ok[j] ? n : 0) * a.gk;
     }
+    /* this thread's chunk of the next slice to load: reduction index kc, filter tap (tr, ts), channel tc */
+    int kc = kt_begin * BK + ch * 8;
+    int tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
 
-    auto load_slice = [&](int stage, int kt) {
-        const int kk = (kt_begin + kt) * BK;
-        const int rs = kk / a.c, c0 = kk - rs * a.c;
-        const int r = rs / a.s, s = rs - r * a.s;
+    auto load_slice = [&](int stage) {
+        const bool kin = kc < a.gk;
+        const long long off = ((long long)tr * a.w + ts) * a.c + tc;
 #pragma unroll
         for (int i = 0; i < A_PER; i++) {
-            const int row = (tid >> 2) + i * (NT / 4);
-            const int hi = a_hb[i] + r, wi = a_wb[i] + s;
-            const bool ok = a_ok[i] && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
-            const act_t *src = ok ? x + a_img[i] + ((long long)hi * a.w + wi) * a.c + c0 + ch * 8 : x;
-            cp_async16(&As[stage][swz(row, ch)], src, ok);
+            const int row = tid / CPR + i * (NT / CPR);
+            const int hi = a_hb[i] + tr, wi = a_wb[i] + ts;
+            const bool ok = kin && a_ok[i] && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
+            cp_async16(&As[stage][swz(row, ch)], ok ? x + a_base[i] + off : x, ok);
         }
 #pragma unroll
         for (int j = 0; j < B_PER; j++) {
-            const int row = (tid >> 2) + j * (NT / 4);
-            cp_async16(&Bs[stage][swz(row, ch)], b_ok[j] ? b_src[j] + kk : wt, b_ok[j]);
+            const int row = tid / CPR + j * (NT / CPR);
+            const bool ok = kin && b_ok[j];
+            cp_async16(&Bs[stage][swz(row, ch)], ok ? b_src[j] + kc : wt, ok);
+        }
+        kc += BK; /* step the tap: at most BK / 8 channel wraps (C >= 8) */
+        tc += BK;
+        while (tc >= a.c) {
+            tc -= a.c;
+            if (++ts == a.s) ts = 0, tr++;
         }
     };
 
+    const int g = lane >> 2, t4 = lane & 3;
     const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    act_t *y = (act_t *)a.out;
+    const act_t *res = (const act_t *)a.residual;
+    if (res && a.splits == 1 && t4 == 0) { /* the residual this thread's row group adds, into L2 while we compute */
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m = m0 + wm0 + i * 16 + g + h * 8;
+#pragma unroll
+                for (int jb = 0; jb < NT8; jb += 4) {
+                    const int n = n0 + wn0 + jb * 8;
+                    if (m < a.gm && n < a.gn) prefetch_l2(res + (long long)m * a.gn + n);
+                }
+            }
+    }
     float acc[MT][NT8][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -138,23 +187,20 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
     /* ---- the pipeline: STAGES-1 slices in flight while one is multiplied ---- */
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
-        if (st < ktiles) load_slice(st, st);
+        if (st < ktiles) load_slice(st);
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; kt++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* slice kt landed for every thread; every warp is done with slice kt-1's stage */
         const int pf = kt + STAGES - 1;
-        if (pf < ktiles) load_slice(pf % STAGES, pf);
+        if (pf < ktiles) load_slice(pf % STAGES);
         cp_async_commit();
         compute_slice(kt % STAGES);
     }
     cp_async_wait<0>();
 
     /* ---- epilogue: accumulator (i, j, e) is row g (+8 for e >= 2), columns 2*t4 and 2*t4 + 1 ---- */
-    act_t *y = (act_t *)a.out;
-    const act_t *res = (const act_t *)a.residual;
-    const int g = lane >> 2, t4 = lane & 3;
     if (a.splits > 1) { /* partial sums of this split, the epilogue comes after all of them */
         float *ws = a.ws + (long long)blockIdx.z * a.gm * a.gn;
 #pragma unroll
@@ -176,7 +222,19 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
      * so each lane owns 8 consecutive channels: 16-byte residual loads and stores, 64 contiguous bytes per row
      * per warp instruction. */
 #pragma unroll
-    for (int i = 0; i < MT; i++)
+    for (int i = 0; i < MT; i++) {
+        /* the residual vectors of this row block, loaded before its stores so they are in flight together (y
+         * may alias the residual: each thread reads exactly the vectors it later writes); one block at a time
+         * keeps the registers within two CTAs per SM */
+        uint4 rv[2][NT8 / 4];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int jb = 0; jb < NT8; jb += 4) {
+                const int m = m0 + wm0 + i * 16 + g + h * 8, n = n0 + wn0 + (jb + t4) * 8;
+                rv[h][jb / 4] = uint4{0u, 0u, 0u, 0u};
+                if (res && m < a.gm && n < a.gn) rv[h][jb / 4] = *(const uint4 *)(res + (long long)m * a.gn + n);
+            }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int m = m0 + wm0 + i * 16 + g + h * 8;
@@ -207,10 +265,10 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
 #pragma unroll
                 for (int k = 0; k < 8; k++) v[k] = v[k] * (a.scale ? a.scale[n + k] : 1.0f) + (a.shift ? a.shift[n + k] : 0.0f);
                 if (res) {
-                    float rv[8];
-                    act_load_vec(res + o, rv);
+                    float r8[8];
+                    act_unpack_vec(rv[h][jb / 4], r8);
 #pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] += rv[k];
+                    for (int k = 0; k < 8; k++) v[k] += r8[k];
                 }
                 if (a.relu) {
 #pragma unroll
@@ -219,6 +277,7 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
                 act_store_vec(y + o, v);
             }
         }
+    }
 }
 
 /* y = epilogue(sum over the splits of ws, in split order): grid-stride over (m, n) pairs of channels. */
@@ -247,5 +306,51 @@ extern "C" __global__ void conv2d_tc_splitk_epilogue(const conv_args a) {
             v1 = v1 > 0.0f ? v1 : 0.0f;
         }
         *(unsigned *)(y + o) = pack2(v0, v1);
+    }
+}
+
+/* ---- the stem as space-to-depth (C <= 4, stride 2): see stem_fprop in src/cuda/conv2d.c ----
+ * conv2d_s2d_input: x (N, H, W, C) -> out (N, ceil(H/2), ceil(W/2), 16), channel (bh*2 + bw)*4 + c holding
+ * x[n][2i+bh][2j+bw][c]; zero outside the image and for c >= C. One thread per output pixel (two 16-byte stores).
+ * Fields: n c h w (x's), x, out. */
+extern "C" __global__ void conv2d_s2d_input(const conv_args a) {
+    const act_t *x = (const act_t *)a.x;
+    act_t *out = (act_t *)a.out;
+    const int h2 = (a.h + 1) / 2, w2 = (a.w + 1) / 2;
+    const long long total = (long long)a.n * h2 * w2;
+    for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
+        const int j = (int)(o % w2);
+        const long long t = o / w2;
+        const int i = (int)(t % h2);
+        const long long img = t / h2;
+        float v[16];
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const int bh = e >> 3, bw = (e >> 2) & 1, c = e & 3, hh = 2 * i + bh, ww = 2 * j + bw;
+            v[e] = c < a.c && hh < a.h && ww < a.w ? act_to_f32(x[((img * a.h + hh) * a.w + ww) * a.c + c]) : 0.0f;
+        }
+        act_store_vec(out + o * 16, v); /* exact: the values are act_t already */
+        act_store_vec(out + o * 16 + 8, v + 8);
+    }
+}
+
+/* conv2d_s2d_filter: w (K, R, S, C) -> out (K, R2, S2, 16), R2 = (R - 1 + pad_h % 2) / 2 + 1 (S2 likewise):
+ * out[k][ah][aw][(bh*2 + bw)*4 + c] = w[k][2ah + bh - pad_h % 2][2aw + bw - pad_w % 2][c], zero where that tap or
+ * channel does not exist. One thread per output element. Fields: k r s c pad_h pad_w (w's), wt, out. */
+extern "C" __global__ void conv2d_s2d_filter(const conv_args a) {
+    const act_t *w = (const act_t *)a.wt;
+    act_t *out = (act_t *)a.out;
+    const int oh = a.pad_h & 1, ow = a.pad_w & 1;
+    const int r2 = (a.r - 1 + oh) / 2 + 1, s2 = (a.s - 1 + ow) / 2 + 1;
+    const long long total = (long long)a.k * r2 * s2 * 16;
+    for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
+        const int e = (int)(o % 16);
+        const long long t = o / 16;
+        const int aw = (int)(t % s2), ah = (int)(t / s2 % r2);
+        const long long k = t / s2 / r2;
+        const int r = 2 * ah + (e >> 3) - oh, s = 2 * aw + ((e >> 2) & 1) - ow, c = e & 3;
+        float v = 0.0f;
+        if (c < a.c && r >= 0 && r < a.r && s >= 0 && s < a.s) v = act_to_f32(w[((k * a.r + r) * a.s + s) * a.c + c]);
+        act_store(out, o, v);
     }
 }

@@ -3,8 +3,9 @@
 # table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
-#   tools/gpu_session.sh [stage...]      stages: build ops e2e startup cli sanitize tune bench suite (default: all
-#                                        but tune and suite). GIT_COMMIT=hash: the commit the build records.
+#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv e2e startup cli sanitize tune bench bench-bf16
+#                                        layers check suite (default: build ops e2e startup cli sanitize bench). GIT_COMMIT=hash: the
+#                                        commit the build records.
 #
 # Logs go to $OUT (the device tool's return folder; ./gpu-out when unset): session.log (everything),
 # summary.txt (the table), logs.tgz (every test log).
@@ -50,6 +51,9 @@ if has ops; then
     stage nvrtc-quick 120 env CNN_TEST_QUICK=1 "$BUILD/test_nvrtc"
     stage gpu-ops 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops"
 fi
+if has ops-conv; then # the convolution groups only (every case, every config), synchronised
+    stage gpu-ops-conv 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv conv_tc conv_configs linear graph
+fi
 if has startup; then
     $PYTHON -c 'import sys; sys.path.insert(0, "tools"); import st, torch; g = torch.Generator().manual_seed(1); st.save_file({"input": torch.randn(8, 3, 224, 224, generator=g)}, "/tmp/x224.safetensors")'
     cold=/tmp/cnn-cache-cold; rm -rf "$cold"
@@ -89,6 +93,17 @@ if has bench; then
     stage bench-ours 240 "$BUILD/cnn" bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32,bf16 --device cuda --repeat 20 --warmup 5
     stage bench-ours-train 120 "$BUILD/cnn" bench --model resnet18 --stem cifar --batch 512 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3
     stage bench-torch 240 $PYTHON bench/pytorch_bench.py --model resnet50 --batch 1,64,256 --dtype bf16 --mode infer --impl eager-cl,graph --repeat 20 --warmup 5
+fi
+if has bench-bf16; then # ours only, bf16, the issue-5 configurations (tune fast, the default)
+    stage bench-ours-bf16 240 "$BUILD/cnn" bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5
+fi
+if has layers; then # per-layer: ours (tune fast, fused epilogues) and cuDNN's conv alone, same run
+    stage layers-ours 180 "$BUILD/cnn" bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -o jsonl
+    stage layers-vgg 120 "$BUILD/cnn" bench --model vgg16 --batch 64 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5
+    stage layers-cudnn 180 $PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --mode infer --impl cudnn --repeat 20 --warmup 5
+fi
+if has check; then # the independent timer on the PyTorch rows of the committed results (another machine, same GPU type)
+    stage check-timer 240 $PYTHON bench/gpu_checks.py check "$(ls bench/results/*H100*.json | head -n 1)"
 fi
 if has suite; then
     stage bench-suite 590 bench/run.sh

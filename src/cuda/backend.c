@@ -41,10 +41,26 @@ unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads) {
 
 cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, void *args) {
+    return cuda_launch_smem(cb, f, what, gx, gy, gz, bx, by, 0, args);
+}
+
+cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
+                            unsigned bx, unsigned by, unsigned smem, void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
     CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
+    if (smem > 48u * 1024u) {
+        if (smem > (unsigned)cb->smem_optin)
+            return cnn_fail(CNN_E_UNSUPPORTED, "%s needs %u bytes of shared memory per block; this GPU allows %d", what,
+                            smem, cb->smem_optin);
+        CUresult ra = cu.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        if (ra != CUDA_SUCCESS) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "cuFuncSetAttribute(%u bytes of dynamic shared memory) for %s", smem, what);
+            return cuda_fail(ra, msg);
+        }
+    }
     void *params[1] = {args};
-    CUresult r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, 0, cb->stream, params, NULL);
+    CUresult r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
     if (r != CUDA_SUCCESS) {
         char msg[256];
         snprintf(msg, sizeof msg, "launch of %s (grid %u x %u x %u, block %u x %u)", what, gx, gy, gz, bx, by);
@@ -126,9 +142,10 @@ static void be_free(cnn_backend *be, void *ptr) {
 
 static size_t be_peak_bytes(cnn_backend *be) { return cuda_impl(be)->peak; }
 
-cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
-    if (bytes <= cb->ws_bytes) {
-        *out = (void *)(uintptr_t)cb->ws;
+cnn_status cuda_workspace_slot(cuda_be *cb, int slot, size_t bytes, void **out) {
+    CNN_ASSERT(slot >= 0 && slot < CUDA_WS_SLOTS);
+    if (bytes <= cb->ws_bytes[slot]) {
+        *out = (void *)(uintptr_t)cb->ws[slot];
         return CNN_OK;
     }
     if (cb->capturing)
@@ -138,15 +155,15 @@ cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
     want = (want + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
     CUdeviceptr p;
     CNN_TRY(dev_alloc(cb, want, "workspace", &p));
-    if (cb->ws && cb->graphs_live == 0 && !cb->capturing) {
+    if (cb->ws[slot] && cb->graphs_live == 0 && !cb->capturing) {
         /* queued kernels may still use the old buffer */
         CUresult r = cu.StreamSynchronize(cb->stream);
         if (r != CUDA_SUCCESS) {
             cu.MemFree(p);
             return cuda_fail(r, "cuStreamSynchronize (before replacing the workspace; an earlier kernel failed)");
         }
-        cu.MemFree(cb->ws);
-    } else if (cb->ws) {
+        cu.MemFree(cb->ws[slot]);
+    } else if (cb->ws[slot]) {
         /* a recorded graph may still point at the old buffer: keep it until destroy */
         CUdeviceptr *r = realloc(cb->retired, (size_t)(cb->n_retired + 1) * sizeof *r);
         if (!r) {
@@ -154,10 +171,10 @@ cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
             return cnn_fail(CNN_E_OOM, "out of host memory");
         }
         cb->retired = r;
-        cb->retired[cb->n_retired++] = cb->ws;
+        cb->retired[cb->n_retired++] = cb->ws[slot];
     }
-    cb->ws = p;
-    cb->ws_bytes = want;
+    cb->ws[slot] = p;
+    cb->ws_bytes[slot] = want;
     *out = (void *)(uintptr_t)p;
     return CNN_OK;
 }
@@ -325,7 +342,8 @@ static void be_destroy(cnn_backend *be) {
         if (cb->n_allocs) cnn_log(2, "cnn: cuda backend destroyed with %d buffers still allocated; freeing them", cb->n_allocs);
         for (int i = 0; i < cb->n_allocs; i++) cu.MemFree(cb->allocs[i].ptr);
         for (int i = 0; i < cb->n_retired; i++) cu.MemFree(cb->retired[i]);
-        if (cb->ws) cu.MemFree(cb->ws);
+        for (int i = 0; i < CUDA_WS_SLOTS; i++)
+            if (cb->ws[i]) cu.MemFree(cb->ws[i]);
         if (cb->scratch) cu.MemFree(cb->scratch);
         if (cb->ev_begin) cu.EventDestroy(cb->ev_begin);
         if (cb->ev_end) cu.EventDestroy(cb->ev_end);
@@ -372,6 +390,9 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     CU_TRY(cu.DeviceGetAttribute(&cb->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cb->dev), "cuDeviceGetAttribute");
     CU_TRY(cu.DeviceGetAttribute(&cb->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cb->dev), "cuDeviceGetAttribute");
     CU_TRY(cu.DeviceGetAttribute(&cb->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cb->dev), "cuDeviceGetAttribute");
+    CU_TRY(cu.DeviceGetAttribute(&cb->smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cb->dev),
+           "cuDeviceGetAttribute");
+    if (cb->smem_optin < 48 * 1024) cb->smem_optin = 48 * 1024;
     if (cb->cc_major < 7)
         return cnn_fail(CNN_E_UNSUPPORTED, "GPU %s (sm_%d%d) is too old: compute capability 7.0 or newer is needed",
                         cb->pub.device_name, cb->cc_major, cb->cc_minor);

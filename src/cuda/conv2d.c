@@ -5,9 +5,10 @@
  * and newer). A variant is valid for every shape (edges are masked), so choosing one is only about speed:
  *     cuda_conv_candidates()  the variants usable for a problem on this backend (dtype, GPU)
  *     cuda_conv_pick()        the heuristic choice among them (or the variant forced by cnn_cuda_conv_force_config)
- * The forward pass of F16/BF16 convolutions with C % 32 == 0 and K % 8 == 0 goes instead to the fast kernels of
+ * The forward pass of F16/BF16 convolutions with C % 8 == 0 and K % 8 == 0 goes instead to the fast kernels of
  * conv2d_tc.cu (tc_configs, numbered after the generic variants), whose tile config and split-K are chosen per
- * layer shape by the autotuner (--tune, winners cached by tune.c) or, with --tune none, by a heuristic.
+ * layer shape by the autotuner (--tune, winners cached by tune.c) or, with --tune none, by a heuristic; so does
+ * the stem (C <= 4, stride 2) after a space-to-depth rewrite of its operands (stem_fprop).
  *
  * Variants are numbered across both kinds: 0 .. N_SIMT-1 are SIMT configs, N_SIMT .. are tensor-core configs;
  * each kind is its own kernel family per pass (conv2d_fprop, conv2d_fprop_mma, ...), compiled from conv2d.cu
@@ -49,20 +50,26 @@ static const conv_config configs[] = {
 #define N_SIMT 5 /* the first N_SIMT are SIMT */
 
 /* The fast forward kernels of conv2d_tc.cu (cp.async pipeline, ldmatrix, mma.sync, fused epilogue): F16/BF16,
- * sm_80+, C % 32 == 0, K % 8 == 0, 16-byte aligned tensors. Numbered after the generic variants. */
+ * sm_80+, C % 8 == 0, K % 8 == 0, 16-byte aligned tensors. Numbered after the generic variants. Configs whose
+ * shared memory exceeds what this GPU lets one block opt in to are never candidates. */
 typedef struct tc_config {
     const char *name;
-    int bm, bn, wm, wn, stages;
+    int bm, bn, bk, wm, wn, stages;
     float speed; /* relative throughput of a full tile, for the heuristic */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 2, 4, 3, 1.00f},
-    {"tc128x64/w2x2/s4", 128, 64, 2, 2, 4, 0.85f},
-    {"tc64x128/w2x2/s4", 64, 128, 2, 2, 4, 0.85f},
-    {"tc64x64/w2x2/s4", 64, 64, 2, 2, 4, 0.70f},
-    {"tc128x128/w2x2/s3", 128, 128, 2, 2, 3, 0.95f}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 4, 2, 2, 0.90f},
-    {"tc128x256/w2x4/s2", 128, 256, 2, 4, 2, 0.90f},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 1.00f},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 0.85f},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 0.85f},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 0.70f},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 0.95f}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 0.90f},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 0.90f},
+    /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
+     * shared memory, so dynamic */
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1.05f},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1.02f},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 0.88f},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 
@@ -131,11 +138,14 @@ const cuda_family cuda_family_conv2d_wgrad_mma = {"conv2d_wgrad_mma", "conv2d.cu
 
 static void def_fprop_tc(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[cfg];
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DWM=%d -DWN=%d -DSTAGES=%d", c->bm, c->bn, c->wm, c->wn, c->stages);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d -DSTAGES=%d", c->bm, c->bn, c->bk, c->wm, c->wn,
+             c->stages);
 }
 static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
-static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc", "conv2d_tc_splitk_epilogue"};
-const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 2, HALF_DTS, N_TC,
+static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc", "conv2d_tc_splitk_epilogue", "conv2d_s2d_input",
+                                               "conv2d_s2d_filter"};
+enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3 };
+const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 4, HALF_DTS, N_TC,
                                                  def_fprop_tc, tc_name};
 
 static const cuda_family *family_of(int pass, int v) {
@@ -148,9 +158,12 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 
 /* ---- choosing a variant ---------------------------------------------------------------------------------- */
 
+static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages; }
+
 bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
     CNN_ASSERT(v >= 0 && v < N_VARIANTS + N_TC);
     if (v < N_VARIANTS && !configs[v].mma) return true;
+    if (v >= N_VARIANTS && tc_smem(&tc_configs[v - N_VARIANTS]) > cuda_impl(be)->smem_optin) return false;
     return be->act_dtype != CNN_DTYPE_F32 && cuda_impl(be)->cc_major >= 8 && !cuda_impl(be)->no_mma;
 }
 
@@ -216,7 +229,8 @@ static cnn_status check_problem(const cnn_conv2d *cv, int pass) {
     return CNN_OK;
 }
 
-static conv_args make_args(const cnn_conv2d *cv, int pass, const conv_config *c) {
+/* the problem's fields and GEMM view; one split of BK-wide reduction slices */
+static conv_args make_args(const cnn_conv2d *cv, int pass, int bk) {
     conv_args a = {0};
     a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
     a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
@@ -224,7 +238,7 @@ static conv_args make_args(const cnn_conv2d *cv, int pass, const conv_config *c)
     int64_t gm, gn, gk;
     gemm_dims(cv, pass, &gm, &gn, &gk);
     a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
-    a.ktiles_per_split = (int)cdiv(gk, c->bk);
+    a.ktiles_per_split = (int)cdiv(gk, bk);
     a.splits = 1;
     return a;
 }
@@ -250,13 +264,13 @@ static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int e
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+, C % 32, K % 8, 16-byte
+/* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+, C % 8, K % 8, 16-byte
  * aligned tensors) and no generic variant is forced. */
 static bool tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                         const void *y) {
     if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return false;
     if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return false;
-    if (cv->c % 32 != 0 || cv->k % 8 != 0) return false;
+    if (cv->c % 8 != 0 || cv->k % 8 != 0) return false;
     return aligned16(x) && aligned16(w) && aligned16(y) && !(ep && ep->residual && !aligned16(ep->residual));
 }
 
@@ -271,7 +285,7 @@ static double tc_score(const cuda_be *cb, const tc_config *c, int64_t gm, int64_
 
 /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
 static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, int64_t gk) {
-    int64_t ktiles = gk / 32, tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
+    int64_t ktiles = cdiv(gk, c->bk), tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
     if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
     else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
         splits = cdiv(cb->sm_count, tiles);
@@ -288,22 +302,16 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     cuda_be *cb = cuda_impl(be);
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 0, &f));
-    conv_args a = {0};
-    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
-    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
-    a.stride_h = cv->stride_h, a.stride_w = cv->stride_w, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
-    int64_t gm, gn, gk;
-    gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
-    a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
-    int64_t ktiles = gk / 32, kps = cdiv(ktiles, splits);
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_MAIN, &f));
+    conv_args a = make_args(cv, PASS_FPROP, c->bk);
+    int64_t gm = a.gm, gn = a.gn, ktiles = a.ktiles_per_split, kps = cdiv(ktiles, splits);
     splits = (int)cdiv(ktiles, kps); /* no empty split */
     a.ktiles_per_split = (int)kps;
     a.splits = splits;
     a.x = x, a.wt = w, a.out = y;
     if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
     if (splits > 1) {
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, 1, &fe));
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_SPLITK_EPILOGUE, &fe));
         void *ws;
         CNN_TRY(cuda_workspace(cb, (size_t)((int64_t)splits * gm * gn) * sizeof(float), &ws));
         a.ws = ws;
@@ -312,8 +320,9 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
              cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
-    CNN_TRY(cuda_launch(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
-                        (unsigned)(32 * c->wm * c->wn), 1, &a));
+    unsigned smem = (unsigned)tc_smem(c);
+    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
+                             (unsigned)(32 * c->wm * c->wn), 1, smem, &a));
     if (splits > 1) {
         size_t len = strlen(what);
         snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
@@ -337,14 +346,15 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
     int order[N_TC];
     double score[N_TC];
-    for (int i = 0; i < N_TC; i++) order[i] = i, score[i] = tc_score(cb, &tc_configs[i], gm, gn);
+    for (int i = 0; i < N_TC; i++) /* configs needing more shared memory than this GPU has score -1: never kept */
+        order[i] = i, score[i] = tc_smem(&tc_configs[i]) > cb->smem_optin ? -1.0 : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
-        for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-12; j--) {
+        for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
             int t = order[j];
             order[j] = order[j - 1], order[j - 1] = t;
         }
     int keep = cb->tune == CNN_TUNE_FULL ? N_TC : (N_TC < 4 ? N_TC : 4), n = 0;
-    for (int i = 0; i < keep; i++) {
+    for (int i = 0; i < keep && score[order[i]] >= 0.0; i++) {
         int sp = tc_splits(cb, &tc_configs[order[i]], gm, gn, gk);
         out[n++] = (tc_cand){order[i], sp};
         if (cb->tune == CNN_TUNE_FULL && sp > 1) out[n++] = (tc_cand){order[i], 1};
@@ -426,15 +436,63 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         if (cuda_tune_get(cb, key, tv, splits) && *tv < N_TC) return CNN_OK;
         if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
     }
-    int best = 0;
-    double best_score = -1;
-    for (int i = 0; i < N_TC; i++) {
-        double sc = tc_score(cb, &tc_configs[i], gm, gn);
-        if (sc > best_score + 1e-9) best_score = sc, best = i;
-    }
-    *tv = best;
-    *splits = tc_splits(cb, &tc_configs[best], gm, gn, gk);
+    tc_cand cand[2 * N_TC]; /* best first: the heuristic's choice */
+    tc_candidates(cb, cv, cand);
+    *tv = cand[0].cfg, *splits = cand[0].splits;
     return CNN_OK;
+}
+
+/* ---- the stem as a space-to-depth convolution ---------------------------------------------------------------
+ * A stride-2 convolution over C <= 4 channels (3->64 7x7/2 pad 3 in every ResNet) is too narrow for the tensor-core
+ * kernel (C % 8). Folding each 2x2 block of input pixels into channels turns it into a stride-1 one that is not:
+ * with o = pad % 2 and A = (pad + 1) / 2, write the filter row r = 2a + b - o (b = 0, 1); then the input row
+ * 2p - pad + r = 2(p + a - A) + b, so
+ *     y[p][q] = sum over a, a', (b, b', c) of x2[p + a - A][q + a' - A'][(b, b', c)] * w2[a][a'][(b, b', c)]
+ * with x2[i][j][(b*2 + b')*4 + c] = x[2i + b][2j + b'][c] (H2 = ceil(H/2)), w2[a][a'][...] = w[2a + b - o][...]
+ * (zero where no such tap or channel), filter R2 = (R - 1 + o) / 2 + 1: stride 1, padding A on the top/left, the
+ * bottom/right edge masked by the kernel's bounds check, the same P x Q output. For 7x7/2 pad 3: 4x4 over 16
+ * channels, a reduction of 256 (147 useful) instead of padding C to 8 (392). Both rewrites are two small kernels
+ * into the operands workspace, run on every call (the filter may be training). */
+static bool stem_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *y) {
+    if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return false;
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return false;
+    if (cv->c > 4 || cv->stride_h != 2 || cv->stride_w != 2 || cv->k % 8 != 0) return false;
+    return aligned16(y) && !(ep && ep->residual && !aligned16(ep->residual));
+}
+
+static cnn_conv2d stem_problem(const cnn_conv2d *cv) {
+    cnn_conv2d s = *cv;
+    s.c = 16, s.h = (cv->h + 1) / 2, s.w = (cv->w + 1) / 2;
+    s.r = (cv->r - 1 + cv->pad_h % 2) / 2 + 1, s.s = (cv->s - 1 + cv->pad_w % 2) / 2 + 1;
+    s.stride_h = s.stride_w = 1;
+    s.pad_h = (cv->pad_h + 1) / 2, s.pad_w = (cv->pad_w + 1) / 2;
+    return s; /* p, q: the original's (not (h + 2 pad - r) + 1: the bottom/right padding is smaller) */
+}
+
+static cnn_status stem_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                             const void *w, void *y) {
+    cuda_be *cb = cuda_impl(be);
+    CNN_TRY(check_problem(cv, PASS_FPROP));
+    cnn_conv2d s = stem_problem(cv);
+    size_t xb = (size_t)s.n * s.h * s.w * 16 * 2, wb = (size_t)s.k * s.r * s.s * 16 * 2;
+    xb = (xb + 255) & ~(size_t)255;
+    void *buf;
+    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, xb + wb, &buf));
+    void *xs = buf, *ws = (char *)buf + xb;
+    CUfunction fx, fw;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_INPUT, &fx));
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_FILTER, &fw));
+    conv_args a = make_args(cv, PASS_FPROP, 32);
+    a.x = x, a.wt = w, a.out = xs;
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_s2d_input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
+    CNN_TRY(cuda_launch(cb, fx, what, cuda_grid_1d(cb, (long long)s.n * s.h * s.w, 256), 1, 1, 256, 1, &a));
+    a.out = ws;
+    snprintf(what, sizeof what, "conv2d_s2d_filter k%d c%d r%d s%d", cv->k, cv->c, cv->r, cv->s);
+    CNN_TRY(cuda_launch(cb, fw, what, cuda_grid_1d(cb, (long long)s.k * s.r * s.s * 16, 256), 1, 1, 256, 1, &a));
+    int tv, splits;
+    CNN_TRY(tc_choose(be, &s, ep, xs, ws, &tv, &splits));
+    return tc_launch(be, &s, ep, xs, ws, y, tv, splits);
 }
 
 cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
@@ -444,6 +502,7 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     CNN_ASSERT(x && w && y);
     int v;
     CUfunction f;
+    if (stem_eligible(cb, cv, ep, y)) return stem_fprop(be, cv, ep, x, w, y);
     if (tc_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(check_problem(cv, PASS_FPROP));
         int tv, splits;
@@ -452,7 +511,7 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     }
     CNN_TRY(prepare(be, cv, PASS_FPROP, 0, &v, &f));
     const conv_config *c = &configs[v];
-    conv_args a = make_args(cv, PASS_FPROP, c);
+    conv_args a = make_args(cv, PASS_FPROP, c->bk);
     a.x = x, a.wt = w, a.out = y;
     if (ep) {
         a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual;
@@ -473,7 +532,7 @@ cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     CUfunction f;
     CNN_TRY(prepare(be, cv, PASS_DGRAD, 0, &v, &f));
     const conv_config *c = &configs[v];
-    conv_args a = make_args(cv, PASS_DGRAD, c);
+    conv_args a = make_args(cv, PASS_DGRAD, c->bk);
     a.dy = dy, a.wt = w, a.out = dx;
     a.accumulate = accumulate;
     char what[200];
@@ -492,7 +551,7 @@ cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     CUfunction f, fr = NULL;
     CNN_TRY(prepare(be, cv, PASS_WGRAD, WGRAD_MAIN, &v, &f));
     const conv_config *c = &configs[v];
-    conv_args a = make_args(cv, PASS_WGRAD, c);
+    conv_args a = make_args(cv, PASS_WGRAD, c->bk);
     a.x = x, a.dy = dy, a.out = dw;
 
     /* reduction splits: about 4 CTAs per SM, at least 4 BK-slices per split, partials within WGRAD_WS_CAP */

@@ -58,6 +58,7 @@
     X(ModuleUnload, cuModuleUnload, 2000, 0, "cuModuleUnload")                                                \
     X(ModuleGetFunction, cuModuleGetFunction, 2000, 0, "cuModuleGetFunction")                                 \
     X(FuncGetAttribute, cuFuncGetAttribute, 2020, 0, "cuFuncGetAttribute")                                    \
+    X(FuncSetAttribute, cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute")                                    \
     X(LaunchKernel, cuLaunchKernel, 4000, 0, "cuLaunchKernel")                                                \
     X(StreamBeginCapture, cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2")                          \
     X(StreamEndCapture, cuStreamEndCapture, 10000, 0, "cuStreamEndCapture")                                   \
@@ -190,6 +191,8 @@ typedef struct cuda_tune_entry {
     float ms;
 } cuda_tune_entry;
 
+enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_SLOTS = 2 };
+
 typedef struct cuda_be {
     cnn_backend pub;
     CUdevice dev;
@@ -197,6 +200,7 @@ typedef struct cuda_be {
     CUstream stream;
     CUevent ev_begin, ev_end;
     int cc_major, cc_minor, sm_count;
+    int smem_optin; /* shared memory one block may opt in to (bytes) */
     int driver_version;
     char arch[24];
     char cache_dir[1024];     /* "" = no disk cache */
@@ -218,8 +222,8 @@ typedef struct cuda_be {
     size_t cur_bytes, peak;
     /* workspace: grows, never shrinks; an outgrown one may still be referenced by a recorded graph, so it is
      * kept (retired) until destroy */
-    CUdeviceptr ws;
-    size_t ws_bytes;
+    CUdeviceptr ws[CUDA_WS_SLOTS];
+    size_t ws_bytes[CUDA_WS_SLOTS];
     CUdeviceptr *retired;
     int n_retired;
     CUdeviceptr scratch;      /* 256 bytes: count_nonfinite's counter */
@@ -245,8 +249,18 @@ cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cf
  * and with CNN_SYNC_DEBUG synchronises and checks its execution. */
 cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, void *args);
-/* Device workspace of at least `bytes` (valid until the next call; never shrinks). */
-cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out);
+/* The same with `smem` bytes of dynamic shared memory; over 48 KB it raises the function's limit first and
+ * fails cleanly (CNN_E_UNSUPPORTED) where the GPU has less per block. */
+cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
+                            unsigned bx, unsigned by, unsigned smem, void *args);
+/* Device workspace of at least `bytes` (valid until the next call for the same slot; never shrinks). Slot
+ * CUDA_WS_SCRATCH serves one kernel's temporaries (split-K partials, reduction chunks); CUDA_WS_OPERANDS holds
+ * rewritten operands that a following kernel reads (the stem's space-to-depth input and filter), so taking
+ * scratch in between cannot move them. */
+cnn_status cuda_workspace_slot(cuda_be *cb, int slot, size_t bytes, void **out);
+static inline cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
+    return cuda_workspace_slot(cb, CUDA_WS_SCRATCH, bytes, out);
+}
 /* Grid size for a grid-stride loop over `work` items with `threads` per block. */
 unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads);
 /* act dtype names, "f32" "f16" "bf16" */

@@ -1107,34 +1107,47 @@ static void g_conv_configs(ctx *t) {
     if (!quick) conv_one(t, &big, -1, 2, 3900);
 }
 
-/* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16, C % 32 == 0, K % 8 == 0), each config forced and the
- * heuristic, on odd shapes within their preconditions; the dgrad/wgrad of these cases use the generic kernels */
+/* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16, C % 8 == 0, K % 8 == 0; and the stem, C <= 4 at
+ * stride 2, through its space-to-depth rewrite), each config forced and the heuristic, on odd shapes within their
+ * preconditions; the dgrad/wgrad of these cases use the generic kernels. The first three run in quick mode. */
 static const conv_case conv_tc_cases[] = {
     {1, 32, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
+    {2, 3, 15, 13, 64, 7, 7, 2, 2, 3, 3},    /* the stem: 7x7/2 pad 3 over 3 channels, odd H and W */
+    {1, 24, 7, 6, 32, 7, 7, 2, 2, 3, 3},     /* C = 24: R*S*C = 1176, the last slice partly past the end */
     {3, 64, 11, 9, 40, 3, 3, 2, 2, 1, 1},    /* batch 3, stride 2, K not a multiple of the tile */
     {2, 32, 15, 13, 72, 7, 7, 2, 2, 3, 3},   /* 7x7/2 pad 3 */
     {1, 96, 6, 5, 136, 1, 1, 1, 1, 0, 0},    /* 1x1, K > 128 */
     {3, 64, 9, 9, 24, 1, 1, 2, 2, 0, 0},     /* 1x1/2: the downsample */
     {2, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}, /* several tiles of M, 36 reduction slices */
     {1, 32, 5, 12, 16, 3, 1, 1, 2, 1, 0},    /* R != S, stride_h != stride_w */
+    {2, 8, 9, 7, 16, 3, 3, 1, 1, 1, 1},      /* C = 8: four taps per slice */
+    {2, 40, 5, 6, 24, 3, 3, 1, 1, 1, 1},     /* C = 40: slices straddle taps */
+    {1, 1, 9, 10, 8, 3, 3, 2, 2, 1, 1},      /* stem path, C = 1 */
+    {2, 4, 8, 11, 16, 4, 4, 2, 2, 0, 0},     /* stem path, C = 4, even filter, pad 0 */
+    {1, 3, 12, 9, 24, 5, 5, 2, 2, 2, 2},     /* stem path, even pad */
 };
 
 static void g_conv_tc(ctx *t) {
-    if (t->dt == CNN_DTYPE_F32 || !cnn_cuda_conv_config_usable(t->gpu, cnn_cuda_conv_config_count() - 1)) {
+    int first_tc = cnn_cuda_conv_config_count();
+    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    if (t->dt == CNN_DTYPE_F32 || !cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
         printf("SKIP conv_tc.%s: tensor-core kernels take F16/BF16 on sm_80+\n", t->dts);
         return;
     }
+    for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
+        if (!cnn_cuda_conv_config_usable(t->gpu, cfg))
+            printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has\n", t->dts,
+                   cnn_cuda_conv_config_name(cfg));
     int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
     /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits */
     const int splitk[] = {-1, 0, 3};
-    for (int i = 0; i < (quick ? 2 : ncase); i++)
+    for (int i = 0; i < (quick ? 3 : ncase); i++)
         for (int sk = 0; sk < 3; sk++) {
             cnn_cuda_conv_force_splitk(t->gpu, splitk[sk]);
             conv_one(t, &conv_tc_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
             for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-                conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
+                if (cnn_cuda_conv_config_usable(t->gpu, cfg))
+                    conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
         }
     cnn_cuda_conv_force_splitk(t->gpu, -1);
 }

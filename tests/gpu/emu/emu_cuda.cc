@@ -319,6 +319,7 @@ static CUresult e_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
          : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? sm_count
+         : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? 227 * 1024 /* H100 */
                                                              : 0;
     return CUDA_SUCCESS;
 }
@@ -460,11 +461,16 @@ static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
     return CUDA_SUCCESS;
 }
 static CUresult e_FuncGetAttribute(int *v, CUfunction_attribute, CUfunction) { *v = 0; return CUDA_SUCCESS; }
+/* dynamic shared memory: the kernels declare a static array of the same size when compiled for the emulator */
+static CUresult e_FuncSetAttribute(CUfunction, CUfunction_attribute a, int) {
+    if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return fail(CUDA_ERROR_NOT_SUPPORTED, "cuFuncSetAttribute: attribute");
+    return CUDA_SUCCESS;
+}
 static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, CUstream, void **params, void **extra) {
     if (sticky) return sticky;
     kfunc *f = (kfunc *)fn;
-    if (!params || extra || smem) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": unexpected launch form");
+    if (!params || extra || smem > 227 * 1024) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": unexpected launch form");
     if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || bx * by * bz > 1024 || bx * by * bz == 0)
         return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": bad grid or block");
     op o{};
@@ -521,7 +527,7 @@ static const struct {
     E(CtxSetCurrent), E(CtxGetCurrent), E(MemAlloc), E(MemFree), E(MemGetInfo), E(MemcpyHtoDAsync), E(MemcpyDtoHAsync),
     E(MemcpyDtoDAsync), E(MemsetD8Async), E(StreamCreate), E(StreamDestroy), E(StreamSynchronize), E(EventCreate),
     E(EventDestroy), E(EventRecord), E(EventSynchronize), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
-    E(ModuleGetFunction), E(FuncGetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
+    E(ModuleGetFunction), E(FuncGetAttribute), E(FuncSetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
     E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
 #undef E
 };
