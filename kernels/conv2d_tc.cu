@@ -17,15 +17,18 @@
  *     before its first store, so a short-reduction (1x1) conv waits for one memory round trip, not one per row;
  *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
  *     a.ws, and conv2d_tc_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
- * The stem (C <= 4, stride 2, e.g. 3->64 7x7/2) runs here too, as a space-to-depth problem: conv2d_s2d_input
- * and conv2d_s2d_filter rewrite x and w so that the same convolution becomes a stride-1 one over 16 channels
- * (src/cuda/conv2d.c, stem_fprop, has the algebra).
- * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, ACT (F16 or BF16).
+ * Narrow first layers run here too: the stem (C <= 4, stride 2, e.g. 3->64 7x7/2) as a space-to-depth problem
+ * (conv2d_s2d_input and conv2d_s2d_filter rewrite x and w so that the same convolution becomes a stride-1 one
+ * over 16 channels; src/cuda/conv2d.c, narrow_fprop, has the algebra), any other C < 8 (VGG's 3->64 3x3/1) with
+ * its channels zero-padded to 8 by conv2d_pad_channels.
+ * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, MINB (CTAs per SM the
+ * registers must allow), ACT (F16 or BF16).
  * The launcher checks the preconditions (C % 8, K % 8, 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
  */
 #include "common.cuh"
 #include "params.cuh"
+#include "conv2d_epilogue.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(WM) || !defined(WN) || !defined(STAGES)
 #error "conv2d_tc.cu needs -DBM -DBN -DWM -DWN -DSTAGES"
@@ -65,7 +68,10 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return (unsigned)f32_to_act(lo) | ((unsigned)f32_to_act(hi) << 16);
 }
 
-extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args a) {
+#ifndef MINB
+#define MINB 1 /* CTAs per SM the register allocation must leave room for */
+#endif
+extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const conv_args a) {
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
 #else
@@ -134,23 +140,9 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
         }
     };
 
-    const int g = lane >> 2, t4 = lane & 3;
     const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-    act_t *y = (act_t *)a.out;
-    const act_t *res = (const act_t *)a.residual;
-    if (res && a.splits == 1 && t4 == 0) { /* the residual this thread's row group adds, into L2 while we compute */
 #pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = m0 + wm0 + i * 16 + g + h * 8;
-#pragma unroll
-                for (int jb = 0; jb < NT8; jb += 4) {
-                    const int n = n0 + wn0 + jb * 8;
-                    if (m < a.gm && n < a.gn) prefetch_l2(res + (long long)m * a.gn + n);
-                }
-            }
-    }
+    for (int i = 0; i < MT; i++) tile_prefetch_residual<NT8>(a, m0 + wm0 + i * 16, n0 + wn0, lane);
     float acc[MT][NT8][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -200,83 +192,11 @@ extern "C" __global__ void __launch_bounds__(NT) conv2d_fprop_tc(const conv_args
     }
     cp_async_wait<0>();
 
-    /* ---- epilogue: accumulator (i, j, e) is row g (+8 for e >= 2), columns 2*t4 and 2*t4 + 1 ---- */
-    if (a.splits > 1) { /* partial sums of this split, the epilogue comes after all of them */
-        float *ws = a.ws + (long long)blockIdx.z * a.gm * a.gn;
-#pragma unroll
-        for (int j = 0; j < NT8; j++) {
-            const int n = n0 + wn0 + j * 8 + 2 * t4;
-            if (n >= a.gn) continue;
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int m = m0 + wm0 + i * 16 + g + h * 8;
-                    if (m < a.gm) *(float2 *)(ws + (long long)m * a.gn + n) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-                }
-        }
-        return;
-    }
-    /* Four lanes of a row (t4 = 0..3) trade the column pairs of four consecutive n8 tiles -- a 4x4 transpose by
-     * XOR shuffles: in round r lane t4 sends its pair of tile t4^r and receives its partner's pair of tile t4 --
-     * so each lane owns 8 consecutive channels: 16-byte residual loads and stores, 64 contiguous bytes per row
-     * per warp instruction. */
+    /* ---- epilogue (conv2d_epilogue.cuh), one m16 row block of the warp tile at a time ---- */
 #pragma unroll
     for (int i = 0; i < MT; i++) {
-        /* the residual vectors of this row block, loaded before its stores so they are in flight together (y
-         * may alias the residual: each thread reads exactly the vectors it later writes); one block at a time
-         * keeps the registers within two CTAs per SM */
-        uint4 rv[2][NT8 / 4];
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int jb = 0; jb < NT8; jb += 4) {
-                const int m = m0 + wm0 + i * 16 + g + h * 8, n = n0 + wn0 + (jb + t4) * 8;
-                rv[h][jb / 4] = uint4{0u, 0u, 0u, 0u};
-                if (res && m < a.gm && n < a.gn) rv[h][jb / 4] = *(const uint4 *)(res + (long long)m * a.gn + n);
-            }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int m = m0 + wm0 + i * 16 + g + h * 8;
-#pragma unroll
-            for (int jb = 0; jb < NT8; jb += 4) {
-                float gx[4], gy[4];
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int q = t4 ^ r;
-                    const float sx = q == 0 ? acc[i][jb][2 * h] : q == 1 ? acc[i][jb + 1][2 * h]
-                                   : q == 2 ? acc[i][jb + 2][2 * h] : acc[i][jb + 3][2 * h];
-                    const float sy = q == 0 ? acc[i][jb][2 * h + 1] : q == 1 ? acc[i][jb + 1][2 * h + 1]
-                                   : q == 2 ? acc[i][jb + 2][2 * h + 1] : acc[i][jb + 3][2 * h + 1];
-                    gx[r] = __shfl_xor_sync(0xffffffffu, sx, r);
-                    gy[r] = __shfl_xor_sync(0xffffffffu, sy, r);
-                }
-                /* gx/gy[r] = columns 2*(t4^r), +1 of tile jb + t4 */
-                float v[8];
-#pragma unroll
-                for (int sp = 0; sp < 4; sp++) {
-                    const int r = t4 ^ sp;
-                    v[2 * sp] = r == 0 ? gx[0] : r == 1 ? gx[1] : r == 2 ? gx[2] : gx[3];
-                    v[2 * sp + 1] = r == 0 ? gy[0] : r == 1 ? gy[1] : r == 2 ? gy[2] : gy[3];
-                }
-                const int n = n0 + wn0 + (jb + t4) * 8;
-                if (m >= a.gm || n >= a.gn) continue; /* K % 8 == 0: all 8 channels or none */
-                const long long o = (long long)m * a.gn + n;
-#pragma unroll
-                for (int k = 0; k < 8; k++) v[k] = v[k] * (a.scale ? a.scale[n + k] : 1.0f) + (a.shift ? a.shift[n + k] : 0.0f);
-                if (res) {
-                    float r8[8];
-                    act_unpack_vec(rv[h][jb / 4], r8);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] += r8[k];
-                }
-                if (a.relu) {
-#pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-                }
-                act_store_vec(y + o, v);
-            }
-        }
+        if (a.splits > 1) tile_partials<NT8>(a, acc[i], m0 + wm0 + i * 16, n0 + wn0, lane);
+        else tile_epilogue<NT8>(a, acc[i], m0 + wm0 + i * 16, n0 + wn0, lane);
     }
 }
 
@@ -352,5 +272,20 @@ extern "C" __global__ void conv2d_s2d_filter(const conv_args a) {
         float v = 0.0f;
         if (c < a.c && r >= 0 && r < a.r && s >= 0 && s < a.s) v = act_to_f32(w[((k * a.r + r) * a.s + s) * a.c + c]);
         act_store(out, o, v);
+    }
+}
+
+/* conv2d_pad_channels: rows of C elements -> rows of 8 (C < 8), zero in the new channels: x (N,H,W,C) with
+ * rows = N*H*W, or w (K,R,S,C) with rows = K*R*S. One thread per row, one 16-byte store. Fields: n*h*w = rows,
+ * c, x (source), out. */
+extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
+    const act_t *x = (const act_t *)a.x;
+    act_t *out = (act_t *)a.out;
+    const long long rows = (long long)a.n * a.h * a.w;
+    for (long long o = GRID_TID; o < rows; o += GRID_STRIDE) {
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = e < a.c ? act_to_f32(x[o * a.c + e]) : 0.0f;
+        act_store_vec(out + o * 8, v); /* exact: the values are act_t already */
     }
 }

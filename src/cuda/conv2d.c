@@ -8,7 +8,8 @@
  * The forward pass of F16/BF16 convolutions with C % 8 == 0 and K % 8 == 0 goes instead to the fast kernels of
  * conv2d_tc.cu (tc_configs, numbered after the generic variants), whose tile config and split-K are chosen per
  * layer shape by the autotuner (--tune, winners cached by tune.c) or, with --tune none, by a heuristic; so does
- * the stem (C <= 4, stride 2) after a space-to-depth rewrite of its operands (stem_fprop).
+ * narrow first layers (C < 8) after a rewrite of their operands (narrow_fprop: space-to-depth for the stride-2
+ * stem, channel padding otherwise).
  *
  * Variants are numbered across both kinds: 0 .. N_SIMT-1 are SIMT configs, N_SIMT .. are tensor-core configs;
  * each kind is its own kernel family per pass (conv2d_fprop, conv2d_fprop_mma, ...), compiled from conv2d.cu
@@ -55,23 +56,30 @@ static const conv_config configs[] = {
 typedef struct tc_config {
     const char *name;
     int bm, bn, bk, wm, wn, stages;
+    int minb;    /* CTAs per SM the registers must allow (__launch_bounds__) */
     float speed; /* relative throughput of a full tile, for the heuristic */
+    bool wg;     /* conv2d_wg.cu (wgmma, sm_90a only; wm = warpgroups, BK 64, no split-K) */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 1.00f},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 0.85f},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 0.85f},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 0.70f},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 0.95f}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 0.90f},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 0.90f},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1.05f},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1.02f},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 0.88f},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false},
+    /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
+    {"tc128x128wg/g2/s4", 128, 128, 64, 2, 1, 4, 1, 2.00f, true},
+    {"tc128x256wg/g2/s3", 128, 256, 64, 2, 1, 3, 1, 1.95f, true},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
+#define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
 
@@ -136,17 +144,28 @@ const cuda_family cuda_family_conv2d_dgrad_mma = {"conv2d_dgrad_mma", "conv2d.cu
 const cuda_family cuda_family_conv2d_wgrad_mma = {"conv2d_wgrad_mma", "conv2d.cu", wgrad_entries, 2, HALF_DTS,
                                                   N_VARIANTS - N_SIMT, def_wgrad_mma, mma_name};
 
+static void def_fprop_wg(int cfg, char *buf, size_t cap) {
+    const tc_config *c = &tc_configs[N_TC_MMA + cfg];
+    CNN_ASSERT(c->wg && c->bk == 64);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DWGS=%d -DSTAGES=%d", c->bm, c->bn, c->wm, c->stages);
+}
+static const char *wg_name(int cfg) { return tc_configs[N_TC_MMA + cfg].name; }
+static const char *const fprop_wg_entries[] = {"conv2d_fprop_wg"};
+const cuda_family cuda_family_conv2d_fprop_wg = {"conv2d_fprop_wg", "conv2d_wg.cu", fprop_wg_entries, 1, HALF_DTS,
+                                                 N_TC - N_TC_MMA, def_fprop_wg, wg_name};
+
 static void def_fprop_tc(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[cfg];
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d -DSTAGES=%d", c->bm, c->bn, c->bk, c->wm, c->wn,
-             c->stages);
+    CNN_ASSERT(!c->wg); /* N_TC_MMA counts the mma.sync configs */
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d -DSTAGES=%d -DMINB=%d", c->bm, c->bn, c->bk, c->wm,
+             c->wn, c->stages, c->minb);
 }
 static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
 static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc", "conv2d_tc_splitk_epilogue", "conv2d_s2d_input",
-                                               "conv2d_s2d_filter"};
-enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3 };
-const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 4, HALF_DTS, N_TC,
-                                                 def_fprop_tc, tc_name};
+                                               "conv2d_s2d_filter", "conv2d_pad_channels"};
+enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4 };
+const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 5, HALF_DTS,
+                                                 N_TC_MMA, def_fprop_tc, tc_name};
 
 static const cuda_family *family_of(int pass, int v) {
     static const cuda_family *const fams[2][3] = {
@@ -158,12 +177,18 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 
 /* ---- choosing a variant ---------------------------------------------------------------------------------- */
 
-static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages; }
+static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg ? 1024 : 0); }
+
+/* a tensor-core config on this backend: wgmma needs exactly sm_90a, every config its shared memory */
+static bool tc_usable(const cuda_be *cb, const tc_config *c) {
+    if (c->wg && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
+    return tc_smem(c) <= cb->smem_optin;
+}
 
 bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
     CNN_ASSERT(v >= 0 && v < N_VARIANTS + N_TC);
     if (v < N_VARIANTS && !configs[v].mma) return true;
-    if (v >= N_VARIANTS && tc_smem(&tc_configs[v - N_VARIANTS]) > cuda_impl(be)->smem_optin) return false;
+    if (v >= N_VARIANTS && !tc_usable(cuda_impl(be), &tc_configs[v - N_VARIANTS])) return false;
     return be->act_dtype != CNN_DTYPE_F32 && cuda_impl(be)->cc_major >= 8 && !cuda_impl(be)->no_mma;
 }
 
@@ -285,6 +310,7 @@ static double tc_score(const cuda_be *cb, const tc_config *c, int64_t gm, int64_
 
 /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
 static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, int64_t gk) {
+    if (c->wg) return 1;
     int64_t ktiles = cdiv(gk, c->bk), tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
     if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
     else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
@@ -302,7 +328,12 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     cuda_be *cb = cuda_impl(be);
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_MAIN, &f));
+    if (c->wg) {
+        CNN_ASSERT(splits == 1);
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_wg, be->act_dtype, tv - N_TC_MMA, 0, &f));
+    } else {
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_MAIN, &f));
+    }
     conv_args a = make_args(cv, PASS_FPROP, c->bk);
     int64_t gm = a.gm, gn = a.gn, ktiles = a.ktiles_per_split, kps = cdiv(ktiles, splits);
     splits = (int)cdiv(ktiles, kps); /* no empty split */
@@ -322,7 +353,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
              cv->stride_w, cv->pad_h, cv->pad_w);
     unsigned smem = (unsigned)tc_smem(c);
     CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
-                             (unsigned)(32 * c->wm * c->wn), 1, smem, &a));
+                             (unsigned)(c->wg ? 128 * c->wm : 32 * c->wm * c->wn), 1, smem, &a));
     if (splits > 1) {
         size_t len = strlen(what);
         snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
@@ -346,8 +377,8 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
     int order[N_TC];
     double score[N_TC];
-    for (int i = 0; i < N_TC; i++) /* configs needing more shared memory than this GPU has score -1: never kept */
-        order[i] = i, score[i] = tc_smem(&tc_configs[i]) > cb->smem_optin ? -1.0 : tc_score(cb, &tc_configs[i], gm, gn);
+    for (int i = 0; i < N_TC; i++) /* configs this GPU cannot run (wgmma off sm_90a, shared memory) score -1 */
+        order[i] = i, score[i] = !tc_usable(cb, &tc_configs[i]) ? -1.0 : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
             int t = order[j];
@@ -433,7 +464,9 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d", cuda_dtype_str(be->act_dtype),
              cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
-        if (cuda_tune_get(cb, key, tv, splits) && *tv < N_TC) return CNN_OK;
+        if (cuda_tune_get(cb, key, tv, splits) && *tv >= 0 && *tv < N_TC && tc_usable(cb, &tc_configs[*tv]) &&
+            *splits >= 1 && (*splits == 1 || !tc_configs[*tv].wg))
+            return CNN_OK;
         if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
     }
     tc_cand cand[2 * N_TC]; /* best first: the heuristic's choice */
@@ -442,26 +475,35 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     return CNN_OK;
 }
 
-/* ---- the stem as a space-to-depth convolution ---------------------------------------------------------------
- * A stride-2 convolution over C <= 4 channels (3->64 7x7/2 pad 3 in every ResNet) is too narrow for the tensor-core
- * kernel (C % 8). Folding each 2x2 block of input pixels into channels turns it into a stride-1 one that is not:
- * with o = pad % 2 and A = (pad + 1) / 2, write the filter row r = 2a + b - o (b = 0, 1); then the input row
- * 2p - pad + r = 2(p + a - A) + b, so
- *     y[p][q] = sum over a, a', (b, b', c) of x2[p + a - A][q + a' - A'][(b, b', c)] * w2[a][a'][(b, b', c)]
- * with x2[i][j][(b*2 + b')*4 + c] = x[2i + b][2j + b'][c] (H2 = ceil(H/2)), w2[a][a'][...] = w[2a + b - o][...]
- * (zero where no such tap or channel), filter R2 = (R - 1 + o) / 2 + 1: stride 1, padding A on the top/left, the
- * bottom/right edge masked by the kernel's bounds check, the same P x Q output. For 7x7/2 pad 3: 4x4 over 16
- * channels, a reduction of 256 (147 useful) instead of padding C to 8 (392). Both rewrites are two small kernels
- * into the operands workspace, run on every call (the filter may be training). */
-static bool stem_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *y) {
-    if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return false;
-    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return false;
-    if (cv->c > 4 || cv->stride_h != 2 || cv->stride_w != 2 || cv->k % 8 != 0) return false;
-    return aligned16(y) && !(ep && ep->residual && !aligned16(ep->residual));
+/* ---- narrow first layers (C < 8) on the tensor-core kernel, through rewritten operands ------------------------
+ * The tensor-core kernel needs C % 8 == 0. Two rewrites make a first layer fit, both small kernels writing into
+ * the operands workspace on every call (the filter may be training):
+ *   space-to-depth, for C <= 4 at stride 2x2 (3->64 7x7/2 pad 3 in every ResNet). Folding each 2x2 block of
+ *     input pixels into channels turns it into a stride-1 convolution: with o = pad % 2 and A = (pad + 1) / 2,
+ *     write the filter row r = 2a + b - o (b = 0, 1); then the input row 2p - pad + r = 2(p + a - A) + b, so
+ *         y[p][q] = sum over a, a', (b, b', c) of x2[p + a - A][q + a' - A'][(b, b', c)] * w2[a][a'][(b, b', c)]
+ *     with x2[i][j][(b*2 + b')*4 + c] = x[2i + b][2j + b'][c] (H2 = ceil(H/2)), w2[a][a'][...] = w[2a + b - o]
+ *     [...] (zero where no such tap or channel), filter R2 = (R - 1 + o) / 2 + 1: stride 1, padding A on the
+ *     top/left, the bottom/right edge masked by the kernel's bounds check, the same P x Q output. For 7x7/2 pad 3:
+ *     4x4 over 16 channels, a reduction of 256 (147 useful) instead of 392 with the channels padded to 8;
+ *   channel padding, for any other C < 8 (VGG's 3->64 3x3/1): x and w with their channels zero-padded to 8. */
+enum { NARROW_NONE = 0, NARROW_S2D = 1, NARROW_PAD = 2 };
+
+static int narrow_kind(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *y) {
+    if (cv->c >= 8 || cv->k % 8 != 0) return NARROW_NONE;
+    if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return NARROW_NONE;
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return NARROW_NONE;
+    if (!aligned16(y) || (ep && ep->residual && !aligned16(ep->residual))) return NARROW_NONE;
+    return cv->c <= 4 && cv->stride_h == 2 && cv->stride_w == 2 ? NARROW_S2D : NARROW_PAD;
 }
 
-static cnn_conv2d stem_problem(const cnn_conv2d *cv) {
+/* the problem the tensor-core kernel runs instead */
+static cnn_conv2d narrow_problem(const cnn_conv2d *cv, int kind) {
     cnn_conv2d s = *cv;
+    if (kind == NARROW_PAD) {
+        s.c = 8;
+        return s;
+    }
     s.c = 16, s.h = (cv->h + 1) / 2, s.w = (cv->w + 1) / 2;
     s.r = (cv->r - 1 + cv->pad_h % 2) / 2 + 1, s.s = (cv->s - 1 + cv->pad_w % 2) / 2 + 1;
     s.stride_h = s.stride_w = 1;
@@ -469,27 +511,39 @@ static cnn_conv2d stem_problem(const cnn_conv2d *cv) {
     return s; /* p, q: the original's (not (h + 2 pad - r) + 1: the bottom/right padding is smaller) */
 }
 
-static cnn_status stem_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                             const void *w, void *y) {
+static cnn_status narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                               const void *w, void *y, int kind) {
     cuda_be *cb = cuda_impl(be);
     CNN_TRY(check_problem(cv, PASS_FPROP));
-    cnn_conv2d s = stem_problem(cv);
-    size_t xb = (size_t)s.n * s.h * s.w * 16 * 2, wb = (size_t)s.k * s.r * s.s * 16 * 2;
+    cnn_conv2d s = narrow_problem(cv, kind);
+    size_t xb = (size_t)s.n * s.h * s.w * s.c * 2, wb = (size_t)s.k * s.r * s.s * s.c * 2;
     xb = (xb + 255) & ~(size_t)255;
     void *buf;
     CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, xb + wb, &buf));
     void *xs = buf, *ws = (char *)buf + xb;
-    CUfunction fx, fw;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_INPUT, &fx));
-    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_FILTER, &fw));
-    conv_args a = make_args(cv, PASS_FPROP, 32);
-    a.x = x, a.wt = w, a.out = xs;
     char what[200];
-    snprintf(what, sizeof what, "conv2d_s2d_input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
-    CNN_TRY(cuda_launch(cb, fx, what, cuda_grid_1d(cb, (long long)s.n * s.h * s.w, 256), 1, 1, 256, 1, &a));
-    a.out = ws;
-    snprintf(what, sizeof what, "conv2d_s2d_filter k%d c%d r%d s%d", cv->k, cv->c, cv->r, cv->s);
-    CNN_TRY(cuda_launch(cb, fw, what, cuda_grid_1d(cb, (long long)s.k * s.r * s.s * 16, 256), 1, 1, 256, 1, &a));
+    if (kind == NARROW_S2D) {
+        CUfunction fx, fw;
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_INPUT, &fx));
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_FILTER, &fw));
+        conv_args a = make_args(cv, PASS_FPROP, 32);
+        a.x = x, a.wt = w, a.out = xs;
+        snprintf(what, sizeof what, "conv2d_s2d_input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
+        CNN_TRY(cuda_launch(cb, fx, what, cuda_grid_1d(cb, (long long)s.n * s.h * s.w, 256), 1, 1, 256, 1, &a));
+        a.out = ws;
+        snprintf(what, sizeof what, "conv2d_s2d_filter k%d c%d r%d s%d", cv->k, cv->c, cv->r, cv->s);
+        CNN_TRY(cuda_launch(cb, fw, what, cuda_grid_1d(cb, (long long)s.k * s.r * s.s * 16, 256), 1, 1, 256, 1, &a));
+    } else {
+        CUfunction fp;
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_PAD_CHANNELS, &fp));
+        conv_args a = {0};
+        a.n = cv->n, a.h = cv->h, a.w = cv->w, a.c = cv->c, a.x = x, a.out = xs; /* rows = N*H*W */
+        snprintf(what, sizeof what, "conv2d_pad_channels input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
+        CNN_TRY(cuda_launch(cb, fp, what, cuda_grid_1d(cb, (long long)cv->n * cv->h * cv->w, 256), 1, 1, 256, 1, &a));
+        a.n = cv->k, a.h = cv->r, a.w = cv->s, a.x = w, a.out = ws; /* rows = K*R*S */
+        snprintf(what, sizeof what, "conv2d_pad_channels filter k%d c%d r%d s%d", cv->k, cv->c, cv->r, cv->s);
+        CNN_TRY(cuda_launch(cb, fp, what, cuda_grid_1d(cb, (long long)cv->k * cv->r * cv->s, 256), 1, 1, 256, 1, &a));
+    }
     int tv, splits;
     CNN_TRY(tc_choose(be, &s, ep, xs, ws, &tv, &splits));
     return tc_launch(be, &s, ep, xs, ws, y, tv, splits);
@@ -502,7 +556,8 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     CNN_ASSERT(x && w && y);
     int v;
     CUfunction f;
-    if (stem_eligible(cb, cv, ep, y)) return stem_fprop(be, cv, ep, x, w, y);
+    int narrow = narrow_kind(cb, cv, ep, y);
+    if (narrow != NARROW_NONE) return narrow_fprop(be, cv, ep, x, w, y, narrow);
     if (tc_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(check_problem(cv, PASS_FPROP));
         int tv, splits;

@@ -6,7 +6,8 @@ trip of the trained weights.
 Cases: SGD (lr 0.01, momentum 0.9, weight decay 5e-4, PyTorch's torch.optim.SGD: L2 added to the gradient of
 every parameter) and AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, decoupled weight decay 0.05 on every parameter).
 Data: 160 images = 10 random class templates + N(0,1) noise, int64 labels, written as `images`/`labels` to a
-safetensors file (`--data tensors:FILE`). Reference: PyTorch float32 (float64 would take minutes on 2 cores).
+safetensors file (`--data tensors:FILE`). Reference on the CPU: PyTorch in float64 (the truth), with PyTorch
+float32 as the second opinion; on the GPU: PyTorch float32 on the GPU, with PyTorch float32 on the CPU.
   losses: `OUT/metrics.jsonl` records with "step" 1..20 and "loss" (that step's forward, before its update),
           |ours - PyTorch| <= 1e-4 each;
   weights: `OUT/model.safetensors` holds exactly the state_dict names, shapes and dtypes; every tensor (parameters
@@ -15,9 +16,12 @@ safetensors file (`--data tensors:FILE`). Reference: PyTorch float32 (float64 wo
           this is the stricter check);
   round trip: the trained file loads into a fresh torchvision model with load_state_dict(strict=True), and its
           eval logits on a new batch (float64) match `cnn infer` with that file: rel-L2 <= 1e-4.
-e_alt is the difference between two correct PyTorch float32 runs (CPU: default vs channels_last on one thread;
-GPU: cuDNN vs the CPU) and is
-printed as the noise floor: trajectories of ReLU networks amplify rounding differences step by step. To keep that
+e_alt is how far a second correct implementation lands from the reference (CPU: PyTorch float32 from float64;
+GPU: PyTorch on the CPU from cuDNN) and is printed as the noise floor. On the CPU the reference used to be a
+float32 run with a second float32 run as the floor, but PyTorch 1.13's float32 CPU kernels differ by machine: on
+an AVX2-only CPU their BN running statistics after 20 AdamW steps were 7.7e-4 from float64 while ours were
+1.7e-5 (2026-11-23), and its two float32 runs agreed with each other, so the test failed us for being closer to
+the truth; against float64 it measures what it means to. Trajectories of ReLU networks amplify rounding differences step by step. To keep that
 floor far below the bounds, the initial weights come from tools/models.py:condition_bn (BN biases 2.5 BN weights,
 so pre-activations stay away from the ReLU kink; gammas U(0.02, 0.06) at the end of residual branches, so the
 pooled features stay small (|f|^2 ~ 50) and lr 0.01 is stable; classifier x0.1). Measured alternatives: with
@@ -64,18 +68,20 @@ init = {k: v.clone() for k, v in m0.state_dict().items()}
 st.save_file(init, t.path("init.safetensors"))
 
 
-def torch_train(make_opt, channels_last=False, threads=2, device=None):
-    """20 steps in float32 on `device` (default: the test device); returns (losses, state_dict on the CPU)."""
+def torch_train(make_opt, channels_last=False, threads=2, device=None, dtype=None):
+    """20 steps in float32 (or `dtype`) on `device` (default: the test device); returns (losses, state_dict on the
+    CPU)."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     dev = device or t.tdev()
-    m = copy.deepcopy(m0).to(dev).train()
+    dtype = dtype or torch.float32
+    m = copy.deepcopy(m0).to(dev, dtype).train()
     if channels_last:
         m = m.to(memory_format=torch.channels_last)
     opt = make_opt(m.parameters())
     losses = []
     for s in range(STEPS):
-        x, y = X[s * BATCH:(s + 1) * BATCH].to(dev), Y[s * BATCH:(s + 1) * BATCH].to(dev)
+        x, y = X[s * BATCH:(s + 1) * BATCH].to(dev, dtype), Y[s * BATCH:(s + 1) * BATCH].to(dev)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         opt.zero_grad()
@@ -90,14 +96,17 @@ def torch_train(make_opt, channels_last=False, threads=2, device=None):
 for name, flags, make_opt in CASES:
     pre = "train.%s" % name
     t0 = time.time()
-    ref_losses, ref_w = torch_train(make_opt)
-    # the noise floor: a second correct float32 run. On the GPU that is PyTorch on the CPU (two cuDNN runs share
-    # their algorithms, so they differ far less than two implementations do: AdamW's per-element normalisation
-    # turns that difference into ~1e-4 on the weights after 20 steps); on the CPU, channels_last on one thread.
+    # the reference and the noise floor (a second correct implementation). On the GPU the floor is PyTorch on the
+    # CPU (two cuDNN runs share their algorithms, so they differ far less than two implementations do: AdamW's
+    # per-element normalisation turns that difference into ~1e-4 on the weights after 20 steps).
     if dev == "cuda":
+        ref_losses, ref_w = torch_train(make_opt)
         alt_losses, alt_w = torch_train(make_opt, threads=int(t.threads), device="cpu")
+        alt_name = "PyTorch CPU vs GPU"
     else:
-        alt_losses, alt_w = torch_train(make_opt, channels_last=True, threads=1)
+        ref_losses, ref_w = torch_train(make_opt, dtype=torch.float64)
+        alt_losses, alt_w = torch_train(make_opt)
+        alt_name = "PyTorch fp32 vs float64"
     t_torch = time.time() - t0
     out = t.path("run_" + name)
     r = t.cnn("train", "--model", "resnet18", "--stem", "cifar", "--num-classes", 10, "--data",
@@ -128,12 +137,12 @@ for name, flags, make_opt in CASES:
             worst = max(range(STEPS), key=lambda s: d[s])
             traj = " ".join("%.4f" % recs[s + 1] for s in range(0, STEPS, 4))
             if max(d) <= 1e-4:
-                t.ok(pre + ".losses", "20 steps, max |d| %.1e at step %d <= 1e-4 (two PyTorch runs: %.1e); losses %s ..."
-                     % (max(d), worst + 1, da, traj))
+                t.ok(pre + ".losses", "20 steps, max |d| %.1e at step %d <= 1e-4 (%s: %.1e); losses %s ..."
+                     % (max(d), worst + 1, alt_name, da, traj))
             else:
                 first = next(s for s in range(STEPS) if not d[s] <= 1e-4) + 1
-                t.fail(pre + ".losses", "max |d| %.2e at step %d > 1e-4 (two PyTorch runs: %.1e); first step over: %d; "
-                       "ours %s; PyTorch %s; %s" % (max(d), worst + 1, da, first, ["%.6f" % recs[s + 1] for s in range(STEPS)],
+                t.fail(pre + ".losses", "max |d| %.2e at step %d > 1e-4 (%s: %.1e); first step over: %d; "
+                       "ours %s; PyTorch %s; %s" % (max(d), worst + 1, alt_name, da, first, ["%.6f" % recs[s + 1] for s in range(STEPS)],
                                                     ["%.6f" % v for v in ref_losses], r.shell()))
     # ---- final weights
     try:
@@ -142,7 +151,7 @@ for name, flags, make_opt in CASES:
         t.fail(pre + ".weights", "model.safetensors unreadable: %s" % e)
         continue
     miss, extra = sorted(set(ref_w) - set(W)), sorted(set(W) - set(ref_w))
-    wrong = [k for k in W if k in ref_w and (W[k].shape != ref_w[k].shape or W[k].dtype != ref_w[k].dtype)]
+    wrong = [k for k in W if k in ref_w and (W[k].shape != ref_w[k].shape or W[k].dtype != init[k].dtype)]
     t.check(pre + ".names", not miss and not extra and not wrong, "%d tensors, torchvision names/shapes/dtypes" % len(W),
             "missing %s, unexpected %s, wrong shape/dtype %s" % (miss[:5], extra[:5],
                                                                  [(k, str(W[k].dtype), tuple(W[k].shape)) for k in wrong[:5]]))
@@ -160,15 +169,16 @@ for name, flags, make_opt in CASES:
         tol = max(1e-4, 10 * ea)
         nchk += 1
         if not e <= tol:
-            bad.append("%s rel-L2 %.2e > %.1e (update rel-L2 %.1e; two PyTorch runs %.1e)"
-                       % (k, e, tol, t.rel_l2(W[k].double() - init[k].double(), ref.double() - init[k].double()), ea))
+            bad.append("%s rel-L2 %.2e > %.1e (update rel-L2 %.1e; %s %.1e)"
+                       % (k, e, tol, t.rel_l2(W[k].double() - init[k].double(), ref.double() - init[k].double()),
+                          alt_name, ea))
         elif e / tol > worst[0] / worst[3]:
             worst = (e, k, ea, tol)
     if bad:
         t.fail(pre + ".weights", "%d tensors off: %s; %s" % (len(bad), "; ".join(bad[:8]), r.shell()))
     else:
         t.ok(pre + ".weights", "%d float tensors + num_batches_tracked; closest to its bound: %s rel-L2 %.2e "
-             "(bound %.1e, two PyTorch runs %.1e)" % (nchk, worst[1], worst[0], worst[3], worst[2]))
+             "(bound %.1e, %s %.1e)" % (nchk, worst[1], worst[0], worst[3], alt_name, worst[2]))
     # the same, on what the 20 steps changed (final - initial): far stricter than on the weights themselves
     bad, worst = [], (0.0, "", 0.0, 1.0)
     for k, ref in ref_w.items():
@@ -179,14 +189,14 @@ for name, flags, make_opt in CASES:
         ea = t.rel_l2(alt_w[k].double() - w0, ref.double() - w0)
         tol = max(1e-3, 10 * ea)
         if not e <= tol:
-            bad.append("%s rel-L2 %.2e > %.1e (two PyTorch runs %.1e)" % (k, e, tol, ea))
+            bad.append("%s rel-L2 %.2e > %.1e (%s %.1e)" % (k, e, tol, alt_name, ea))
         elif e / tol > worst[0] / worst[3]:
             worst = (e, k, ea, tol)
     if bad:
         t.fail(pre + ".updates", "%d tensors off: %s; %s" % (len(bad), "; ".join(bad[:8]), r.shell()))
     else:
         t.ok(pre + ".updates", "final - initial, per tensor rel-L2 <= max(1e-3, 10 e_alt); closest to its bound: %s "
-             "%.2e (bound %.1e, two PyTorch runs %.1e)" % (worst[1], worst[0], worst[3], worst[2]))
+             "%.2e (bound %.1e, %s %.1e)" % (worst[1], worst[0], worst[3], alt_name, worst[2]))
     # ---- round trip: model.safetensors -> torchvision (strict) and -> cnn infer
     if miss or extra or wrong:
         continue

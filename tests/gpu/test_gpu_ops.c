@@ -1108,7 +1108,7 @@ static void g_conv_configs(ctx *t) {
 }
 
 /* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16, C % 8 == 0, K % 8 == 0; and the stem, C <= 4 at
- * stride 2, through its space-to-depth rewrite), each config forced and the heuristic, on odd shapes within their
+ * stride 2, through its space-to-depth rewrite; other C < 8 with the channels padded), each config forced and the heuristic, on odd shapes within their
  * preconditions; the dgrad/wgrad of these cases use the generic kernels. The first three run in quick mode. */
 static const conv_case conv_tc_cases[] = {
     {1, 32, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
@@ -1125,6 +1125,9 @@ static const conv_case conv_tc_cases[] = {
     {1, 1, 9, 10, 8, 3, 3, 2, 2, 1, 1},      /* stem path, C = 1 */
     {2, 4, 8, 11, 16, 4, 4, 2, 2, 0, 0},     /* stem path, C = 4, even filter, pad 0 */
     {1, 3, 12, 9, 24, 5, 5, 2, 2, 2, 2},     /* stem path, even pad */
+    {2, 3, 9, 11, 16, 3, 3, 1, 1, 1, 1},     /* C = 3 at stride 1 (VGG's first layer): channels padded to 8 */
+    {1, 5, 7, 6, 8, 1, 1, 1, 1, 0, 0},       /* C = 5, 1x1: padded */
+    {1, 3, 10, 10, 24, 3, 3, 2, 1, 1, 1},    /* C = 3, stride 2x1: padded, not space-to-depth */
 };
 
 static void g_conv_tc(ctx *t) {
