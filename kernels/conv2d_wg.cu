@@ -179,8 +179,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_wg(const conv_a
     __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES]; /* the emulator: static is per block */
 #endif
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    act_t(*As)[BM * BK] = reinterpret_cast<act_t(*)[BM * BK]>(smem);
-    act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(smem + (size_t)BM * BK * 2 * STAGES);
+    /* stage s = its A tile then its B tile, so a launch with fewer slices than STAGES may pass less shared memory:
+     * As[s] and Bs[s] step by a whole stage */
+    act_t(*As)[(BM + BN) * BK] = reinterpret_cast<act_t(*)[(BM + BN) * BK]>(smem);
+    act_t(*Bs)[(BM + BN) * BK] = reinterpret_cast<act_t(*)[(BM + BN) * BK]>(smem + (size_t)BM * BK * 2);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;

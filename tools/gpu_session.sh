@@ -3,8 +3,9 @@
 # table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
-#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv e2e startup cli sanitize tune bench bench-bf16
-#                                        layers check suite (default: build ops e2e startup cli sanitize bench). GIT_COMMIT=hash: the
+#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv zoo-bf16 sanitize-tc e2e startup cli sanitize
+#                                        tune bench bench-bf16 layers check suite (default: build ops e2e startup
+#                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
 #
 # Logs go to $OUT (the device tool's return folder; ./gpu-out when unset): session.log (everything),
@@ -51,8 +52,18 @@ if has ops; then
     stage nvrtc-quick 120 env CNN_TEST_QUICK=1 "$BUILD/test_nvrtc"
     stage gpu-ops 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops"
 fi
-if has ops-conv; then # the convolution groups only (every case, every config), synchronised
-    stage gpu-ops-conv 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv conv_tc conv_configs linear graph
+if has ops-conv; then # the forward-convolution groups (every case, every tensor-core config), synchronised
+    stage gpu-ops-conv 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv conv_tc linear graph
+fi
+if has zoo-bf16; then # every zoo model through the tensor-core kernels: bf16 logits vs PyTorch float64, top-1
+    stage golden-zoo-bf16 300 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16 CNN_ZOO_DTYPE=bf16 $PYTHON tests/golden/test_zoo_infer.py
+fi
+if has sanitize-tc; then # the tensor-core groups under memcheck and racecheck (quick cases, bf16)
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+        stage "sanitizer-tc-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc conv
+    done
 fi
 if has startup; then
     $PYTHON -c 'import sys; sys.path.insert(0, "tools"); import st, torch; g = torch.Generator().manual_seed(1); st.save_file({"input": torch.randn(8, 3, 224, 224, generator=g)}, "/tmp/x224.safetensors")'

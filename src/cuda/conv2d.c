@@ -77,6 +77,7 @@ static const tc_config tc_configs[] = {
     {"tc128x128wg/g2/s4", 128, 128, 64, 2, 1, 4, 1, 2.00f, true},
     {"tc128x256wg/g2/s3", 128, 256, 64, 2, 1, 3, 1, 1.95f, true},
     {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true}, /* one warpgroup: many CTAs per SM */
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
@@ -351,7 +352,10 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
              cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
-    unsigned smem = (unsigned)tc_smem(c);
+    /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
+     * slice) takes less, so more CTAs fit on an SM */
+    int stages = c->stages < kps ? c->stages : (int)kps;
+    unsigned smem = (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg ? 1024 : 0));
     CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
                              (unsigned)(c->wg ? 128 * c->wm : 32 * c->wm * c->wn), 1, smem, &a));
     if (splits > 1) {
@@ -366,8 +370,8 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
  * Once per distinct (dtype, shape), outside graph capture: time the candidates on the real inputs into a
  * scratch output (the real one may alias nothing, but a scratch is certain), each launched once to warm up and
  * then 3 times with the L2 flushed (a 64 MiB memset) before each, CUDA events, median; the fastest wins and is
- * remembered in process and on disk (tune.c). fast = the 4 best by the heuristic's score, full = every config,
- * each with its heuristic split-K and, when that splits, also unsplit. */
+ * remembered in process and on disk (tune.c). fast = the 4 best by the heuristic's score and the best small tile,
+ * full = every config, each with its heuristic split-K and, when that splits, also unsplit. */
 typedef struct tc_cand {
     int cfg, splits;
 } tc_cand;
@@ -389,6 +393,14 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
         int sp = tc_splits(cb, &tc_configs[order[i]], gm, gn, gk);
         out[n++] = (tc_cand){order[i], sp};
         if (cb->tune == CNN_TUNE_FULL && sp > 1) out[n++] = (tc_cand){order[i], 1};
+    }
+    /* fast: also the best small tile (at most 64x128), which the score underrates where the layer is memory-bound
+     * (short reductions): more CTAs per SM keep more bytes in flight */
+    for (int i = keep; i < N_TC && cb->tune == CNN_TUNE_FAST && score[order[i]] >= 0.0; i++) {
+        const tc_config *c = &tc_configs[order[i]];
+        if (c->bm * c->bn > 64 * 128) continue;
+        out[n++] = (tc_cand){order[i], tc_splits(cb, c, gm, gn, gk)};
+        break;
     }
     return n;
 }

@@ -13,7 +13,9 @@ max(1e-4, 10 * e32), where e32 is PyTorch's own float32 rel-L2 against that refe
 for the deepest ResNets, where 100+ layers of float32 rounding reach ~1e-4 by themselves), and identical top-1 for
 every image whose reference top-1/top-2 gap exceeds twice our largest logit error (a near tie is reported, not
 judged). VGG weight files are ~0.5 GB: one model at a time, deleted right after.
-Env: see common.py; CNN_TEST_KEEP=1 keeps the temp dir; CNN_ZOO=resnet18,vgg11 runs a subset.
+Env: see common.py; CNN_TEST_KEEP=1 keeps the temp dir; CNN_ZOO=resnet18,vgg11 runs a subset; CNN_ZOO_DTYPE=bf16
+(or f16) runs `cnn infer --dtype bf16`: the same reference and top-1 rule, rel-L2 <= 1e-2 (f16: 2e-3), the
+per-dtype bounds of docs/testing (the tensor-core kernels on a GPU).
 """
 import os
 import sys
@@ -50,6 +52,9 @@ if os.environ.get("CNN_TEST_KEEP"):
     print("# keeping %s" % t.tmp)
 
 dev = t.tdev()
+cdt = os.environ.get("CNN_ZOO_DTYPE", "")  # cnn infer's compute dtype: "" = fp32
+if cdt not in ("", "bf16", "f16"):
+    sys.exit("CNN_ZOO_DTYPE must be bf16 or f16")
 timings = []
 for seed, name, arch, stem, classes, wdtype, shapes in CASES:
     t0 = time.time()
@@ -76,11 +81,12 @@ for seed, name, arch, stem, classes, wdtype, shapes in CASES:
     t_ours = 0.0
     for i, (x, r32, ref) in enumerate(zip(xs, y32, y64)):
         n, _, h, w = x.shape
-        cname = "infer.%s.%dx%dx%d" % (name, n, h, w)
+        cname = "infer.%s.%dx%dx%d%s" % (name, n, h, w, "." + cdt if cdt else "")
         st.save_file({"input": x}, t.path("x.safetensors"))
         t.rm("y.safetensors")
         r = t.cnn("infer", "--model", arch, "--stem", stem, "--num-classes", classes, "--weights",
-                  t.path("w.safetensors"), "--input", t.path("x.safetensors"), "--output", t.path("y.safetensors"))
+                  t.path("w.safetensors"), "--input", t.path("x.safetensors"), "--output", t.path("y.safetensors"),
+                  *(["--dtype", cdt] if cdt else []))
         t_ours += r.secs
         if r.rc != 0:
             t.fail(cname, r.why() + " [" + recipe + "; input seed %d]" % (seed * 10 + i))
@@ -96,7 +102,7 @@ for seed, name, arch, stem, classes, wdtype, shapes in CASES:
             continue
         y = out["logits"]
         e32 = t.rel_l2(r32, ref)
-        tol = max(1e-4, 10 * e32)
+        tol = {"bf16": 1e-2, "f16": 2e-3}.get(cdt, max(1e-4, 10 * e32))
         e = t.check_close(cname + ".logits", y, ref, tol,
                           " (PyTorch fp32 %.1e; vs PyTorch fp32 %.1e; %.1f s)" % (e32, t.rel_l2(y, r32), r.secs))
         if e > tol:
