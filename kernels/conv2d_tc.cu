@@ -83,7 +83,10 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
     act_t(*Bs)[(BM + BN) * BK] = reinterpret_cast<act_t(*)[(BM + BN) * BK]>(smem_raw + (size_t)BM * BK * 2);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    /* tile order: the N tiles of one row block are consecutive CTAs, so they run together and its A rows come
+     * from DRAM once (then L2) instead of once per N tile */
+    const int n_tiles = (a.gn + BN - 1) / BN;
+    const int m0 = (int)(blockIdx.x / n_tiles) * BM, n0 = (int)(blockIdx.x % n_tiles) * BN;
     const act_t *x = (const act_t *)a.x;
     const act_t *wt = (const act_t *)a.wt;
     const int kt_begin = blockIdx.z * a.ktiles_per_split;

@@ -355,8 +355,11 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
      * slice) takes less, so more CTAs fit on an SM */
     int stages = c->stages < kps ? c->stages : (int)kps;
+    if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
+        return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
+                        (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
     unsigned smem = (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg ? 1024 : 0));
-    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)cdiv(gm, c->bm), (unsigned)cdiv(gn, c->bn), (unsigned)splits,
+    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)(cdiv(gm, c->bm) * cdiv(gn, c->bn)), 1, (unsigned)splits,
                              (unsigned)(c->wg ? 128 * c->wm : 32 * c->wm * c->wn), 1, smem, &a));
     if (splits > 1) {
         size_t len = strlen(what);

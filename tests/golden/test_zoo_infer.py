@@ -14,8 +14,11 @@ for the deepest ResNets, where 100+ layers of float32 rounding reach ~1e-4 by th
 every image whose reference top-1/top-2 gap exceeds twice our largest logit error (a near tie is reported, not
 judged). VGG weight files are ~0.5 GB: one model at a time, deleted right after.
 Env: see common.py; CNN_TEST_KEEP=1 keeps the temp dir; CNN_ZOO=resnet18,vgg11 runs a subset; CNN_ZOO_DTYPE=bf16
-(or f16) runs `cnn infer --dtype bf16`: the same reference and top-1 rule, rel-L2 <= 1e-2 (f16: 2e-3), the
-per-dtype bounds of docs/testing (the tensor-core kernels on a GPU).
+(or f16) runs `cnn infer --dtype bf16` (the tensor-core kernels on a GPU): the same float64 reference and top-1
+rule, and rel-L2 <= max(1e-2 (f16: 2e-3), 2 * e_amp), where e_amp is PyTorch's own error in that precision
+(autocast on the same device: convs and linears in bf16, BN in float32, which is what our folded epilogue does).
+Random-BN ResNets amplify rounding: a fixed 1e-2 holds for VGG and ResNet-18 but not at depth 50+, where
+PyTorch's bf16 is itself 0.1-0.4 from float64.
 """
 import os
 import sys
@@ -55,6 +58,8 @@ dev = t.tdev()
 cdt = os.environ.get("CNN_ZOO_DTYPE", "")  # cnn infer's compute dtype: "" = fp32
 if cdt not in ("", "bf16", "f16"):
     sys.exit("CNN_ZOO_DTYPE must be bf16 or f16")
+if cdt and dev != "cuda":
+    t.skip_all("CNN_ZOO_DTYPE=%s needs CNN_TEST_DEVICE=cuda: the CPU backend computes in float32" % cdt)
 timings = []
 for seed, name, arch, stem, classes, wdtype, shapes in CASES:
     t0 = time.time()
@@ -74,12 +79,16 @@ for seed, name, arch, stem, classes, wdtype, shapes in CASES:
     with torch.no_grad():
         m = m.to(dev).eval()
         y32 = [m(x.to(dev)).cpu() for x in xs]
+        if cdt:
+            with torch.autocast(device_type=dev, dtype={"bf16": torch.bfloat16, "f16": torch.float16}[cdt]):
+                ylp = [m(x.to(dev)).float().cpu() for x in xs]
         m = m.double()
         y64 = [m(x.to(dev, torch.float64)).cpu() for x in xs]
     del m, sd
     t_torch = time.time() - t0
     t_ours = 0.0
     for i, (x, r32, ref) in enumerate(zip(xs, y32, y64)):
+        e_amp = t.rel_l2(ylp[i], ref) if cdt else 0.0
         n, _, h, w = x.shape
         cname = "infer.%s.%dx%dx%d%s" % (name, n, h, w, "." + cdt if cdt else "")
         st.save_file({"input": x}, t.path("x.safetensors"))
@@ -102,9 +111,10 @@ for seed, name, arch, stem, classes, wdtype, shapes in CASES:
             continue
         y = out["logits"]
         e32 = t.rel_l2(r32, ref)
-        tol = {"bf16": 1e-2, "f16": 2e-3}.get(cdt, max(1e-4, 10 * e32))
+        tol = max({"bf16": 1e-2, "f16": 2e-3}[cdt], 2 * e_amp) if cdt else max(1e-4, 10 * e32)
         e = t.check_close(cname + ".logits", y, ref, tol,
-                          " (PyTorch fp32 %.1e; vs PyTorch fp32 %.1e; %.1f s)" % (e32, t.rel_l2(y, r32), r.secs))
+                          " (PyTorch fp32 %.1e;%s vs PyTorch fp32 %.1e; %.1f s)" %
+                          (e32, " PyTorch %s autocast %.1e;" % (cdt, e_amp) if cdt else "", t.rel_l2(y, r32), r.secs))
         if e > tol:
             print("#   reproduce: %s; input = tests/golden/common.seeded_input(shape=%s, seed=%d); %s"
                   % (recipe, tuple(x.shape), seed * 10 + i, r.shell()), flush=True)
