@@ -44,9 +44,10 @@ if [ $DEV = cuda ]; then
     compile=compile; [ $MAXAT = 1 ] && compile=compile,compile-max
     # the GPU's measured matrix peak (cuBLAS bf16 and true fp32), for "% of peak" in the report
     "$PYTHON" bench/gpu_checks.py peak 2>>"$log" >>"$tmp" || echo "gpu_checks.py peak failed (see $log)" >&2
-    # cold start: an empty kernel cache, so setup_s is compilation (+ graph capture) from nothing
+    # cold start: an empty kernel cache, so setup_s is compilation (+ tuning, graph capture) from nothing; -v puts
+    # each compilation and tuning (with its time) into the log
     cold=$(mktemp -d)
-    "$CNN" bench --model resnet50 --batch 256 --dtype bf16 --device cuda --repeat 5 --warmup 2 --cache-dir "$cold" \
+    "$CNN" bench --model resnet50 --batch 256 --dtype bf16 --device cuda --repeat 5 --warmup 2 --cache-dir "$cold" -v \
         -o jsonl 2>>"$log" | sed 's/^{/{"cache":"cold",/' >>"$tmp" || echo "cold-start bench failed" >&2
     rm -rf "$cold"
     # inference, fp32 (true fp32 on both sides) and bf16

@@ -29,6 +29,7 @@
 #include "common.cuh"
 #include "params.cuh"
 #include "conv2d_epilogue.cuh"
+#include "conv2d_loader.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(WM) || !defined(WN) || !defined(STAGES)
 #error "conv2d_tc.cu needs -DBM -DBN -DWM -DWN -DSTAGES"
@@ -46,23 +47,13 @@
 #define WTN (BN / WN)
 #define MT (WTM / 16)
 #define NT8 (WTN / 8)
-#define A_PER (BM * CPR / NT) /* 16-byte chunks of A per thread per slice */
-#define B_PER (BN * CPR / NT)
 #define SMEM_BYTES ((BM + BN) * BK * 2 * STAGES)
 static_assert(WTM % 16 == 0 && WTN % 32 == 0, "warp tile: m16 rows, groups of four n8 columns");
 static_assert(BK == 32 || BK == 64, "slices of 32 or 64 channels");
-static_assert((BM * CPR) % NT == 0 && (BN * CPR) % NT == 0, "slice loads must divide over the threads");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA (sm_90; the launcher checks the GPU's limit)");
 
-/* element offset of chunk `ch` (0..CPR-1, 8 elements each) of row `row` in a [rows][BK] stage */
-__device__ __forceinline__ int swz(int row, int ch) {
-#if BK == 32
-    return row * BK + ((ch ^ ((row >> 1) & 3)) << 3);
-#else
-    return row * BK + ((ch ^ (row & 7)) << 3);
-#endif
-}
+__device__ __forceinline__ int swz(int row, int ch) { return conv_swz<BK>(row, ch); }
 
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return (unsigned)f32_to_act(lo) | ((unsigned)f32_to_act(hi) << 16);
@@ -87,63 +78,12 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
      * from DRAM once (then L2) instead of once per N tile */
     const int n_tiles = (a.gn + BN - 1) / BN;
     const int m0 = (int)(blockIdx.x / n_tiles) * BM, n0 = (int)(blockIdx.x % n_tiles) * BN;
-    const act_t *x = (const act_t *)a.x;
-    const act_t *wt = (const act_t *)a.wt;
     const int kt_begin = blockIdx.z * a.ktiles_per_split;
     const int kt_end = min((a.gk + BK - 1) / BK, kt_begin + a.ktiles_per_split);
     const int ktiles = kt_end - kt_begin; /* this split's slices */
-    const int ch = tid % CPR; /* this thread's 16-byte chunk of every row it loads */
-
-    /* A rows of this thread: output pixel (img, p, q) -> input window origin (hb, wb) and its element offset */
-    long long a_base[A_PER];
-    int a_hb[A_PER], a_wb[A_PER];
-    bool a_ok[A_PER];
-#pragma unroll
-    for (int i = 0; i < A_PER; i++) {
-        int m = m0 + tid / CPR + i * (NT / CPR);
-        a_ok[i] = m < a.gm;
-        int mm = a_ok[i] ? m : 0;
-        int img = mm / (a.p * a.q), pq = mm - img * (a.p * a.q);
-        int p = pq / a.q, q = pq - p * a.q;
-        a_hb[i] = p * a.stride_h - a.pad_h;
-        a_wb[i] = q * a.stride_w - a.pad_w;
-        a_base[i] = (((long long)img * a.h + a_hb[i]) * a.w + a_wb[i]) * a.c;
-    }
-    const act_t *b_src[B_PER];
-    bool b_ok[B_PER];
-#pragma unroll
-    for (int j = 0; j < B_PER; j++) {
-        int n = n0 + tid / CPR + j * (NT / CPR);
-        b_ok[j] = n < a.gn;
-        b_src[j] = wt + (long long)(b_ok[j] ? n : 0) * a.gk;
-    }
-    /* this thread's chunk of the next slice to load: reduction index kc, filter tap (tr, ts), channel tc */
-    int kc = kt_begin * BK + ch * 8;
-    int tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
-
-    auto load_slice = [&](int stage) {
-        const bool kin = kc < a.gk;
-        const long long off = ((long long)tr * a.w + ts) * a.c + tc;
-#pragma unroll
-        for (int i = 0; i < A_PER; i++) {
-            const int row = tid / CPR + i * (NT / CPR);
-            const int hi = a_hb[i] + tr, wi = a_wb[i] + ts;
-            const bool ok = kin && a_ok[i] && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
-            cp_async16(&As[stage][swz(row, ch)], ok ? x + a_base[i] + off : x, ok);
-        }
-#pragma unroll
-        for (int j = 0; j < B_PER; j++) {
-            const int row = tid / CPR + j * (NT / CPR);
-            const bool ok = kin && b_ok[j];
-            cp_async16(&Bs[stage][swz(row, ch)], ok ? b_src[j] + kc : wt, ok);
-        }
-        kc += BK; /* step the tap: at most BK / 8 channel wraps (C >= 8) */
-        tc += BK;
-        while (tc >= a.c) {
-            tc -= a.c;
-            if (++ts == a.s) ts = 0, tr++;
-        }
-    };
+    conv_tile_loader<BM, BN, BK, NT> ld;
+    ld.init(a, m0, n0, tid, kt_begin);
+    auto load_slice = [&](int stage) { ld.load(a, As[stage], Bs[stage]); };
 
     const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
 #pragma unroll

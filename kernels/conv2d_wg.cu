@@ -20,6 +20,7 @@
 #include "common.cuh"
 #include "params.cuh"
 #include "conv2d_epilogue.cuh"
+#include "conv2d_loader.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(WGS) || !defined(STAGES)
 #error "conv2d_wg.cu needs -DBM -DBN -DWGS -DSTAGES"
@@ -32,12 +33,9 @@
 #define NT (128 * WGS)
 #define MB (BM / 64 / WGS)      /* m64 blocks per warpgroup */
 #define NT8 (BN / 8)
-#define A_PER (BM * 8 / NT)     /* 16-byte chunks of A per thread per slice */
-#define B_PER (BN * 8 / NT)
 #define SMEM_BYTES ((BM + BN) * BK * 2 * STAGES + 1024) /* + slack to align the stages to 1024 bytes */
 static_assert(MB >= 1 && BM == 64 * MB * WGS, "BM: whole m64 blocks per warpgroup");
 static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma n64, n128 or n256");
-static_assert((BM * 8) % NT == 0 && (BN * 8) % NT == 0, "slice loads must divide over the threads");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -47,8 +45,7 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 #define WG_AB "f16"
 #endif
 
-/* element offset of chunk ch (0..7) of row `row` in a [rows][64] stage: the 128-byte swizzle */
-__device__ __forceinline__ int swz(int row, int ch) { return row * BK + ((ch ^ (row & 7)) << 3); }
+__device__ __forceinline__ int swz(int row, int ch) { return conv_swz<BK>(row, ch); } /* the 128-byte swizzle */
 
 /* Matrix descriptor of a K-major operand in the 128-byte swizzle: start address / 16 (bits 0-13), leading byte
  * offset (bits 16-29; unused for this layout, 1 by convention), stride byte offset 1024 / 16 (bits 32-45: the
@@ -189,59 +186,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_wg(const conv_a
      * from DRAM once (then L2) instead of once per N tile */
     const int n_tiles = (a.gn + BN - 1) / BN;
     const int m0 = (int)(blockIdx.x / n_tiles) * BM, n0 = (int)(blockIdx.x % n_tiles) * BN;
-    const act_t *x = (const act_t *)a.x;
-    const act_t *wt = (const act_t *)a.wt;
     const int ktiles = (a.gk + BK - 1) / BK;
-    const int ch = tid & 7; /* this thread's 16-byte chunk of every row it loads */
-
-    /* A rows of this thread: output pixel (img, p, q) -> input window origin (hb, wb) and its element offset */
-    long long a_base[A_PER];
-    int a_hb[A_PER], a_wb[A_PER];
-    bool a_ok[A_PER];
-#pragma unroll
-    for (int i = 0; i < A_PER; i++) {
-        int m = m0 + (tid >> 3) + i * (NT / 8);
-        a_ok[i] = m < a.gm;
-        int mm = a_ok[i] ? m : 0;
-        int img = mm / (a.p * a.q), pq = mm - img * (a.p * a.q);
-        int p = pq / a.q, q = pq - p * a.q;
-        a_hb[i] = p * a.stride_h - a.pad_h;
-        a_wb[i] = q * a.stride_w - a.pad_w;
-        a_base[i] = (((long long)img * a.h + a_hb[i]) * a.w + a_wb[i]) * a.c;
-    }
-    int b_row[B_PER]; /* weight row of each B chunk, -1 past K */
-#pragma unroll
-    for (int j = 0; j < B_PER; j++) {
-        int n = n0 + (tid >> 3) + j * (NT / 8);
-        b_row[j] = n < a.gn ? n : -1;
-    }
-    /* this thread's chunk of the next slice to load: reduction index kc, filter tap (tr, ts), channel tc */
-    int kc = ch * 8;
-    int tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
-
-    auto load_slice = [&](int stage) {
-        const bool kin = kc < a.gk;
-        const long long off = ((long long)tr * a.w + ts) * a.c + tc;
-#pragma unroll
-        for (int i = 0; i < A_PER; i++) {
-            const int row = (tid >> 3) + i * (NT / 8);
-            const int hi = a_hb[i] + tr, wi = a_wb[i] + ts;
-            const bool ok = kin && a_ok[i] && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
-            cp_async16(&As[stage][swz(row, ch)], ok ? x + a_base[i] + off : x, ok);
-        }
-#pragma unroll
-        for (int j = 0; j < B_PER; j++) {
-            const int row = (tid >> 3) + j * (NT / 8);
-            const bool ok = kin && b_row[j] >= 0;
-            cp_async16(&Bs[stage][swz(row, ch)], ok ? wt + (long long)b_row[j] * a.gk + kc : wt, ok);
-        }
-        kc += BK; /* step the tap: at most 8 channel wraps (C >= 8) */
-        tc += BK;
-        while (tc >= a.c) {
-            tc -= a.c;
-            if (++ts == a.s) ts = 0, tr++;
-        }
-    };
+    conv_tile_loader<BM, BN, BK, NT> ld;
+    ld.init(a, m0, n0, tid, 0);
+    auto load_slice = [&](int stage) { ld.load(a, As[stage], Bs[stage]); };
 
     const int wrow0 = wg * MB * 64; /* this warpgroup's first row in the tile */
 #pragma unroll

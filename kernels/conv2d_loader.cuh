@@ -1,0 +1,83 @@
+/* conv2d_loader.cuh -- the operand loads of the tensor-core forward kernels (conv2d_tc.cu, mma.sync, and
+ * conv2d_wg.cu, wgmma). A BK-wide reduction slice is BK/8 16-byte chunks of 8 channels per row; thread tid copies
+ * chunk tid % (BK/8) of rows tid / (BK/8) + i * NT / (BK/8) of the A tile (the im2col rows of x, one per output
+ * pixel) and of the B tile (the rows of w, one per output channel), by cp.async, zero-filled outside the image
+ * and past R*S*C. C % 8 == 0 keeps a chunk inside one filter tap, and the thread steps its tap (r, s, c) along
+ * from slice to slice: no division in the main loop. Shared memory: row `row`, chunk `ch` of a stage at element
+ * conv_swz<BK>(row, ch), 16-byte chunks XOR-swizzled -- by (row/2)%4 for 64-byte rows, row%8 for 128-byte rows
+ * (the 128-byte swizzle wgmma's descriptors read) -- so cp.async writes and ldmatrix reads are conflict-free.
+ * Needs ACT (common.cuh) and conv_args (params.cuh).
+ */
+#ifndef CNN_KERNELS_CONV2D_LOADER_CUH
+#define CNN_KERNELS_CONV2D_LOADER_CUH
+
+template <int BK_>
+__device__ __forceinline__ int conv_swz(int row, int ch) {
+    static_assert(BK_ == 32 || BK_ == 64, "slices of 32 or 64 channels");
+    return BK_ == 32 ? row * BK_ + ((ch ^ ((row >> 1) & 3)) << 3) : row * BK_ + ((ch ^ (row & 7)) << 3);
+}
+
+template <int BM_, int BN_, int BK_, int NT_>
+struct conv_tile_loader {
+    static constexpr int CPR_ = BK_ / 8;           /* chunks per row */
+    static constexpr int A_N = BM_ * CPR_ / NT_;   /* A chunks per thread per slice */
+    static constexpr int B_N = BN_ * CPR_ / NT_;
+    static_assert((BM_ * CPR_) % NT_ == 0 && (BN_ * CPR_) % NT_ == 0, "slice loads must divide over the threads");
+
+    long long a_base[A_N]; /* element offset of (img, hb, wb): the input window origin of each A row */
+    int a_hb[A_N], a_wb[A_N];
+    bool a_ok[A_N];
+    int b_row[B_N]; /* output channel of each B row, -1 past K */
+    int row0, ch;
+    int kc, tc, tr, ts; /* this thread's chunk of the next slice: reduction index kc, tap (tr, ts), channel tc */
+
+    /* the tile at (m0, n0), its reduction starting at slice kt0 */
+    __device__ __forceinline__ void init(const conv_args &a, int m0, int n0, int tid, int kt0) {
+        ch = tid % CPR_;
+        row0 = tid / CPR_;
+#pragma unroll
+        for (int i = 0; i < A_N; i++) {
+            const int m = m0 + row0 + i * (NT_ / CPR_);
+            a_ok[i] = m < a.gm;
+            const int mm = a_ok[i] ? m : 0;
+            const int img = mm / (a.p * a.q), pq = mm - img * (a.p * a.q);
+            const int p = pq / a.q, q = pq - p * a.q;
+            a_hb[i] = p * a.stride_h - a.pad_h;
+            a_wb[i] = q * a.stride_w - a.pad_w;
+            a_base[i] = (((long long)img * a.h + a_hb[i]) * a.w + a_wb[i]) * a.c;
+        }
+#pragma unroll
+        for (int j = 0; j < B_N; j++) {
+            const int n = n0 + row0 + j * (NT_ / CPR_);
+            b_row[j] = n < a.gn ? n : -1;
+        }
+        kc = kt0 * BK_ + ch * 8;
+        tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
+    }
+
+    /* issue the cp.async copies of the next slice into stage (As, Bs), then step to the slice after it */
+    __device__ __forceinline__ void load(const conv_args &a, act_t *As, act_t *Bs) {
+        const act_t *x = (const act_t *)a.x, *wt = (const act_t *)a.wt;
+        const bool kin = kc < a.gk;
+        const long long off = ((long long)tr * a.w + ts) * a.c + tc;
+#pragma unroll
+        for (int i = 0; i < A_N; i++) {
+            const int hi = a_hb[i] + tr, wi = a_wb[i] + ts;
+            const bool ok = kin && a_ok[i] && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
+            cp_async16(As + conv_swz<BK_>(row0 + i * (NT_ / CPR_), ch), ok ? x + a_base[i] + off : x, ok);
+        }
+#pragma unroll
+        for (int j = 0; j < B_N; j++) {
+            const bool ok = kin && b_row[j] >= 0;
+            cp_async16(Bs + conv_swz<BK_>(row0 + j * (NT_ / CPR_), ch), ok ? wt + (long long)b_row[j] * a.gk + kc : wt, ok);
+        }
+        kc += BK_; /* at most BK/8 channel wraps (C >= 8) */
+        tc += BK_;
+        while (tc >= a.c) {
+            tc -= a.c;
+            if (++ts == a.s) ts = 0, tr++;
+        }
+    }
+};
+
+#endif
