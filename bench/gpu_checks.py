@@ -9,9 +9,10 @@
          back-to-back calls, synchronised, median per call over the blocks) instead of pytorch_bench.py's CUDA
          events around each call. Records: impl "check-<impl>", mode as checked, "ref_ms" (the row checked),
          "ratio" = ref_ms / ms_median, "timer"; within 10% when 0.9 <= ratio <= 1.1.
-         Not triton's do_bench: it clears the L2 before every call, which is another configuration (our rows and
-         PyTorch's run back to back with a warm L2), and on launch-bound rows (eager at small batch) the clearing
-         kernel lets the host run ahead of the GPU, so do_bench reads 10-20% off there (docs/perf-log.md).
+         Not triton's do_bench: it clears the L2 before every call, which is another configuration (the rows run
+         with a warm L2). Known disagreement: on launch-bound rows (eager at small batch) pytorch_bench.py's
+         synchronisation after every call costs PyTorch up to 40% against back-to-back calls, so those rows fail
+         the 10% check (docs/perf-log.md, step 12).
 
 usage: gpu_checks.py peak
        gpu_checks.py check RESULTS.json

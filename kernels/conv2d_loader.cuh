@@ -23,28 +23,26 @@ struct conv_tile_loader {
     static constexpr int A_N = BM_ * CPR_ / NT_;   /* A chunks per thread per slice */
     static constexpr int B_N = BN_ * CPR_ / NT_;
     static_assert((BM_ * CPR_) % NT_ == 0 && (BN_ * CPR_) % NT_ == 0, "slice loads must divide over the threads");
+    static constexpr int A_OUT = -(1 << 30); /* a row origin no filter tap brings into the image */
 
     long long a_base[A_N]; /* element offset of (img, hb, wb): the input window origin of each A row */
-    int a_hb[A_N], a_wb[A_N];
-    bool a_ok[A_N];
+    int a_hb[A_N], a_wb[A_N]; /* a_hb = A_OUT for rows past N*P*Q: no tap of them is inside the image */
     int b_row[B_N]; /* output channel of each B row, -1 past K */
-    int row0, ch;
     int kc, tc, tr, ts; /* this thread's chunk of the next slice: reduction index kc, tap (tr, ts), channel tc */
 
     /* the tile at (m0, n0), its reduction starting at slice kt0 */
     __device__ __forceinline__ void init(const conv_args &a, int m0, int n0, int tid, int kt0) {
-        ch = tid % CPR_;
-        row0 = tid / CPR_;
+        const int row0 = tid / CPR_, ch = tid % CPR_;
 #pragma unroll
         for (int i = 0; i < A_N; i++) {
             const int m = m0 + row0 + i * (NT_ / CPR_);
-            a_ok[i] = m < a.gm;
-            const int mm = a_ok[i] ? m : 0;
+            const int mm = m < a.gm ? m : 0;
             const int img = mm / (a.p * a.q), pq = mm - img * (a.p * a.q);
             const int p = pq / a.q, q = pq - p * a.q;
             a_hb[i] = p * a.stride_h - a.pad_h;
             a_wb[i] = q * a.stride_w - a.pad_w;
             a_base[i] = (((long long)img * a.h + a_hb[i]) * a.w + a_wb[i]) * a.c;
+            if (m >= a.gm) a_hb[i] = A_OUT;
         }
 #pragma unroll
         for (int j = 0; j < B_N; j++) {
@@ -58,12 +56,13 @@ struct conv_tile_loader {
     /* issue the cp.async copies of the next slice into stage (As, Bs), then step to the slice after it */
     __device__ __forceinline__ void load(const conv_args &a, act_t *As, act_t *Bs) {
         const act_t *x = (const act_t *)a.x, *wt = (const act_t *)a.wt;
+        const int row0 = (int)threadIdx.x / CPR_, ch = (int)threadIdx.x % CPR_; /* cheaper than keeping them */
         const bool kin = kc < a.gk;
         const long long off = ((long long)tr * a.w + ts) * a.c + tc;
 #pragma unroll
         for (int i = 0; i < A_N; i++) {
             const int hi = a_hb[i] + tr, wi = a_wb[i] + ts;
-            const bool ok = kin && a_ok[i] && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
+            const bool ok = kin && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
             cp_async16(As + conv_swz<BK_>(row0 + i * (NT_ / CPR_), ch), ok ? x + a_base[i] + off : x, ok);
         }
 #pragma unroll
