@@ -6,8 +6,9 @@
 #      (a crash or a sticky device error fails that group only); a synchronised launch names a failing kernel
 #   3. gpu_test_ops again without CNN_SYNC_DEBUG, warm kernel cache: asynchronous execution gives the same answers
 #   4. compute-sanitizer memcheck / racecheck / initcheck / synccheck over the quick op tests (B9)
-#   5. end to end on the GPU: tests/golden (zoo logits, gradients, 20 training steps fp32 and bf16, against PyTorch
-#      on the same GPU) with CNN_TEST_DEVICE=cuda, and tests/cli/test_resume.sh (bit-exact resume, repeatability)
+#   5. end to end on the GPU: tests/golden (zoo logits in fp32 and bf16, gradients, 20 training steps fp32 and
+#      bf16, against PyTorch on the same GPU) with CNN_TEST_DEVICE=cuda, and tests/cli/test_resume.sh (bit-exact
+#      resume, repeatability)
 # Environment: BUILD (default build), SANITIZER=0 to skip step 4, SANITIZER_TOOLS (default "memcheck racecheck
 # initcheck synccheck"), GPU_TEST_GROUPS to restrict steps 2-4 to some groups (e.g. "conv bn"), TEST_LOG_DIR.
 set -u
@@ -75,6 +76,9 @@ PYTHON=${PYTHON:-python3}
 for t in tests/golden/test_zoo_infer.py tests/golden/test_grad.py tests/golden/test_train.py; do
     run_one "e2e-$(basename "$t" .py)" env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=$(nproc) PYTHONUNBUFFERED=1 "$PYTHON" "$t"
 done
+# every zoo model through the bf16 tensor-core kernels (bound relative to PyTorch autocast's own bf16 error)
+run_one e2e-zoo-bf16 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=$(nproc) CNN_ZOO_DTYPE=bf16 PYTHONUNBUFFERED=1 \
+    "$PYTHON" tests/golden/test_zoo_infer.py
 run_one e2e-resume env CNN_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/cli/test_resume.sh
 
 echo
