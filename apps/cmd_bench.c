@@ -2,7 +2,9 @@
  *
  * For every (model, batch, dtype) in the lists: build the model, warm up (kernel compilation, tuning, graph
  * capture happen here and are reported as setup time), then time `repeat` runs with the backend's timer
- * (CUDA events on a GPU, a synchronised monotonic clock on the CPU) and report the median and spread.
+ * (CUDA events on a GPU, a monotonic clock on the CPU) and report the median and spread. Inference runs are
+ * issued back to back with a timing mark after each (no host synchronisation in between, as PyTorch's rows
+ * and torch.utils.benchmark time them); a training step ends with its loss on the host, so each is timed alone.
  * With --layers (inference), the eval forward is then also run one plan step at a time (eager, no graph) and
  * each step is timed the same way: a per-layer breakdown whose sum can be set against the whole forward.
  * Output: a markdown table (default), or csv / json (one array) / jsonl (one object per line); the JSON
@@ -123,8 +125,11 @@ static void describe_step(const cnn_model *m, int s, int n, size_t esz, bench_la
     }
 }
 
-/* The eval forward step by step: warmup untimed passes, then repeat passes with every step timed alone. No
- * sync inside the timer: time_end waits for the step's work (CUDA events; the CPU backend is synchronous). */
+/* The eval forward step by step: warmup untimed passes, then each step run `repeat` times back to back with a
+ * timing mark after each (as the cuDNN rows of bench/pytorch_bench.py time each conv shape): a step's time is
+ * the gap between its marks, with its inputs and weights as warm in L2 as repetition leaves them. Steps that
+ * write in place (a ReLU, a residual add into its input) change the data from one repetition to the next, not
+ * the work. */
 static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warmup, int repeat, bench_row *r) {
     int ns = cnn_model_eval_steps(m);
     double *ms = calloc((size_t)ns * repeat, sizeof *ms);
@@ -136,15 +141,19 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
     r->n_layers = ns;
     for (int s = 0; s < ns; s++) describe_step(m, s, batch, cnn_dtype_size(be->act_dtype), &r->layers[s]);
     cnn_status st = CNN_OK;
-    for (int it = 0; st == CNN_OK && it < warmup + repeat; it++) {
-        bool timed = it >= warmup;
-        for (int s = 0; st == CNN_OK && s < ns; s++) {
-            if (timed) st = be->time_begin(be);
-            if (st == CNN_OK) st = cnn_model_forward_eval_steps(m, batch, s, 1);
-            if (st == CNN_OK && timed) st = be->time_end(be, &ms[(size_t)s * repeat + (it - warmup)]);
+    for (int it = 0; st == CNN_OK && it < warmup; it++) st = cnn_model_forward_eval_steps(m, batch, 0, ns);
+    if (st == CNN_OK) st = be->sync(be);
+    for (int s = 0; st == CNN_OK && s < ns; s++) /* step s `repeat` times back to back, a mark after each */
+        for (int base = 0; st == CNN_OK && base < repeat; base += CNN_TIME_MARKS - 1) {
+            int chunk = repeat - base < CNN_TIME_MARKS - 1 ? repeat - base : CNN_TIME_MARKS - 1;
+            st = be->time_mark(be, 0);
+            for (int it = 0; st == CNN_OK && it < chunk; it++) {
+                st = cnn_model_forward_eval_steps(m, batch, s, 1);
+                if (st == CNN_OK) st = be->time_mark(be, it + 1);
+            }
+            for (int it = 0; st == CNN_OK && it < chunk; it++)
+                st = be->time_between(be, it, it + 1, &ms[(size_t)s * repeat + base + it]);
         }
-        if (st == CNN_OK) st = be->sync(be);
-    }
     r->layers_ms_sum = 0;
     for (int s = 0; st == CNN_OK && s < ns; s++) {
         bench_stats t = summarize(&ms[(size_t)s * repeat], repeat);
@@ -179,22 +188,37 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
         st = be->alloc(be, (size_t)net->n_trainable * 4, "momentum", (void **)&mom);
         if (st == CNN_OK) st = be->zero(be, mom, (size_t)net->n_trainable * 4);
     }
-    for (int it = 0; st == CNN_OK && it < warmup + repeat; it++) {
-        if (it >= warmup) st = be->time_begin(be);
-        if (st != CNN_OK) break;
-        if (train) {
+    if (train && repeat > 0 && st == CNN_OK) { /* a step ends with the loss on the host: one sync per step */
+        for (int it = 0; st == CNN_OK && it < warmup + repeat; it++) {
+            if (it >= warmup) st = be->time_begin(be);
+            if (st != CNN_OK) break;
             float loss;
             st = cnn_model_forward(m, batch, CNN_MODE_TRAIN, (uint64_t)it);
             if (st == CNN_OK) st = cnn_model_backward(m, batch, labels, 0.0f, &loss);
             if (st == CNN_OK) st = be->sgd_update(be, &sgd, net->n_trainable, cnn_model_params(m), cnn_model_grads(m), mom, 1.0f);
             if (st == CNN_OK) st = cnn_model_params_changed(m);
             sgd.first_step = false;
-        } else {
-            st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
+            if (st == CNN_OK) st = be->sync(be);
+            if (st == CNN_OK && it >= warmup) st = be->time_end(be, &ms[it - warmup]);
+            if (it == warmup - 1 || (warmup == 0 && it == 0)) r->setup_s = cnn_now() - t0;
         }
+    } else if (repeat > 0 && st == CNN_OK) {
+        /* inference: warm-up passes (compilation, tuning, graph capture), then `repeat` passes back to back with a
+         * mark after each -- the device never waits for the host between them, as in PyTorch's rows
+         * (bench/pytorch_bench.py) and torch.utils.benchmark -- each pass's time the gap between its marks */
+        for (int it = 0; st == CNN_OK && it < (warmup > 0 ? warmup : 1); it++) /* the first pass is never timed */
+            st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
         if (st == CNN_OK) st = be->sync(be);
-        if (st == CNN_OK && it >= warmup) st = be->time_end(be, &ms[it - warmup]);
-        if (it == warmup - 1 || (warmup == 0 && it == 0)) r->setup_s = cnn_now() - t0;
+        r->setup_s = cnn_now() - t0;
+        for (int base = 0; st == CNN_OK && base < repeat; base += CNN_TIME_MARKS - 1) {
+            int chunk = repeat - base < CNN_TIME_MARKS - 1 ? repeat - base : CNN_TIME_MARKS - 1;
+            st = be->time_mark(be, 0);
+            for (int it = 0; st == CNN_OK && it < chunk; it++) {
+                st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
+                if (st == CNN_OK) st = be->time_mark(be, it + 1);
+            }
+            for (int it = 0; st == CNN_OK && it < chunk; it++) st = be->time_between(be, it, it + 1, &ms[base + it]);
+        }
     }
     if (st == CNN_OK) {
         bench_stats t = summarize(ms, repeat);

@@ -6,13 +6,13 @@
          "pytorch-matmul", mode "peak", tflops. The report divides achieved TFLOP/s by these.
   check  an independent re-measurement of PyTorch rows of a results file: the same model, batch and precision,
          rebuilt here and timed by torch.utils.benchmark.Timer.blocked_autorange (a wall clock around blocks of
-         back-to-back calls, synchronised, median per call over the blocks) instead of pytorch_bench.py's CUDA
-         events around each call. Records: impl "check-<impl>", mode as checked, "ref_ms" (the row checked),
-         "ratio" = ref_ms / ms_median, "timer"; within 10% when 0.9 <= ratio <= 1.1.
+         back-to-back calls, synchronised at block ends, median per call over the blocks) instead of
+         pytorch_bench.py's CUDA events between back-to-back calls. Rows: inference, eager fp32 / tf32 /
+         channels_last and CUDA graph, every batch, at most 10 taken in turn from each kind. Records: impl
+         "check-<impl>", mode as checked, "ref_ms" (the row checked), "ratio" = ref_ms / ms_median, "timer";
+         within 10% when 0.9 <= ratio <= 1.1.
          Not triton's do_bench: it clears the L2 before every call, which is another configuration (the rows run
-         with a warm L2). Known disagreement: on launch-bound rows (eager at small batch) pytorch_bench.py's
-         synchronisation after every call costs PyTorch up to 40% against back-to-back calls, so those rows fail
-         the 10% check (docs/perf-log.md, step 12).
+         with a warm L2).
 
 usage: gpu_checks.py peak
        gpu_checks.py check RESULTS.json
@@ -58,31 +58,49 @@ def peak():
 def check(path):
     import torch.utils.benchmark as tb
     recs = json.load(open(path))
-    todo = [r for r in recs if r.get("ok") and r.get("impl") in ("pytorch-eager-cl", "pytorch-eager-fp32")
-            and r.get("mode") == "infer" and r.get("batch", 0) >= 16]
+    kinds = ("pytorch-eager-fp32", "pytorch-eager-tf32", "pytorch-eager-cl", "pytorch-graph")
+    per = [[r for r in recs if r.get("ok") and r.get("impl") == k and r.get("mode") == "infer"] for k in kinds]
+    todo = []
+    while len(todo) < 10 and any(per):  # in turn from each kind, so every kind is checked
+        for lst in per:
+            if lst and len(todo) < 10:
+                todo.append(lst.pop(0))
     dev = torch.cuda.get_device_name()
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    for r in todo[:6]:
+    for r in todo:
+        impl = r["impl"][len("pytorch-"):]
         arch = r["model"].replace("-cifar", "")
         cifar = r["model"].endswith("-cifar")
         h, w = (int(v) for v in r["input"].split("x"))
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = impl == "eager-tf32"
+        torch.manual_seed(0)
         m = build(arch, 10 if cifar else 1000, "cifar" if cifar else "imagenet")
         x = torch.randn(r["batch"], 3, h, w, device="cuda")
-        if r["impl"] == "pytorch-eager-cl":
+        if impl in ("eager-cl", "graph"):
             dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[r["dtype"]]
             m = m.cuda().to(dt).to(memory_format=torch.channels_last).eval()
             x = x.to(dt).contiguous(memory_format=torch.channels_last)
         else:
             m = m.cuda().eval()
         with torch.no_grad():
-            for _ in range(20):  # warm-up: cuDNN's algorithm search, allocator
+            for _ in range(10):  # warm-up: cuDNN's algorithm search, allocator
                 m(x)
             torch.cuda.synchronize()
-            meas = tb.Timer(stmt="m(x)", globals={"m": m, "x": x}).blocked_autorange(min_run_time=3.0)
+            if impl == "graph":  # captured here with torch.cuda.graphs.make_graphed_callables' plain recipe
+                g = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    m(x)
+                torch.cuda.current_stream().wait_stream(s)
+                with torch.cuda.graph(g):
+                    m(x)
+                stmt, glb = "g.replay()", {"g": g}
+            else:
+                stmt, glb = "m(x)", {"m": m, "x": x}
+            meas = tb.Timer(stmt=stmt, globals=glb).blocked_autorange(min_run_time=0.6)
         ms = meas.median * 1e3
-        print(json.dumps({"impl": "check-" + r["impl"][len("pytorch-"):], "model": r["model"], "input": r["input"],
+        print(json.dumps({"impl": "check-" + impl, "model": r["model"], "input": r["input"],
                           "batch": r["batch"], "dtype": r["dtype"], "mode": r["mode"], "device": dev,
                           "backend": "cuda", "ok": True, "ms_median": ms, "ref_ms": r["ms_median"],
                           "ratio": r["ms_median"] / ms, "timer": "torch.utils.benchmark blocked_autorange (median)",
@@ -90,6 +108,7 @@ def check(path):
                           "version": torch.__version__, "date": now(), "error": ""}), flush=True)
         del m, x
         torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
 
 
 if __name__ == "__main__":

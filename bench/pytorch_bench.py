@@ -10,8 +10,9 @@ Variants (--impl, comma list):
   compile-max    torch.compile(mode="max-autotune"): slow to compile, only when asked
   cudnn          every distinct conv shape of the model alone (F.conv2d, NHWC, cudnn.benchmark), one row per shape
   cpu            float32 on the CPU with torch.set_num_threads(--threads)
-Timing: CUDA events around each run after warm-up (and after compilation), median of --repeat runs; on the CPU a
-monotonic clock. Output: one JSON object per line on stdout (schema: docs/BENCH.md).
+Timing: after warm-up (and compilation), --repeat runs issued back to back with a CUDA event after each, median
+of the per-run gaps (training steps likewise; `cnn bench` syncs after each of its training steps, which reads
+the loss); on the CPU a monotonic clock around each run. Output: one JSON object per line on stdout (schema: docs/BENCH.md).
 """
 import argparse, datetime, json, statistics, sys, time
 
@@ -49,18 +50,20 @@ def flops_per_image(model, h, w):
 
 
 def time_cuda(fn, warmup, repeat):
+    """Per-call times of `repeat` calls issued back to back, an event after each (the device never waits for the
+    host between calls, as with torch.utils.benchmark and `cnn bench`): call i's time is the gap between the
+    events before and after it. Synchronising after every call instead would add the host's launch time of
+    each call to eager rows that are launch-bound (docs/perf-log.md, step 12)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    ms = []
-    for _ in range(repeat):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
+    ev[0].record()
+    for i in range(repeat):
         fn()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return ms
+        ev[i + 1].record()
+    ev[-1].synchronize()
+    return [ev[i].elapsed_time(ev[i + 1]) for i in range(repeat)]
 
 
 def time_cpu(fn, warmup, repeat):

@@ -313,7 +313,8 @@ def report(records, svg_dir, title, command):
                        f'{c.get("ref_ms", 0):.3f} | {c["ms_median"]:.3f} | {ratio:.3f} | '
                        f'{"yes" if 0.9 <= ratio <= 1.1 else "**no**"} |')
         timers = sorted({c.get("timer", "triton.testing.do_bench (median)") for c in checks})
-        out += ["", "The same configuration rebuilt and timed by " + ", ".join(f"`{t}`" for t in timers) +
+        agree = sum(1 for c in checks if 0.9 <= c.get("ratio", 0) <= 1.1)
+        out += ["", f"{agree} of {len(checks)} rows within 10%.", "", "The same configuration rebuilt and timed by " + ", ".join(f"`{t}`" for t in timers) +
                 " in `bench/gpu_checks.py check`, after the suite; ratio = pytorch_bench.py ms / independent ms.", ""]
     svgs = []
     os.makedirs(svg_dir, exist_ok=True)

@@ -50,17 +50,17 @@ if [ $DEV = cuda ]; then
     "$CNN" bench --model resnet50 --batch 256 --dtype bf16 --device cuda --repeat 5 --warmup 2 --cache-dir "$cold" -v \
         -o jsonl 2>>"$log" | sed 's/^{/{"cache":"cold",/' >>"$tmp" || echo "cold-start bench failed" >&2
     rm -rf "$cold"
-    # inference, fp32 (true fp32 on both sides) and bf16
-    for dt in fp32 bf16; do
+    # inference, fp32 (true fp32 on both sides), tf32 (fp32 tensors, convolutions in TF32 on both sides) and bf16
+    for dt in fp32 tf32 bf16; do
         ours resnet50 imagenet 1,16,64,256 $dt infer "$( [ $dt = bf16 ] && echo --layers)"
         ours resnet18 imagenet 1,64 $dt infer
         ours vgg16 imagenet 64 $dt infer
-        ours resnet18 cifar 1,10000 $dt infer
+        [ $dt = tf32 ] || ours resnet18 cifar 1,10000 $dt infer
     done
     theirs resnet50 imagenet 1,16,64,256 fp32 infer eager-fp32,eager-tf32
     theirs resnet50 imagenet 1,16,64,256 bf16 infer eager-cl,graph
     theirs resnet50 imagenet 1,256 bf16 infer $compile
-    theirs resnet18 imagenet 1,64 fp32 infer eager-fp32
+    theirs resnet18 imagenet 1,64 fp32 infer eager-fp32,eager-tf32
     theirs resnet18 imagenet 1,64 bf16 infer eager-cl,graph
     theirs resnet18 imagenet 64 bf16 infer $compile
     theirs vgg16 imagenet 64 fp32 infer eager-fp32,eager-tf32

@@ -141,6 +141,56 @@ __device__ __forceinline__ void act_store_vec(act_t *p, const float *v) {
     *(uint4 *)p = u;
 }
 
+/* Eight consecutive channels (32 bytes of f32, 16 of f16/bf16) between act_t and float, p 16-byte aligned: the
+ * unit each lane of the tensor-core epilogue loads and stores. */
+#define ACT_V8 (8 / ACT_VEC) /* 16-byte vectors per 8 channels */
+struct act8 {
+    uint4 u[ACT_V8];
+};
+__device__ __forceinline__ act8 act8_load(const act_t *p) {
+    act8 r;
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) r.u[i] = ((const uint4 *)p)[i];
+    return r;
+}
+__device__ __forceinline__ act8 act8_zero(void) {
+    act8 r;
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) r.u[i] = uint4{0u, 0u, 0u, 0u};
+    return r;
+}
+__device__ __forceinline__ void act8_unpack(const act8 &r, float *v) {
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) act_unpack_vec(r.u[i], v + i * ACT_VEC);
+}
+__device__ __forceinline__ void act8_store(act_t *p, const float *v) {
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) act_store_vec(p + i * ACT_VEC, v + i * ACT_VEC);
+}
+
+#if ACT == ACT_F32
+/* tf32_rna: the fp32 bit pattern rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as
+ * cvt.rna.tf32.f32 does; the low 13 bits come back zero, so the tensor cores see the rounded value whatever
+ * they do with bits they ignore. Two integer instructions instead of a conversion. (Inf becomes NaN; NaN
+ * stays NaN.) */
+__device__ __forceinline__ unsigned tf32_rna(unsigned bits) { return (bits + 0x1000u) & 0xffffe000u; }
+
+/* d += A (16x8, row-major) * B (8x8, column-major) in TF32 on the tensor cores, fp32 accumulation (sm_80+).
+ * Fragments as the PTX ISA lays them out for mma.m16n8k8 .tf32 (g = lane/4, t = lane%4; one element per
+ * register): a[0] A[g][t]  a[1] A[g+8][t]  a[2] A[g][t+4]  a[3] A[g+8][t+4];  b[0] B[t][g]  b[1] B[t+4][g];
+ * d as for m16n8k16. With rows of 4-byte elements, ldmatrix.x4 (b16) delivers exactly these fragments: a
+ * 16-byte row of a matrix is 4 elements, and lane l receives element l%4 of row l/4. */
+__device__ __forceinline__ void mma_m16n8k8_tf32(float *d, const unsigned *a, const unsigned *b) {
+#ifdef __CUDA_ARCH__
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    emu_mma_m16n8k8_tf32(d, a, b); /* the CPU emulator of tests/gpu/emu */
+#endif
+}
+#endif
+
 #if ACT != ACT_F32
 /* d += A (16x16, row-major) * B (16x8, column-major) on the tensor cores, fp32 accumulation (sm_80+). Fragments
  * as the PTX ISA lays them out for mma.m16n8k16 (g = lane/4, t = lane%4; each register holds 2 elements, the

@@ -43,8 +43,8 @@ __device__ __forceinline__ void tile_partials(const conv_args &a, const float (*
 
 /* Four lanes of a row (t4 = 0..3) trade the column pairs of four consecutive n8 tiles -- a 4x4 transpose by XOR
  * shuffles: in round r lane t4 sends its pair of tile t4^r and receives its partner's pair of tile t4 -- so each
- * lane owns 8 consecutive channels: 16-byte residual loads and stores, 64 contiguous bytes per row per warp
- * instruction. The residual vectors of the tile are all loaded before its first store, so they are in flight
+ * lane owns 8 consecutive channels: 16-byte residual loads and stores (two of each for F32), 64 (128)
+ * contiguous bytes per row per warp instruction. The residual vectors of the tile are all loaded before its first store, so they are in flight
  * together (y may alias the residual: each thread reads exactly the vectors it later writes). */
 template <int NT8>
 __device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*acc)[4], int mrow, int nbase, int lane) {
@@ -52,14 +52,14 @@ __device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*
     act_t *y = (act_t *)a.out;
     const act_t *res = (const act_t *)a.residual;
     const int g = lane >> 2, t4 = lane & 3;
-    uint4 rv[2][NT8 / 4];
+    act8 rv[2][NT8 / 4];
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int jb = 0; jb < NT8; jb += 4) {
             const int m = mrow + g + h * 8, n = nbase + (jb + t4) * 8;
-            rv[h][jb / 4] = uint4{0u, 0u, 0u, 0u};
-            if (res && m < a.gm && n < a.gn) rv[h][jb / 4] = *(const uint4 *)(res + (long long)m * a.gn + n);
+            rv[h][jb / 4] = act8_zero();
+            if (res && m < a.gm && n < a.gn) rv[h][jb / 4] = act8_load(res + (long long)m * a.gn + n);
         }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -92,7 +92,7 @@ __device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*
             for (int k = 0; k < 8; k++) v[k] = v[k] * (a.scale ? a.scale[n + k] : 1.0f) + (a.shift ? a.shift[n + k] : 0.0f);
             if (res) {
                 float r8[8];
-                act_unpack_vec(rv[h][jb / 4], r8);
+                act8_unpack(rv[h][jb / 4], r8);
 #pragma unroll
                 for (int k = 0; k < 8; k++) v[k] += r8[k];
             }
@@ -100,7 +100,7 @@ __device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*
 #pragma unroll
                 for (int k = 0; k < 8; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
             }
-            act_store_vec(y + o, v);
+            act8_store(y + o, v);
         }
     }
 }

@@ -1,24 +1,33 @@
 /* conv2d_loader.cuh -- the operand loads of the tensor-core forward kernels (conv2d_tc.cu, mma.sync, and
- * conv2d_wg.cu, wgmma). A BK-wide reduction slice is BK/8 16-byte chunks of 8 channels per row; thread tid copies
- * chunk tid % (BK/8) of rows tid / (BK/8) + i * NT / (BK/8) of the A tile (the im2col rows of x, one per output
- * pixel) and of the B tile (the rows of w, one per output channel), by cp.async, zero-filled outside the image
- * and past R*S*C. C % 8 == 0 keeps a chunk inside one filter tap, and the thread steps its tap (r, s, c) along
- * from slice to slice: no division in the main loop. Shared memory: row `row`, chunk `ch` of a stage at element
- * conv_swz<BK>(row, ch), 16-byte chunks XOR-swizzled -- by (row/2)%4 for 64-byte rows, row%8 for 128-byte rows
- * (the 128-byte swizzle wgmma's descriptors read) -- so cp.async writes and ldmatrix reads are conflict-free.
- * Needs ACT (common.cuh) and conv_args (params.cuh).
+ * conv2d_wg.cu, wgmma). A slice row is BK*2 bytes (64 or 128): BK/8 16-byte chunks of CH = 16/sizeof(act_t)
+ * channels (8 of f16/bf16, 4 of f32 for TF32), so a slice spans KS = BK*2/sizeof(act_t) reduction elements.
+ * Thread tid copies chunk tid % (BK/8) of rows tid / (BK/8) + i * NT / (BK/8) of the A tile (the im2col rows of
+ * x, one per output pixel) and of the B tile (the rows of w, one per output channel), by cp.async, zero-filled
+ * outside the image and past R*S*C. C % CH == 0 keeps a chunk inside one filter tap, and the thread steps its
+ * tap (r, s, c) along from slice to slice: no division in the main loop. Shared memory: row `row`, chunk `ch` of
+ * a stage at byte 2 * conv_swz<BK>(row, ch) (conv_at gives the act_t index), 16-byte chunks XOR-swizzled -- by
+ * (row/2)%4 for 64-byte rows, row%8 for 128-byte rows (the 128-byte swizzle wgmma's descriptors read) -- so
+ * cp.async writes and ldmatrix reads are conflict-free. Needs ACT (common.cuh) and conv_args (params.cuh).
  */
 #ifndef CNN_KERNELS_CONV2D_LOADER_CUH
 #define CNN_KERNELS_CONV2D_LOADER_CUH
 
 template <int BK_>
 __device__ __forceinline__ int conv_swz(int row, int ch) {
-    static_assert(BK_ == 32 || BK_ == 64, "slices of 32 or 64 channels");
+    static_assert(BK_ == 32 || BK_ == 64, "slice rows of 64 or 128 bytes");
     return BK_ == 32 ? row * BK_ + ((ch ^ ((row >> 1) & 3)) << 3) : row * BK_ + ((ch ^ (row & 7)) << 3);
+}
+
+/* act_t index of row `row`, chunk `ch` of a stage whose rows are BK_*2 bytes */
+template <int BK_>
+__device__ __forceinline__ int conv_at(int row, int ch) {
+    return conv_swz<BK_>(row, ch) / (int)(sizeof(act_t) / 2);
 }
 
 template <int BM_, int BN_, int BK_, int NT_>
 struct conv_tile_loader {
+    static constexpr int CH = 16 / (int)sizeof(act_t);  /* channels per chunk */
+    static constexpr int KS = BK_ * 2 / (int)sizeof(act_t); /* reduction elements per slice */
     static constexpr int CPR_ = BK_ / 8;           /* chunks per row */
     static constexpr int A_N = BM_ * CPR_ / NT_;   /* A chunks per thread per slice */
     static constexpr int B_N = BN_ * CPR_ / NT_;
@@ -49,7 +58,7 @@ struct conv_tile_loader {
             const int n = n0 + row0 + j * (NT_ / CPR_);
             b_row[j] = n < a.gn ? n : -1;
         }
-        kc = kt0 * BK_ + ch * 8;
+        kc = kt0 * KS + ch * CH;
         tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
     }
 
@@ -63,15 +72,15 @@ struct conv_tile_loader {
         for (int i = 0; i < A_N; i++) {
             const int hi = a_hb[i] + tr, wi = a_wb[i] + ts;
             const bool ok = kin && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
-            cp_async16(As + conv_swz<BK_>(row0 + i * (NT_ / CPR_), ch), ok ? x + a_base[i] + off : x, ok);
+            cp_async16(As + conv_at<BK_>(row0 + i * (NT_ / CPR_), ch), ok ? x + a_base[i] + off : x, ok);
         }
 #pragma unroll
         for (int j = 0; j < B_N; j++) {
             const bool ok = kin && b_row[j] >= 0;
-            cp_async16(Bs + conv_swz<BK_>(row0 + j * (NT_ / CPR_), ch), ok ? wt + (long long)b_row[j] * a.gk + kc : wt, ok);
+            cp_async16(Bs + conv_at<BK_>(row0 + j * (NT_ / CPR_), ch), ok ? wt + (long long)b_row[j] * a.gk + kc : wt, ok);
         }
-        kc += BK_; /* at most BK/8 channel wraps (C >= 8) */
-        tc += BK_;
+        kc += KS; /* at most BK/8 channel wraps (C >= CH) */
+        tc += KS;
         while (tc >= a.c) {
             tc -= a.c;
             if (++ts == a.s) ts = 0, tr++;

@@ -1,16 +1,20 @@
 /* conv2d_tc.cu -- forward convolution on tensor cores for the shapes that make up almost all of a ResNet or a
- * VGG: F16/BF16 NHWC activations with C % 8 == 0 and K % 8 == 0, every kernel size, stride and padding.
+ * VGG: F16/BF16 NHWC activations with C % 8 == 0, or F32 ones with C % 4 == 0 multiplied in TF32 (--dtype tf32),
+ * K % 8 == 0, every kernel size, stride and padding.
  * Implicit GEMM y[NPQ][K] = x_im2col[NPQ][RSC] * w[K][RSC]^T, no im2col in memory:
- *   - a BK-wide reduction slice (BK = 32 or 64) is BK/8 16-byte chunks of 8 channels; C % 8 == 0 keeps each
- *     chunk inside one filter tap (r, s), so every chunk is one cp.async copy, zero-filled outside the image and
- *     past R*S*C.
+ *   - a reduction slice is a row of BK*2 bytes (BK = 32 or 64): BK/8 16-byte chunks of 8 F16/BF16 or 4 F32
+ *     channels; C % (channels per chunk) == 0 keeps each chunk inside one filter tap (r, s), so every chunk is
+ *     one cp.async copy, zero-filled outside the image and past R*S*C.
  *     Each thread loads the same chunk position of its rows in every slice and steps its tap (r, s, c) along
  *     incrementally: no division in the main loop;
  *   - STAGES shared-memory stages in flight (cp.async groups), one __syncthreads per slice; dynamic shared
  *     memory, so a stage set may exceed 48 KB (the launcher raises the function's limit);
  *   - rows of BK*2 bytes with the 16-byte chunks XOR-swizzled (by (row/2)%4 for 64-byte rows, row%8 for 128-byte
  *     rows), so ldmatrix.x4 reads and cp.async writes are free of bank conflicts;
- *   - mma.sync.m16n8k16 with fp32 accumulators, warp tile (BM/WM) x (BN/WN);
+ *   - mma.sync.m16n8k16 with fp32 accumulators, warp tile (BM/WM) x (BN/WN); for F32, mma.sync.m16n8k8 .tf32
+ *     on the same shared-memory layout (a k8 step of 4-byte elements is the 32 bytes a k16 step of 2-byte ones
+ *     is, and ldmatrix delivers its fragments), each operand rounded to TF32 (to nearest, ties away, as
+ *     cvt.rna) in registers first;
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
  *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes). The
  *     residual tile is prefetched into L2 when the CTA starts and all of a thread's residual vectors are loaded
@@ -22,7 +26,7 @@
  * over 16 channels; src/cuda/conv2d.c, narrow_fprop, has the algebra), any other C < 8 (VGG's 3->64 3x3/1) with
  * its channels zero-padded to 8 by conv2d_pad_channels.
  * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, MINB (CTAs per SM the
- * registers must allow), ACT (F16 or BF16).
+ * registers must allow), ACT (F16, BF16, or F32 for TF32).
  * The launcher checks the preconditions (C % 8, K % 8, 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
  */
@@ -34,33 +38,30 @@
 #if !defined(BM) || !defined(BN) || !defined(WM) || !defined(WN) || !defined(STAGES)
 #error "conv2d_tc.cu needs -DBM -DBN -DWM -DWN -DSTAGES"
 #endif
-#if ACT == ACT_F32
-#error "conv2d_tc.cu takes F16 or BF16 activations"
-#endif
-
 #ifndef BK
 #define BK 32
 #endif
-#define CPR (BK / 8) /* 16-byte chunks per row of a slice */
 #define NT (32 * WM * WN)
 #define WTM (BM / WM)
 #define WTN (BN / WN)
 #define MT (WTM / 16)
 #define NT8 (WTN / 8)
+#define SE (BK * 2 / (int)sizeof(act_t)) /* act_t per shared-memory row */
+#define KS SE                            /* reduction elements per slice */
 #define SMEM_BYTES ((BM + BN) * BK * 2 * STAGES)
 static_assert(WTM % 16 == 0 && WTN % 32 == 0, "warp tile: m16 rows, groups of four n8 columns");
 static_assert(BK == 32 || BK == 64, "slices of 32 or 64 channels");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA (sm_90; the launcher checks the GPU's limit)");
 
-__device__ __forceinline__ int swz(int row, int ch) { return conv_swz<BK>(row, ch); }
-
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    return (unsigned)f32_to_act(lo) | ((unsigned)f32_to_act(hi) << 16);
-}
+__device__ __forceinline__ int swz(int row, int ch) { return conv_at<BK>(row, ch); }
 
 #ifndef MINB
 #define MINB 1 /* CTAs per SM the register allocation must leave room for */
+#endif
+#if ACT == ACT_F32 && MINB > 1
+#undef MINB
+#define MINB 1 /* TF32: the epilogue holds twice the residual bytes; 128 registers a thread would spill */
 #endif
 extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const conv_args a) {
 #ifdef __CUDA_ARCH__
@@ -70,8 +71,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
 #endif
     /* stage s = its A tile then its B tile, so a launch with fewer slices than STAGES may pass less shared memory:
      * As[s] and Bs[s] step by a whole stage */
-    act_t(*As)[(BM + BN) * BK] = reinterpret_cast<act_t(*)[(BM + BN) * BK]>(smem_raw);
-    act_t(*Bs)[(BM + BN) * BK] = reinterpret_cast<act_t(*)[(BM + BN) * BK]>(smem_raw + (size_t)BM * BK * 2);
+    act_t(*As)[(BM + BN) * SE] = reinterpret_cast<act_t(*)[(BM + BN) * SE]>(smem_raw);
+    act_t(*Bs)[(BM + BN) * SE] = reinterpret_cast<act_t(*)[(BM + BN) * SE]>(smem_raw + (size_t)BM * BK * 2);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* tile order: the N tiles of one row block are consecutive CTAs, so they run together and its A rows come
@@ -79,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
     const int n_tiles = (a.gn + BN - 1) / BN;
     const int m0 = (int)(blockIdx.x / n_tiles) * BM, n0 = (int)(blockIdx.x % n_tiles) * BN;
     const int kt_begin = blockIdx.z * a.ktiles_per_split;
-    const int kt_end = min((a.gk + BK - 1) / BK, kt_begin + a.ktiles_per_split);
+    const int kt_end = min((a.gk + KS - 1) / KS, kt_begin + a.ktiles_per_split);
     const int ktiles = kt_end - kt_begin; /* this split's slices */
     conv_tile_loader<BM, BN, BK, NT> ld;
     ld.init(a, m0, n0, tid, kt_begin);
@@ -114,10 +115,23 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
                 bf[j + 1][0] = t[2];
                 bf[j + 1][1] = t[3];
             }
+#if ACT == ACT_F32
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) af[i][e] = tf32_rna(af[i][e]);
+#pragma unroll
+            for (int j = 0; j < NT8; j++) bf[j][0] = tf32_rna(bf[j][0]), bf[j][1] = tf32_rna(bf[j][1]);
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT8; j++) mma_m16n8k8_tf32(acc[i][j], af[i], bf[j]);
+#else
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < NT8; j++) mma_m16n8k16(acc[i][j], af[i], bf[j]);
+#endif
         }
     };
 
@@ -170,7 +184,11 @@ extern "C" __global__ void conv2d_tc_splitk_epilogue(const conv_args a) {
             v0 = v0 > 0.0f ? v0 : 0.0f;
             v1 = v1 > 0.0f ? v1 : 0.0f;
         }
-        *(unsigned *)(y + o) = pack2(v0, v1);
+#if ACT == ACT_F32
+        *(float2 *)(y + o) = make_float2(v0, v1);
+#else
+        *(unsigned *)(y + o) = (unsigned)f32_to_act(v0) | ((unsigned)f32_to_act(v1) << 16);
+#endif
     }
 }
 
@@ -194,8 +212,8 @@ extern "C" __global__ void conv2d_s2d_input(const conv_args a) {
             const int bh = e >> 3, bw = (e >> 2) & 1, c = e & 3, hh = 2 * i + bh, ww = 2 * j + bw;
             v[e] = c < a.c && hh < a.h && ww < a.w ? act_to_f32(x[((img * a.h + hh) * a.w + ww) * a.c + c]) : 0.0f;
         }
-        act_store_vec(out + o * 16, v); /* exact: the values are act_t already */
-        act_store_vec(out + o * 16 + 8, v + 8);
+        act8_store(out + o * 16, v); /* exact: the values are act_t already */
+        act8_store(out + o * 16 + 8, v + 8);
     }
 }
 
@@ -231,6 +249,6 @@ extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
         float v[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) v[e] = e < a.c ? act_to_f32(x[o * a.c + e]) : 0.0f;
-        act_store_vec(out + o * 8, v); /* exact: the values are act_t already */
+        act8_store(out + o * 8, v); /* exact: the values are act_t already */
     }
 }

@@ -45,6 +45,13 @@ if [ -n "$ASAN_BUILD" ]; then
         run_one "asan-$(basename "$t")" env CNN_TEST_QUICK=1 "$t"
     done
 fi
+# the tensor-core forward kernels (bf16, and fp32 in TF32) on the CPU emulator of tests/gpu/emu: the real kernel
+# sources, compiled as C++, on the quick shapes (a GPU runs them all: make test-gpu)
+if [ -x "$BUILD/gpu_test_ops" ]; then
+    for dt in bf16 tf32; do
+        run_one "emu-conv_tc-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_tc
+    done
+fi
 for t in tests/cli/test_*.sh; do
     [ -f "$t" ] || continue
     run_one "cli-$(basename "$t" .sh)" bash "$t"

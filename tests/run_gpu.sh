@@ -79,6 +79,9 @@ done
 # every zoo model through the bf16 tensor-core kernels (bound relative to PyTorch autocast's own bf16 error)
 run_one e2e-zoo-bf16 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=$(nproc) CNN_ZOO_DTYPE=bf16 PYTHONUNBUFFERED=1 \
     "$PYTHON" tests/golden/test_zoo_infer.py
+# and with fp32 tensors and TF32 forward convolutions (bound relative to PyTorch's own TF32 error)
+run_one e2e-zoo-tf32 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=$(nproc) CNN_ZOO_DTYPE=tf32 PYTHONUNBUFFERED=1 \
+    "$PYTHON" tests/golden/test_zoo_infer.py
 run_one e2e-resume env CNN_TEST_DEVICE=cuda BUILD="$BUILD" bash tests/cli/test_resume.sh
 
 echo

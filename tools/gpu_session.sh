@@ -3,8 +3,10 @@
 # table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
-#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv zoo-bf16 sanitize-tc e2e startup cli sanitize
-#                                        tune bench bench-bf16 layers check suite (default: build ops e2e startup
+#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv zoo-bf16 zoo-tf32 sanitize-tc sanitize-tf32 e2e
+#                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
+#                                        check suite
+#                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
 #
@@ -58,12 +60,26 @@ fi
 if has zoo-bf16; then # every zoo model through the tensor-core kernels: bf16 logits vs PyTorch float64, top-1
     stage golden-zoo-bf16 300 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16 CNN_ZOO_DTYPE=bf16 $PYTHON tests/golden/test_zoo_infer.py
 fi
+if has zoo-tf32; then # every zoo model with fp32 tensors and TF32 forward convolutions, vs PyTorch's TF32 error
+    stage golden-zoo-tf32 300 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16 CNN_ZOO_DTYPE=tf32 $PYTHON tests/golden/test_zoo_infer.py
+fi
 if has sanitize-tc; then # the tensor-core groups under memcheck and racecheck (quick cases, bf16)
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck; do
         stage "sanitizer-tc-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc conv
     done
+fi
+if has sanitize-tf32; then # the TF32 tensor-core forward under memcheck and racecheck (quick cases)
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+        stage "sanitizer-tf32-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype tf32 conv_tc
+    done
+fi
+if has bench-tf32; then # TF32 on both sides (ours: fp32 tensors, TF32 forward convs; PyTorch: eager with TF32 allowed)
+    stage bench-ours-tf32 240 "$BUILD/cnn" bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32,tf32 --device cuda --repeat 20 --warmup 5
+    stage bench-torch-tf32 240 $PYTHON bench/pytorch_bench.py --model resnet50 --batch 1,64,256 --dtype bf16 --mode infer --impl eager-fp32,eager-tf32,eager-cl --repeat 20 --warmup 5
 fi
 if has startup; then
     $PYTHON -c 'import sys; sys.path.insert(0, "tools"); import st, torch; g = torch.Generator().manual_seed(1); st.save_file({"input": torch.randn(8, 3, 224, 224, generator=g)}, "/tmp/x224.safetensors")'
@@ -76,6 +92,13 @@ import sys, subprocess; sys.path.insert(0, "tools"); import st, torch
 subprocess.run(["'"$BUILD"'/cnn", "infer", "--model", "resnet50", "--input", "/tmp/x224.safetensors", "--output", "/tmp/yc.safetensors", "--device", "cpu", "--threads", "16"], check=True)
 a = st.load_file("/tmp/y2.safetensors")["logits"].double(); b = st.load_file("/tmp/yc.safetensors")["logits"].double()
 e = float((a - b).norm() / b.norm()); print(("PASS" if e <= 1e-4 else "FAIL"), "resnet50 fp32 logits gpu vs cpu rel-L2 %.2e" % e)'
+fi
+if has startup-bf16; then # issue 5's start-up targets: ResNet-50 bf16, --tune fast, empty cache then warm (whole process)
+    $PYTHON -c 'import sys; sys.path.insert(0, "tools"); import st, torch; g = torch.Generator().manual_seed(1); st.save_file({"input": torch.randn(8, 3, 224, 224, generator=g)}, "/tmp/x224.safetensors")'
+    cold=/tmp/cnn-cache-cold-bf16; rm -rf "$cold"
+    for run in cold warm warm2; do
+        stage "startup-bf16-$run" 120 bash -c "s=\$EPOCHREALTIME; $BUILD/cnn infer --model resnet50 --dtype bf16 --input /tmp/x224.safetensors --output /tmp/yb.safetensors --device cuda --cache-dir $cold -v && awk -v s=\$s -v e=\$EPOCHREALTIME 'BEGIN { printf \"# $run: whole process %.2f s\\n\", e - s }'"
+    done
 fi
 if has e2e; then
     export CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16

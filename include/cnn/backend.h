@@ -25,6 +25,8 @@
 
 #include "cnn/tensor.h"
 
+#define CNN_TIME_MARKS 4096 /* timing marks per backend (time_mark) */
+
 /* ---- problem descriptors -------------------------------------------------------------------------------- */
 
 typedef struct cnn_conv2d {
@@ -221,6 +223,12 @@ struct cnn_backend {
      * the CPU), in milliseconds. */
     cnn_status (*time_begin)(cnn_backend *be);
     cnn_status (*time_end)(cnn_backend *be, double *ms);
+    /* Marks for timing back-to-back work without synchronising in between: time_mark(i) records mark i
+     * (0 <= i < CNN_TIME_MARKS) after the work issued so far; time_between(i, j) waits for mark j and gives the
+     * milliseconds from mark i to mark j. Calls issued back to back with a mark after each are timed as a
+     * stream of work (the device never waits for the host between them), as torch.utils.benchmark does. */
+    cnn_status (*time_mark)(cnn_backend *be, int i);
+    cnn_status (*time_between)(cnn_backend *be, int i, int j, double *ms);
 
     /* Graphs: record the ops issued between begin and end, replay them later. NULL where unsupported. */
     cnn_status (*graph_begin)(cnn_backend *be);

@@ -90,8 +90,27 @@ static cnn_status cpu_time_end(cnn_backend *be, double *ms) {
     return CNN_OK;
 }
 
+static cnn_status cpu_time_mark(cnn_backend *be, int i) {
+    cnn_cpu *c = be->impl;
+    if (i < 0 || i >= CNN_TIME_MARKS) return cnn_fail(CNN_E_INVALID, "time mark %d outside 0..%d", i, CNN_TIME_MARKS - 1);
+    if (!c->marks && !(c->marks = calloc(CNN_TIME_MARKS, sizeof *c->marks)))
+        return cnn_fail(CNN_E_OOM, "out of host memory for the timing marks");
+    c->marks[i] = cnn_now(); /* the work issued so far is done: this backend is synchronous */
+    return CNN_OK;
+}
+
+static cnn_status cpu_time_between(cnn_backend *be, int i, int j, double *ms) {
+    cnn_cpu *c = be->impl;
+    *ms = 0;
+    if (i < 0 || j < 0 || i >= CNN_TIME_MARKS || j >= CNN_TIME_MARKS || !c->marks)
+        return cnn_fail(CNN_E_INVALID, "time_between(%d, %d): no such marks", i, j);
+    *ms = (c->marks[j] - c->marks[i]) * 1e3;
+    return CNN_OK;
+}
+
 static void cpu_destroy(cnn_backend *be) {
     if (!be) return;
+    if (be->impl) free(((cnn_cpu *)be->impl)->marks);
     free(be->impl);
     free(be);
 }
@@ -180,6 +199,8 @@ cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out) {
     be->count_nonfinite = cnn_cpu_op_count_nonfinite;
     be->time_begin = cpu_time_begin;
     be->time_end = cpu_time_end;
+    be->time_mark = cpu_time_mark;
+    be->time_between = cpu_time_between;
     be->graph_begin = NULL;
     be->graph_end = NULL;
     be->graph_launch = NULL;

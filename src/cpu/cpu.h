@@ -23,6 +23,7 @@ typedef struct cnn_cpu {
     size_t live_bytes;     /* bytes allocated through alloc() and not yet freed */
     size_t peak;           /* high-water mark of live_bytes */
     double t_begin;        /* time_begin's clock reading, seconds */
+    double *marks;         /* time_mark's clock readings (CNN_TIME_MARKS), seconds; NULL until the first */
 } cnn_cpu;
 
 static inline int cnn_cpu_threads(const cnn_backend *be) { return ((const cnn_cpu *)be->impl)->threads; }

@@ -250,6 +250,29 @@ static cnn_status be_time_end(cnn_backend *be, double *ms) {
     return CNN_OK;
 }
 
+static cnn_status be_time_mark(cnn_backend *be, int i) {
+    cuda_be *cb = enter(be);
+    CNN_TRY(not_while_capturing(cb, "time_mark"));
+    if (i < 0 || i >= CNN_TIME_MARKS) return cnn_fail(CNN_E_INVALID, "time mark %d outside 0..%d", i, CNN_TIME_MARKS - 1);
+    if (!cb->marks && !(cb->marks = calloc(CNN_TIME_MARKS, sizeof *cb->marks)))
+        return cnn_fail(CNN_E_OOM, "out of host memory for the timing marks");
+    if (!cb->marks[i]) CU_TRY(cu.EventCreate(&cb->marks[i], CU_EVENT_DEFAULT), "cuEventCreate (time mark)");
+    CU_TRY(cu.EventRecord(cb->marks[i], cb->stream), "cuEventRecord (time mark)");
+    return CNN_OK;
+}
+
+static cnn_status be_time_between(cnn_backend *be, int i, int j, double *ms) {
+    cuda_be *cb = enter(be);
+    *ms = 0;
+    if (i < 0 || j < 0 || i >= CNN_TIME_MARKS || j >= CNN_TIME_MARKS || !cb->marks || !cb->marks[i] || !cb->marks[j])
+        return cnn_fail(CNN_E_INVALID, "time_between(%d, %d): no such marks", i, j);
+    CU_TRY(cu.EventSynchronize(cb->marks[j]), "cuEventSynchronize (a kernel in the timed region failed)");
+    float f = 0;
+    CU_TRY(cu.EventElapsedTime(&f, cb->marks[i], cb->marks[j]), "cuEventElapsedTime");
+    *ms = f;
+    return CNN_OK;
+}
+
 /* ---- graphs ------------------------------------------------------------------------------------------- */
 
 static cnn_status be_graph_begin(cnn_backend *be) {
@@ -347,9 +370,12 @@ static void be_destroy(cnn_backend *be) {
         if (cb->scratch) cu.MemFree(cb->scratch);
         if (cb->ev_begin) cu.EventDestroy(cb->ev_begin);
         if (cb->ev_end) cu.EventDestroy(cb->ev_end);
+        for (int i = 0; cb->marks && i < CNN_TIME_MARKS; i++)
+            if (cb->marks[i]) cu.EventDestroy(cb->marks[i]);
         if (cb->stream) cu.StreamDestroy(cb->stream);
         cu.DevicePrimaryCtxRelease(cb->dev);
     }
+    free(cb->marks);
     free(cb->allocs);
     free(cb->retired);
     free(cb->mods);
@@ -480,6 +506,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->count_nonfinite = cuda_count_nonfinite;
     be->time_begin = be_time_begin;
     be->time_end = be_time_end;
+    be->time_mark = be_time_mark;
+    be->time_between = be_time_between;
     be->graph_begin = be_graph_begin;
     be->graph_end = be_graph_end;
     be->graph_launch = be_graph_launch;
@@ -494,7 +522,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
             nv_minor, cuda_dtype_str(dt), cb->cache_dir[0] ? cb->cache_dir : "off",
             cb->sync_debug ? ", CNN_SYNC_DEBUG on" : "");
     if (cb->no_mma) cnn_log(1, "cnn: CNN_CONV_MMA=0: tensor-core convolution kernels are off");
-    if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set; fp32 convolutions still use exact fp32 FMA kernels");
+    if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set: forward convolutions in TF32 on the tensor cores (sm_80+, C %% 4 == 0, K %% 8 == 0); backward passes and linear layers in exact fp32");
     *out = be;
     return CNN_OK;
 }

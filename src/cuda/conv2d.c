@@ -165,7 +165,7 @@ static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
 static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc", "conv2d_tc_splitk_epilogue", "conv2d_s2d_input",
                                                "conv2d_s2d_filter", "conv2d_pad_channels"};
 enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4 };
-const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 5, HALF_DTS,
+const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 5, CUDA_DT_ALL,
                                                  N_TC_MMA, def_fprop_tc, tc_name};
 
 static const cuda_family *family_of(int pass, int v) {
@@ -180,17 +180,32 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 
 static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg ? 1024 : 0); }
 
-/* a tensor-core config on this backend: wgmma needs exactly sm_90a, every config its shared memory */
+/* a tensor-core config on this backend: wgmma needs exactly sm_90a and F16/BF16, every config its shared memory */
 static bool tc_usable(const cuda_be *cb, const tc_config *c) {
     if (c->wg && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
+    if (c->wg && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 runs on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
 }
 
 bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
     CNN_ASSERT(v >= 0 && v < N_VARIANTS + N_TC);
+    const cuda_be *cb = cuda_impl(be);
     if (v < N_VARIANTS && !configs[v].mma) return true;
-    if (v >= N_VARIANTS && !tc_usable(cuda_impl(be), &tc_configs[v - N_VARIANTS])) return false;
-    return be->act_dtype != CNN_DTYPE_F32 && cuda_impl(be)->cc_major >= 8 && !cuda_impl(be)->no_mma;
+    if (cb->cc_major < 8 || cb->no_mma) return false;
+    if (v < N_VARIANTS) return be->act_dtype != CNN_DTYPE_F32; /* conv2d.cu's mma variants: F16/BF16 */
+    const tc_config *c = &tc_configs[v - N_VARIANTS];
+    if (!tc_usable(cb, c)) return false;
+    /* F32 activations: conv2d_tc.cu in TF32, only when asked for (--dtype tf32); wgmma is F16/BF16 here */
+    return be->act_dtype != CNN_DTYPE_F32 || (cb->allow_tf32 && !c->wg);
+}
+
+/* bytes of one activation element, and reduction elements per slice of a tensor-core config (a slice row is
+ * bk*2 bytes: bk F16/BF16 elements, bk/2 F32 ones) */
+static int act_size(const cuda_be *cb) { return (int)cnn_dtype_size(cb->pub.act_dtype); }
+static int tc_ks(const cuda_be *cb, const tc_config *c) { return c->bk * 2 / act_size(cb); }
+/* the dtype as the tensor-core kernels compute it: "tf32" for F32 activations */
+static const char *tc_dtype_str(const cuda_be *cb) {
+    return cb->pub.act_dtype == CNN_DTYPE_F32 ? "tf32" : cuda_dtype_str(cb->pub.act_dtype);
 }
 
 /* GEMM view of a pass, in 64 bits (callers check the int range) */
@@ -290,13 +305,13 @@ static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int e
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+, C % 8, K % 8, 16-byte
- * aligned tensors) and no generic variant is forced. */
+/* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+ with C % 8, or F32 in TF32
+ * with C % 4; K % 8, 16-byte aligned tensors) and no generic variant is forced. */
 static bool tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                         const void *y) {
     if (!cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS)) return false;
     if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return false;
-    if (cv->c % 8 != 0 || cv->k % 8 != 0) return false;
+    if (cv->c % (16 / act_size(cb)) != 0 || cv->k % 8 != 0) return false;
     return aligned16(x) && aligned16(w) && aligned16(y) && !(ep && ep->residual && !aligned16(ep->residual));
 }
 
@@ -312,7 +327,7 @@ static double tc_score(const cuda_be *cb, const tc_config *c, int64_t gm, int64_
 /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
 static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, int64_t gk) {
     if (c->wg) return 1;
-    int64_t ktiles = cdiv(gk, c->bk), tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
+    int64_t ktiles = cdiv(gk, tc_ks(cb, c)), tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
     if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
     else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
         splits = cdiv(cb->sm_count, tiles);
@@ -335,7 +350,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     } else {
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_MAIN, &f));
     }
-    conv_args a = make_args(cv, PASS_FPROP, c->bk);
+    conv_args a = make_args(cv, PASS_FPROP, tc_ks(cb, c));
     int64_t gm = a.gm, gn = a.gn, ktiles = a.ktiles_per_split, kps = cdiv(ktiles, splits);
     splits = (int)cdiv(ktiles, kps); /* no empty split */
     a.ktiles_per_split = (int)kps;
@@ -350,7 +365,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     }
     char what[200];
     snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
-             cuda_dtype_str(be->act_dtype), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
+             tc_dtype_str(cb), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
     /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
      * slice) takes less, so more CTAs fit on an SM */
@@ -476,7 +491,7 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         return CNN_OK;
     }
     char key[200];
-    snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d", cuda_dtype_str(be->act_dtype),
+    snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d", tc_dtype_str(cb),
              cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
         if (cuda_tune_get(cb, key, tv, splits) && *tv >= 0 && *tv < N_TC && tc_usable(cb, &tc_configs[*tv]) &&
@@ -531,7 +546,7 @@ static cnn_status narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
     cuda_be *cb = cuda_impl(be);
     CNN_TRY(check_problem(cv, PASS_FPROP));
     cnn_conv2d s = narrow_problem(cv, kind);
-    size_t xb = (size_t)s.n * s.h * s.w * s.c * 2, wb = (size_t)s.k * s.r * s.s * s.c * 2;
+    size_t xb = (size_t)s.n * s.h * s.w * s.c * act_size(cb), wb = (size_t)s.k * s.r * s.s * s.c * act_size(cb);
     xb = (xb + 255) & ~(size_t)255;
     void *buf;
     CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, xb + wb, &buf));

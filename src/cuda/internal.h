@@ -199,6 +199,7 @@ typedef struct cuda_be {
     CUcontext ctx;
     CUstream stream;
     CUevent ev_begin, ev_end;
+    CUevent *marks;           /* time_mark's events (CNN_TIME_MARKS), each created on first use */
     int cc_major, cc_minor, sm_count;
     int smem_optin; /* shared memory one block may opt in to (bytes) */
     int driver_version;

@@ -18,7 +18,9 @@ Env: see common.py; CNN_TEST_KEEP=1 keeps the temp dir; CNN_ZOO=resnet18,vgg11 r
 rule, and rel-L2 <= max(1e-2 (f16: 2e-3), 2 * e_amp), where e_amp is PyTorch's own error in that precision
 (autocast on the same device: convs and linears in bf16, BN in float32, which is what our folded epilogue does).
 Random-BN ResNets amplify rounding: a fixed 1e-2 holds for VGG and ResNet-18 but not at depth 50+, where
-PyTorch's bf16 is itself 0.1-0.4 from float64.
+PyTorch's bf16 is itself 0.1-0.4 from float64. CNN_ZOO_DTYPE=tf32 runs `cnn infer --dtype tf32` (float32
+activations, forward convolutions in TF32 on the tensor cores) against the same reference with rel-L2 <=
+max(1e-3, 2 * e_tf32), e_tf32 being PyTorch's float32 model with cuDNN's and cuBLAS's TF32 allowed.
 """
 import os
 import sys
@@ -56,8 +58,8 @@ if os.environ.get("CNN_TEST_KEEP"):
 
 dev = t.tdev()
 cdt = os.environ.get("CNN_ZOO_DTYPE", "")  # cnn infer's compute dtype: "" = fp32
-if cdt not in ("", "bf16", "f16"):
-    sys.exit("CNN_ZOO_DTYPE must be bf16 or f16")
+if cdt not in ("", "bf16", "f16", "tf32"):
+    sys.exit("CNN_ZOO_DTYPE must be bf16, f16 or tf32")
 if cdt and dev != "cuda":
     t.skip_all("CNN_ZOO_DTYPE=%s needs CNN_TEST_DEVICE=cuda: the CPU backend computes in float32" % cdt)
 timings = []
@@ -79,7 +81,11 @@ for seed, name, arch, stem, classes, wdtype, shapes in CASES:
     with torch.no_grad():
         m = m.to(dev).eval()
         y32 = [m(x.to(dev)).cpu() for x in xs]
-        if cdt:
+        if cdt == "tf32":  # PyTorch's TF32: float32 tensors, convs and matmuls on TF32 tensor cores
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+            ylp = [m(x.to(dev)).cpu() for x in xs]
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        elif cdt:
             with torch.autocast(device_type=dev, dtype={"bf16": torch.bfloat16, "f16": torch.float16}[cdt]):
                 ylp = [m(x.to(dev)).float().cpu() for x in xs]
         m = m.double()
@@ -111,10 +117,11 @@ for seed, name, arch, stem, classes, wdtype, shapes in CASES:
             continue
         y = out["logits"]
         e32 = t.rel_l2(r32, ref)
-        tol = max({"bf16": 1e-2, "f16": 2e-3}[cdt], 2 * e_amp) if cdt else max(1e-4, 10 * e32)
+        tol = max({"bf16": 1e-2, "f16": 2e-3, "tf32": 1e-3}[cdt], 2 * e_amp) if cdt else max(1e-4, 10 * e32)
         e = t.check_close(cname + ".logits", y, ref, tol,
                           " (PyTorch fp32 %.1e;%s vs PyTorch fp32 %.1e; %.1f s)" %
-                          (e32, " PyTorch %s autocast %.1e;" % (cdt, e_amp) if cdt else "", t.rel_l2(y, r32), r.secs))
+                          (e32, " PyTorch %s %.1e;" % (cdt if cdt == "tf32" else cdt + " autocast", e_amp) if cdt else "",
+                           t.rel_l2(y, r32), r.secs))
         if e > tol:
             print("#   reproduce: %s; input = tests/golden/common.seeded_input(shape=%s, seed=%d); %s"
                   % (recipe, tuple(x.shape), seed * 10 + i, r.shell()), flush=True)

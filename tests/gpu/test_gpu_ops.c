@@ -10,7 +10,8 @@
  *
  * Each group runs in a forked child (the parent never touches CUDA), so a crash or a sticky device error in one
  * group is reported as that group's failure and the others still run.
- *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16] [group...]
+ *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_tc group with F32
+ *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc linear xent prep
  * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  */
@@ -37,6 +38,8 @@ typedef struct ctx {
     cnn_dtype dt;
     const char *dts;
     double tol;
+    bool tf32;       /* F32 activations, convolutions in TF32 (allow_tf32): the tensor-core forward */
+    double tol_cpu;  /* bound against the CPU backend when it differs from tol (0: tol) */
 } ctx;
 
 static const char *dt_str(cnn_dtype dt) {
@@ -281,7 +284,7 @@ static double rel_err(const float *a, const double *ref, int64_t n, long *nonfin
 
 /* Check one output: gpu against ref (float64) and against cpu (the CPU backend, may be NULL). */
 static bool report(const char *name, const float *gpu, const double *ref, const float *cpu, int64_t n, double tol,
-                   const layout *l, long guard_damage, bool inputs_ok) {
+                   double tol_cpu, const layout *l, long guard_damage, bool inputs_ok) {
     long nan_g = 0, nan_c = 0;
     double e_ref = rel_err(gpu, ref, n, &nan_g);
     double e_cpu = -1, e_cpu_ref = -1;
@@ -303,7 +306,7 @@ static bool report(const char *name, const float *gpu, const double *ref, const 
         double d = fabs((double)gpu[i] - ref[i]);
         if (d > wd) wd = d, worst = i;
     }
-    bool ok = nan_g == 0 && guard_damage == 0 && inputs_ok && e_ref <= tol && (!cpu || e_cpu <= tol);
+    bool ok = nan_g == 0 && guard_damage == 0 && inputs_ok && e_ref <= tol && (!cpu || e_cpu <= tol_cpu);
     char detail[700], at[96];
     size_t o = (size_t)snprintf(detail, sizeof detail, "rel_l2 %.2e vs f64", e_ref);
     if (cpu)
@@ -311,7 +314,10 @@ static bool report(const char *name, const float *gpu, const double *ref, const 
                               nan_c ? ", CPU HAS NaN" : "");
     else
         o += (size_t)snprintf(detail + o, sizeof detail - o, ", no cpu backend");
-    o += (size_t)snprintf(detail + o, sizeof detail - o, ", bound %.0e, n %lld", tol, (long long)n);
+    if (tol_cpu != tol)
+        o += (size_t)snprintf(detail + o, sizeof detail - o, ", bound %.0e (vs cpu %.0e), n %lld", tol, tol_cpu, (long long)n);
+    else
+        o += (size_t)snprintf(detail + o, sizeof detail - o, ", bound %.0e, n %lld", tol, (long long)n);
     if (worst >= 0) {
         coords(l, worst, at, sizeof at);
         o += (size_t)snprintf(detail + o, sizeof detail - o, "; max|d| %.3g at %s gpu %.7g f64 %.7g%s", wd, at,
@@ -341,7 +347,8 @@ static bool verify(ctx *t, const char *name, arr *out, const double *ref, const 
             in_ok &= buf_unchanged(&inputs[i]->g);
             dmg += buf_guard_damage(&inputs[i]->g);
         }
-    bool ok = report(name, g, ref, c, out->n, out->act ? t->tol : 1e-5, l, dmg, in_ok);
+    double tol = out->act ? t->tol : 1e-5;
+    bool ok = report(name, g, ref, c, out->n, tol, t->tol_cpu > 0 ? t->tol_cpu : tol, l, dmg, in_ok);
     free(g);
     free(c);
     return ok;
@@ -958,6 +965,19 @@ static cnn_conv2d conv_of(const conv_case *k) {
     return cv;
 }
 
+/* a copy of x with every value rounded to TF32 (10 mantissa bits) to nearest, ties away from zero: what
+ * conv2d_tc.cu's tf32_rna does to its operands */
+static float *tf32_copy(const float *x, int64_t n) {
+    float *r = malloc(count_of(n) * sizeof *r);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], 4);
+        b = (b + 0x1000u) & 0xffffe000u;
+        memcpy(&r[i], &b, 4);
+    }
+    return r;
+}
+
 static void conv_ref_fprop(const cnn_conv2d *cv, const float *x, const float *w, const float *scale, const float *shift,
                            const float *res, bool relu, double *y) {
     for (int n = 0; n < cv->n; n++)
@@ -1052,12 +1072,19 @@ static void conv_one(ctx *t, const conv_case *cc, int cfg, int variant, uint64_t
     if (ev >= 3) eg.residual = res.g.p, ec.residual = res.c, eg.relu = ec.relu = true;
     arr y = arr_out(t, ny, true, 0);
     double *ry = dalloc(ny);
-    conv_ref_fprop(&cv, x.h, w.h, ev >= 2 ? scale.h : NULL, ev >= 1 ? shift.h : NULL, ev >= 3 ? res.h : NULL, ev >= 3, ry);
+    /* TF32: the reference multiplies the operands rounded as the kernel rounds them (to nearest, ties away), so
+     * only fp32 accumulation separates them (the f32 bound); against the CPU backend's exact fp32, the TF32
+     * bound of docs/testing (1e-3). Truncating instead of rounding would be ~5e-4 off the reference: caught. */
+    float *xr = t->tf32 ? tf32_copy(x.h, nx) : x.h, *wr = t->tf32 ? tf32_copy(w.h, nw) : w.h;
+    conv_ref_fprop(&cv, xr, wr, ev >= 2 ? scale.h : NULL, ev >= 1 ? shift.h : NULL, ev >= 3 ? res.h : NULL, ev >= 3, ry);
+    if (t->tf32) free(xr), free(wr);
     conv_name(name, sizeof name, "fprop", t, &cv, cfg, evn[ev]);
     expect_ok(t->gpu->conv2d_fprop(t->gpu, &cv, &eg, x.g.p, w.g.p, y.g.p), name);
     if (t->cpu) cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &ec, x.c, w.c, y.c), name);
     arr *in1[] = {&x, &w, &scale, &shift, &res};
+    if (t->tf32) t->tol_cpu = 1e-3;
     verify(t, name, &y, ry, &ly, in1, 5);
+    t->tol_cpu = 0;
 
     /* dgrad */
     bool acc = variant & 1;
@@ -1133,14 +1160,16 @@ static const conv_case conv_tc_cases[] = {
 static void g_conv_tc(ctx *t) {
     int first_tc = cnn_cuda_conv_config_count();
     while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
-    if (t->dt == CNN_DTYPE_F32 || !cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
-        printf("SKIP conv_tc.%s: tensor-core kernels take F16/BF16 on sm_80+\n", t->dts);
+    if ((t->dt == CNN_DTYPE_F32 && !t->tf32) || !cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
+        printf("SKIP conv_tc.%s: tensor-core kernels take F16/BF16 (or F32 in TF32) on sm_80+\n", t->dts);
         return;
     }
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (!cnn_cuda_conv_config_usable(t->gpu, cfg))
-            printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has\n", t->dts,
-                   cnn_cuda_conv_config_name(cfg));
+        if (t->tf32 && strstr(cnn_cuda_conv_config_name(cfg), "wg")) /* by design, not a gap in coverage */
+            printf("# conv_tc.tf32: %s is a wgmma config; TF32 runs on the mma.sync ones\n", cnn_cuda_conv_config_name(cfg));
+        else if (!cnn_cuda_conv_config_usable(t->gpu, cfg))
+            printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has, or wgmma off sm_90a\n",
+                   t->dts, cnn_cuda_conv_config_name(cfg));
     int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
     /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits */
     const int splitk[] = {-1, 0, 3};
@@ -1355,7 +1384,7 @@ static void g_prep(ctx *t) {
         long dmg = buf_guard_damage(&rs.g) + buf_guard_damage(&ro.g) + buf_guard_damage(&rf.g);
         bool in_ok = buf_unchanged(&rs.g) && buf_unchanged(&ro.g) && buf_unchanged(&rf.g);
         float *g = arr_gpu(t, &dst), *c = arr_cpu(t, &dst);
-        report(name, g, ref, c, npix, t->tol, &l, dmg + buf_guard_damage(&dst.g), in_ok);
+        report(name, g, ref, c, npix, t->tol, t->tol, &l, dmg + buf_guard_damage(&dst.g), in_ok);
         free(g), free(c), free(ref), free(src), free(flip), free(off);
         raw_free(t, &rs), raw_free(t, &ro), raw_free(t, &rf);
         arr_free(t, &dst);
@@ -1883,32 +1912,36 @@ typedef struct group {
     const char *name;
     void (*fn)(ctx *t);
     bool per_dtype; /* else: once, with F32 */
+    bool tf32;      /* per_dtype, and also with F32 in TF32 */
 } group;
 
 static const group groups[] = {
-    {"convert", g_convert, true},   {"pointwise", g_pointwise, true},
-    {"dropout", g_dropout, true},   {"flatten", g_flatten, true},
-    {"channel_sum", g_channel_sum, true}, {"bn", g_bn, true},
-    {"scale_shift", g_scale_shift, true}, {"pool", g_pool, true},
-    {"conv", g_conv, true},         {"conv_configs", g_conv_configs, true},
-    {"conv_tc", g_conv_tc, true},
-    {"linear", g_linear, true},     {"xent", g_xent, true},
-    {"prep", g_prep, true},         {"optim", g_optim, false},
-    {"nonfinite", g_nonfinite, false}, {"graph", g_graph, true},
-    {"determinism", g_determinism, true}, {"oom", g_oom, false},
-    {"cache", g_cache, true},       {"misc", g_misc, true},
+    {"convert", g_convert, true, false},   {"pointwise", g_pointwise, true, false},
+    {"dropout", g_dropout, true, false},   {"flatten", g_flatten, true, false},
+    {"channel_sum", g_channel_sum, true, false}, {"bn", g_bn, true, false},
+    {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
+    {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
+    {"conv_tc", g_conv_tc, true, true},
+    {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
+    {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
+    {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},
+    {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},
+    {"cache", g_cache, true, false},       {"misc", g_misc, true, false},
 };
 #define N_GROUPS ((int)(sizeof groups / sizeof groups[0]))
 
-static const cnn_dtype all_dtypes[] = {CNN_DTYPE_F32, CNN_DTYPE_BF16, CNN_DTYPE_F16};
+static const cnn_dtype all_dtypes[] = {CNN_DTYPE_F32, CNN_DTYPE_BF16, CNN_DTYPE_F16, CNN_DTYPE_F32};
 static const char *only_dtype;
 
 static void run_group(const group *g) {
-    for (int d = 0; d < (g->per_dtype ? 3 : 1); d++) {
+    for (int d = 0; d < (g->per_dtype ? 4 : 1); d++) {
         cnn_dtype dt = all_dtypes[d];
-        if (only_dtype && g->per_dtype && strcmp(only_dtype, dt_str(dt)) != 0) continue;
-        ctx t = {.dt = dt, .dts = dt_str(dt), .tol = tol_of(dt)};
-        cnn_backend_opts o = {.device = "cuda", .act_dtype = dt};
+        bool tf32 = d == 3; /* the fourth: F32 with TF32 convolutions */
+        if (tf32 && !g->tf32) continue;
+        const char *dts = tf32 ? "tf32" : dt_str(dt);
+        if (only_dtype && g->per_dtype && strcmp(only_dtype, dts) != 0) continue;
+        ctx t = {.dt = dt, .dts = dts, .tol = tol_of(dt), .tf32 = tf32};
+        cnn_backend_opts o = {.device = "cuda", .act_dtype = dt, .allow_tf32 = tf32};
         char name[64];
         snprintf(name, sizeof name, "%s.%s", g->name, t.dts);
         cnn_status st = cnn_cuda_backend_create(&o, &t.gpu);
@@ -1951,7 +1984,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
             only_dtype = argv[++i];
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16] [group...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]\n", argv[0]);
             return 2;
         } else if (nsel < 64)
             sel[nsel++] = argv[i];

@@ -104,6 +104,25 @@ static inline void emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned 
     }
 }
 
+/* mma.sync.m16n8k8 .tf32 (f32 += tf32 x tf32): the operands' bit patterns with the low 13 bits cleared (what a
+ * TF32 operand holds), the PTX ISA's fragment layout, computed by every lane from the whole warp's fragments */
+static inline void emu_mma_m16n8k8_tf32(float *d, const unsigned *a, const unsigned *b) {
+    unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]}, all[32][6];
+    emu_rt_ptr->allgather(mine, all, (int)sizeof mine);
+    unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int lane = (int)(lin & 31), g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        float s = d[e];
+        for (int k = 0; k < 8; k++) {
+            unsigned ar = all[(row % 8) * 4 + k % 4][(row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)];
+            unsigned br = all[col * 4 + k % 4][4 + (k >= 4 ? 1 : 0)];
+            s += __uint_as_float(ar & 0xffffe000u) * __uint_as_float(br & 0xffffe000u);
+        }
+        d[e] = s;
+    }
+}
+
 /* exporting a kernel: emu_call_<name>(args) and emu_size_<name>() for the fake driver */
 template <class A> static void emu_invoke(void (*f)(A), const void *p) {
     f(*(const typename std::remove_cv<A>::type *)p);
