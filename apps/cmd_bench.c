@@ -17,8 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-#define BENCH_WARM_S 0.5 /* seconds of inference warm-up at least, after the --warmup runs */
-
 /* One step of the eval plan, timed alone. gflop > 0 for conv and linear steps (TFLOP/s reported), else the
  * activation bytes the step reads and writes (GB/s reported). */
 typedef struct bench_layer {
@@ -212,11 +210,6 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
             st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
         if (st == CNN_OK) st = be->sync(be);
         r->setup_s = cnn_now() - t0;
-        /* and at least BENCH_WARM_S of warm-up, as bench/pytorch_bench.py does for its rows (not in setup_s) */
-        for (double tw = cnn_now(); st == CNN_OK && cnn_now() - tw < BENCH_WARM_S;) {
-            st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
-            if (st == CNN_OK) st = be->sync(be);
-        }
         for (int base = 0; st == CNN_OK && base < repeat; base += CNN_TIME_MARKS - 1) {
             int chunk = repeat - base < CNN_TIME_MARKS - 1 ? repeat - base : CNN_TIME_MARKS - 1;
             st = be->time_mark(be, 0);

@@ -10,7 +10,7 @@ Variants (--impl, comma list):
   compile-max    torch.compile(mode="max-autotune"): slow to compile, only when asked
   cudnn          every distinct conv shape of the model alone (F.conv2d, NHWC, cudnn.benchmark), one row per shape
   cpu            float32 on the CPU with torch.set_num_threads(--threads)
-Timing: after warm-up (--warmup runs, then more until 0.5 s have passed) and compilation, --repeat runs issued back to back with a CUDA event after each, median
+Timing: after warm-up (and compilation), --repeat runs issued back to back with a CUDA event after each, median
 of the per-run gaps (training steps likewise; `cnn bench` syncs after each of its training steps, which reads
 the loss); on the CPU a monotonic clock around each run. Output: one JSON object per line on stdout (schema: docs/BENCH.md).
 """
@@ -49,9 +49,6 @@ def flops_per_image(model, h, w):
     return total[0]
 
 
-WARM_S = 0.5  # seconds of warm-up at least, after the --warmup runs (cnn bench does the same)
-
-
 def time_cuda(fn, warmup, repeat):
     """Per-call times of `repeat` calls issued back to back, an event after each (the device never waits for the
     host between calls, as with torch.utils.benchmark and `cnn bench`): call i's time is the gap between the
@@ -60,11 +57,6 @@ def time_cuda(fn, warmup, repeat):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    t0, n = time.perf_counter(), 0  # and at least WARM_S of warm-up (launch-bound rows reach steady state late)
-    while time.perf_counter() - t0 < WARM_S and n < 1000:
-        fn()
-        torch.cuda.synchronize()
-        n += 1
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
     ev[0].record()
     for i in range(repeat):
