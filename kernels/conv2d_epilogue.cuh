@@ -43,9 +43,10 @@ __device__ __forceinline__ void tile_partials(const conv_args &a, const float (*
 
 /* Four lanes of a row (t4 = 0..3) trade the column pairs of four consecutive n8 tiles -- a 4x4 transpose by XOR
  * shuffles: in round r lane t4 sends its pair of tile t4^r and receives its partner's pair of tile t4 -- so each
- * lane owns 8 consecutive channels: 16-byte residual loads and stores (two of each for F32), 64 (128)
- * contiguous bytes per row per warp instruction. The residual vectors of the tile are all loaded before its first store, so they are in flight
- * together (y may alias the residual: each thread reads exactly the vectors it later writes). */
+ * lane owns 8 consecutive channels: 16-byte residual loads and stores (two of each for F32), 64 (F32: 128)
+ * contiguous bytes per row per warp instruction. The residual vectors of the tile are all loaded before its first
+ * store, so they are in flight together (y may alias the residual: each thread reads exactly the vectors it later
+ * writes). */
 template <int NT8>
 __device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*acc)[4], int mrow, int nbase, int lane) {
     static_assert(NT8 % 4 == 0, "groups of four n8 tiles");

@@ -16,7 +16,7 @@
  *     is, and ldmatrix delivers its fragments), each operand rounded to TF32 (to nearest, ties away, as
  *     cvt.rna) in registers first;
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
- *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes). The
+ *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes, F32 32). The
  *     residual tile is prefetched into L2 when the CTA starts and all of a thread's residual vectors are loaded
  *     before its first store, so a short-reduction (1x1) conv waits for one memory round trip, not one per row;
  *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
@@ -27,7 +27,7 @@
  * its channels zero-padded to 8 by conv2d_pad_channels.
  * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, MINB (CTAs per SM the
  * registers must allow), ACT (F16, BF16, or F32 for TF32).
- * The launcher checks the preconditions (C % 8, K % 8, 16-byte aligned pointers) and otherwise uses the
+ * The launcher checks the preconditions (C % 8, F32 C % 4; K % 8; 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
  */
 #include "common.cuh"
@@ -50,7 +50,7 @@
 #define KS SE                            /* reduction elements per slice */
 #define SMEM_BYTES ((BM + BN) * BK * 2 * STAGES)
 static_assert(WTM % 16 == 0 && WTN % 32 == 0, "warp tile: m16 rows, groups of four n8 columns");
-static_assert(BK == 32 || BK == 64, "slices of 32 or 64 channels");
+static_assert(BK == 32 || BK == 64, "slice rows of 64 or 128 bytes");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA (sm_90; the launcher checks the GPU's limit)");
 

@@ -5,7 +5,8 @@
  * and newer). A variant is valid for every shape (edges are masked), so choosing one is only about speed:
  *     cuda_conv_candidates()  the variants usable for a problem on this backend (dtype, GPU)
  *     cuda_conv_pick()        the heuristic choice among them (or the variant forced by cnn_cuda_conv_force_config)
- * The forward pass of F16/BF16 convolutions with C % 8 == 0 and K % 8 == 0 goes instead to the fast kernels of
+ * The forward pass of F16/BF16 convolutions with C % 8 == 0 and K % 8 == 0 (and, with allow_tf32, of F32 ones
+ * with C % 4 == 0, multiplied in TF32 on the mma.sync configs) goes instead to the fast kernels of
  * conv2d_tc.cu (tc_configs, numbered after the generic variants), whose tile config and split-K are chosen per
  * layer shape by the autotuner (--tune, winners cached by tune.c) or, with --tune none, by a heuristic; so does
  * narrow first layers (C < 8) after a rewrite of their operands (narrow_fprop: space-to-depth for the stride-2
