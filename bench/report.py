@@ -277,6 +277,9 @@ def report(records, svg_dir, title, command):
     out += ["## Throughput", "",
             "| model | input | batch | mode | ours: dtype | ours ms | images/s | TFLOP/s (% peak) | rival | rival dtype | rival ms | speed-up |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # rival rows whose independent re-measurement (check-* records) disagrees by more than 10%
+    unsettled = {("pytorch-" + c["impl"][len("check-"):], key(c), c["dtype"]) for c in checks
+                 if not 0.9 <= c.get("ratio", 0) <= 1.1}
     by_key = defaultdict(list)
     for r in rivals:
         by_key[key(r)].append(r)
@@ -287,11 +290,16 @@ def report(records, svg_dir, title, command):
             out.append(f'| {r["model"]} | {r["input"]} | {r["batch"]} | {r["mode"]} | {r["dtype"]} | '
                        f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | {pct(r)} | – | | | |')
         for v in same:
+            mark = " †" if (v["impl"], key(v), v["dtype"]) in unsettled else ""
             out.append(f'| {r["model"]} | {r["input"]} | {r["batch"]} | {r["mode"]} | {r["dtype"]} | '
                        f'{r["ms_median"]:.3f} | {r["images_per_s"]:.0f} | {pct(r)} | {v["impl"]} | {v["dtype"]} | '
-                       f'{v["ms_median"]:.3f} | **{v["ms_median"] / r["ms_median"]:.2f}x** |')
+                       f'{v["ms_median"]:.3f}{mark} | **{v["ms_median"] / r["ms_median"]:.2f}x**{mark} |')
     out.append("")
     out.append("speed-up = rival's median ms / ours, same model, batch, mode and precision, same run.")
+    if unsettled:
+        out.append("† the independent re-measurement of this PyTorch row (below) differs from it by more than 10%: the "
+                   "row is host-bound (eager PyTorch at small batch, limited by the CPU's launch rate, which varies "
+                   "between runs), so this ratio is not a settled number.")
     out.append("")
     if cold:
         out += ["## Startup: compilation and tuning", "",
