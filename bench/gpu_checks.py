@@ -88,7 +88,7 @@ def check(path):
             for _ in range(10):  # warm-up: cuDNN's algorithm search, allocator
                 m(x)
             torch.cuda.synchronize()
-            if impl == "graph":  # captured here with torch.cuda.graphs.make_graphed_callables' plain recipe
+            if impl == "graph":  # captured as pytorch_bench.py captures it: a side-stream run, then the capture
                 g = torch.cuda.CUDAGraph()
                 s = torch.cuda.Stream()
                 s.wait_stream(torch.cuda.current_stream())

@@ -12,7 +12,8 @@ Variants (--impl, comma list):
   cpu            float32 on the CPU with torch.set_num_threads(--threads)
 Timing: after warm-up (and compilation), --repeat runs issued back to back with a CUDA event after each, median
 of the per-run gaps (training steps likewise; `cnn bench` syncs after each of its training steps, which reads
-the loss); on the CPU a monotonic clock around each run. Output: one JSON object per line on stdout (schema: docs/BENCH.md).
+the loss); on the CPU a monotonic clock around each run.
+Output: one JSON object per line on stdout (schema: docs/BENCH.md).
 """
 import argparse, datetime, json, statistics, sys, time
 

@@ -297,9 +297,10 @@ def report(records, svg_dir, title, command):
     out.append("")
     out.append("speed-up = rival's median ms / ours, same model, batch, mode and precision, same run.")
     if unsettled:
-        out.append("† the independent re-measurement of this PyTorch row (below) differs from it by more than 10%: the "
-                   "row is host-bound (eager PyTorch at small batch, limited by the CPU's launch rate, which varies "
-                   "between runs), so this ratio is not a settled number.")
+        out.append("† the independent re-measurement of this PyTorch row (below) differs from it by more than 10%, so "
+                   "this ratio is not a settled number. (On the H100 machine that happened to host-bound rows: eager "
+                   "PyTorch at small batch, limited by the CPU's launch rate, which varied by up to 40% between "
+                   "processes.)")
     out.append("")
     if cold:
         out += ["## Startup: compilation and tuning", "",
@@ -322,7 +323,8 @@ def report(records, svg_dir, title, command):
                        f'{"yes" if 0.9 <= ratio <= 1.1 else "**no**"} |')
         timers = sorted({c.get("timer", "triton.testing.do_bench (median)") for c in checks})
         agree = sum(1 for c in checks if 0.9 <= c.get("ratio", 0) <= 1.1)
-        out += ["", f"{agree} of {len(checks)} rows within 10%.", "", "The same configuration rebuilt and timed by " + ", ".join(f"`{t}`" for t in timers) +
+        out += ["", f"{agree} of {len(checks)} rows within 10%.", "",
+                "The same configuration rebuilt and timed by " + ", ".join(f"`{t}`" for t in timers) +
                 " in `bench/gpu_checks.py check`, after the suite; ratio = pytorch_bench.py ms / independent ms.", ""]
     svgs = []
     os.makedirs(svg_dir, exist_ok=True)
