@@ -125,6 +125,23 @@ static void describe_step(const cnn_model *m, int s, int n, size_t esz, bench_la
     }
 }
 
+/* `repeat` eval runs issued back to back with a timing mark after each (the device never waits for the host
+ * between them): ms[i] is the gap between the marks around run i. A run is plan step `step` alone, or the whole
+ * forward (through its graph) when step < 0. The marks are reused in chunks of CNN_TIME_MARKS - 1 runs. */
+static cnn_status time_back_to_back(cnn_backend *be, cnn_model *m, int batch, int step, int repeat, double *ms) {
+    cnn_status st = CNN_OK;
+    for (int base = 0; st == CNN_OK && base < repeat; base += CNN_TIME_MARKS - 1) {
+        int chunk = repeat - base < CNN_TIME_MARKS - 1 ? repeat - base : CNN_TIME_MARKS - 1;
+        st = be->time_mark(be, 0);
+        for (int it = 0; st == CNN_OK && it < chunk; it++) {
+            st = step < 0 ? cnn_model_forward(m, batch, CNN_MODE_EVAL, 0) : cnn_model_forward_eval_steps(m, batch, step, 1);
+            if (st == CNN_OK) st = be->time_mark(be, it + 1);
+        }
+        for (int it = 0; st == CNN_OK && it < chunk; it++) st = be->time_between(be, it, it + 1, &ms[base + it]);
+    }
+    return st;
+}
+
 /* The eval forward step by step: warmup untimed passes, then each step run `repeat` times back to back with a
  * timing mark after each (as the cuDNN rows of bench/pytorch_bench.py time each conv shape): a step's time is
  * the gap between its marks, with its inputs and weights as warm in L2 as repetition leaves them. Steps that
@@ -143,17 +160,7 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
     cnn_status st = CNN_OK;
     for (int it = 0; st == CNN_OK && it < warmup; it++) st = cnn_model_forward_eval_steps(m, batch, 0, ns);
     if (st == CNN_OK) st = be->sync(be);
-    for (int s = 0; st == CNN_OK && s < ns; s++) /* step s `repeat` times back to back, a mark after each */
-        for (int base = 0; st == CNN_OK && base < repeat; base += CNN_TIME_MARKS - 1) {
-            int chunk = repeat - base < CNN_TIME_MARKS - 1 ? repeat - base : CNN_TIME_MARKS - 1;
-            st = be->time_mark(be, 0);
-            for (int it = 0; st == CNN_OK && it < chunk; it++) {
-                st = cnn_model_forward_eval_steps(m, batch, s, 1);
-                if (st == CNN_OK) st = be->time_mark(be, it + 1);
-            }
-            for (int it = 0; st == CNN_OK && it < chunk; it++)
-                st = be->time_between(be, it, it + 1, &ms[(size_t)s * repeat + base + it]);
-        }
+    for (int s = 0; st == CNN_OK && s < ns; s++) st = time_back_to_back(be, m, batch, s, repeat, &ms[(size_t)s * repeat]);
     r->layers_ms_sum = 0;
     for (int s = 0; st == CNN_OK && s < ns; s++) {
         bench_stats t = summarize(&ms[(size_t)s * repeat], repeat);
@@ -210,15 +217,7 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
             st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
         if (st == CNN_OK) st = be->sync(be);
         r->setup_s = cnn_now() - t0;
-        for (int base = 0; st == CNN_OK && base < repeat; base += CNN_TIME_MARKS - 1) {
-            int chunk = repeat - base < CNN_TIME_MARKS - 1 ? repeat - base : CNN_TIME_MARKS - 1;
-            st = be->time_mark(be, 0);
-            for (int it = 0; st == CNN_OK && it < chunk; it++) {
-                st = cnn_model_forward(m, batch, CNN_MODE_EVAL, 0);
-                if (st == CNN_OK) st = be->time_mark(be, it + 1);
-            }
-            for (int it = 0; st == CNN_OK && it < chunk; it++) st = be->time_between(be, it, it + 1, &ms[base + it]);
-        }
+        if (st == CNN_OK) st = time_back_to_back(be, m, batch, -1, repeat, ms);
     }
     if (st == CNN_OK) {
         bench_stats t = summarize(ms, repeat);

@@ -85,11 +85,16 @@ static inline float emu_half_to_f32(unsigned short h, int bf16) {
     if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
     return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
 }
-static inline void emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, int bf16) {
-    unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]}, all[32][6];
+/* every lane's fragments (a[0..3], b[0..1]) into all[lane][0..5]; returns this thread's lane */
+static inline int emu_mma_gather(const unsigned *a, const unsigned *b, unsigned all[32][6]) {
+    unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
     emu_rt_ptr->allgather(mine, all, (int)sizeof mine);
     unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    int lane = (int)(lin & 31), g = lane >> 2, t = lane & 3;
+    return (int)(lin & 31);
+}
+static inline void emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, int bf16) {
+    unsigned all[32][6];
+    int lane = emu_mma_gather(a, b, all), g = lane >> 2, t = lane & 3;
     for (int e = 0; e < 4; e++) {
         int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
         float s = d[e];
@@ -107,10 +112,8 @@ static inline void emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned 
 /* mma.sync.m16n8k8 .tf32 (f32 += tf32 x tf32): the operands' bit patterns with the low 13 bits cleared (what a
  * TF32 operand holds), the PTX ISA's fragment layout, computed by every lane from the whole warp's fragments */
 static inline void emu_mma_m16n8k8_tf32(float *d, const unsigned *a, const unsigned *b) {
-    unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]}, all[32][6];
-    emu_rt_ptr->allgather(mine, all, (int)sizeof mine);
-    unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    int lane = (int)(lin & 31), g = lane >> 2, t = lane & 3;
+    unsigned all[32][6];
+    int lane = emu_mma_gather(a, b, all), g = lane >> 2, t = lane & 3;
     for (int e = 0; e < 4; e++) {
         int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
         float s = d[e];
