@@ -16,8 +16,11 @@
          H100 machine under either timer (docs/perf-log.md, step 15); report.py marks ratios against rows the check
          does not confirm.
 
+  time   one configuration alone, no reference (the repeatability runs of tools/gpu_session.sh, stage hostvar).
+
 usage: gpu_checks.py peak
        gpu_checks.py check RESULTS.json
+       gpu_checks.py time IMPL MODEL BATCH DTYPE [SIZE]     (IMPL: eager-fp32, eager-tf32, eager-cl, graph)
 """
 import datetime, json, statistics, sys
 
@@ -57,8 +60,59 @@ def peak():
         torch.cuda.empty_cache()
 
 
-def check(path):
+def measure(r):
+    """ms per call (median over blocks) and block count of one PyTorch row r, timed by torch.utils.benchmark."""
     import torch.utils.benchmark as tb
+    impl = r["impl"][len("pytorch-"):]
+    arch = r["model"].replace("-cifar", "")
+    cifar = r["model"].endswith("-cifar")
+    h, w = (int(v) for v in r["input"].split("x"))
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = impl == "eager-tf32"
+    torch.manual_seed(0)
+    m = build(arch, 10 if cifar else 1000, "cifar" if cifar else "imagenet")
+    x = torch.randn(r["batch"], 3, h, w, device="cuda")
+    if impl in ("eager-cl", "graph"):
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[r["dtype"]]
+        m = m.cuda().to(dt).to(memory_format=torch.channels_last).eval()
+        x = x.to(dt).contiguous(memory_format=torch.channels_last)
+    else:
+        m = m.cuda().eval()
+    with torch.no_grad():
+        for _ in range(10):  # warm-up: cuDNN's algorithm search, allocator
+            m(x)
+        torch.cuda.synchronize()
+        if impl == "graph":  # captured as pytorch_bench.py captures it: a side-stream run, then the capture
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                m(x)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(g):
+                m(x)
+            stmt, glb = "g.replay()", {"g": g}
+        else:
+            stmt, glb = "m(x)", {"m": m, "x": x}
+        meas = tb.Timer(stmt=stmt, globals=glb).blocked_autorange(min_run_time=0.6)
+    del m, x
+    torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    return meas.median * 1e3, len(meas.times)
+
+
+def record(r, ms, blocks, ref_ms):
+    rec = {"impl": "check-" + r["impl"][len("pytorch-"):], "model": r["model"], "input": r["input"],
+           "batch": r["batch"], "dtype": r["dtype"], "mode": r["mode"], "device": torch.cuda.get_device_name(),
+           "backend": "cuda", "ok": True, "ms_median": ms,
+           "timer": "torch.utils.benchmark blocked_autorange (median)", "blocks": blocks,
+           "version": torch.__version__, "date": now(), "error": ""}
+    if ref_ms is not None:
+        rec["ref_ms"], rec["ratio"] = ref_ms, ref_ms / ms
+    return rec
+
+
+def check(path):
     recs = json.load(open(path))
     kinds = ("pytorch-eager-fp32", "pytorch-eager-tf32", "pytorch-eager-cl", "pytorch-graph")
     per = [[r for r in recs if r.get("ok") and r.get("impl") == k and r.get("mode") == "infer"] for k in kinds]
@@ -67,50 +121,17 @@ def check(path):
         for lst in per:
             if lst and len(todo) < 10:
                 todo.append(lst.pop(0))
-    dev = torch.cuda.get_device_name()
-    torch.backends.cudnn.benchmark = True
     for r in todo:
-        impl = r["impl"][len("pytorch-"):]
-        arch = r["model"].replace("-cifar", "")
-        cifar = r["model"].endswith("-cifar")
-        h, w = (int(v) for v in r["input"].split("x"))
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = impl == "eager-tf32"
-        torch.manual_seed(0)
-        m = build(arch, 10 if cifar else 1000, "cifar" if cifar else "imagenet")
-        x = torch.randn(r["batch"], 3, h, w, device="cuda")
-        if impl in ("eager-cl", "graph"):
-            dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[r["dtype"]]
-            m = m.cuda().to(dt).to(memory_format=torch.channels_last).eval()
-            x = x.to(dt).contiguous(memory_format=torch.channels_last)
-        else:
-            m = m.cuda().eval()
-        with torch.no_grad():
-            for _ in range(10):  # warm-up: cuDNN's algorithm search, allocator
-                m(x)
-            torch.cuda.synchronize()
-            if impl == "graph":  # captured as pytorch_bench.py captures it: a side-stream run, then the capture
-                g = torch.cuda.CUDAGraph()
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    m(x)
-                torch.cuda.current_stream().wait_stream(s)
-                with torch.cuda.graph(g):
-                    m(x)
-                stmt, glb = "g.replay()", {"g": g}
-            else:
-                stmt, glb = "m(x)", {"m": m, "x": x}
-            meas = tb.Timer(stmt=stmt, globals=glb).blocked_autorange(min_run_time=0.6)
-        ms = meas.median * 1e3
-        print(json.dumps({"impl": "check-" + impl, "model": r["model"], "input": r["input"],
-                          "batch": r["batch"], "dtype": r["dtype"], "mode": r["mode"], "device": dev,
-                          "backend": "cuda", "ok": True, "ms_median": ms, "ref_ms": r["ms_median"],
-                          "ratio": r["ms_median"] / ms, "timer": "torch.utils.benchmark blocked_autorange (median)",
-                          "blocks": len(meas.times),
-                          "version": torch.__version__, "date": now(), "error": ""}), flush=True)
-        del m, x
-        torch.cuda.empty_cache()
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        ms, blocks = measure(r)
+        print(json.dumps(record(r, ms, blocks, r["ms_median"])), flush=True)
+
+
+def time_one(impl, model, batch, dtype, size):
+    """one row, no reference: the repeatability runs (tools/gpu_session.sh, stage hostvar)"""
+    r = {"impl": "pytorch-" + impl, "model": model, "input": "%dx%d" % (size, size), "batch": batch,
+         "dtype": dtype, "mode": "infer"}
+    ms, blocks = measure(r)
+    print(json.dumps(record(r, ms, blocks, None)), flush=True)
 
 
 if __name__ == "__main__":
@@ -118,5 +139,7 @@ if __name__ == "__main__":
         peak()
     elif len(sys.argv) >= 3 and sys.argv[1] == "check":
         check(sys.argv[2])
+    elif len(sys.argv) >= 6 and sys.argv[1] == "time":
+        time_one(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]) if len(sys.argv) > 6 else 224)
     else:
         sys.exit(__doc__)

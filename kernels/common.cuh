@@ -229,6 +229,16 @@ __device__ __forceinline__ unsigned smem_u32(const void *p) {
     return 0;
 #endif
 }
+/* the dynamic shared memory this launch was given, in bytes (a kernel checks its stage count fits) */
+__device__ __forceinline__ unsigned dynamic_smem_bytes(void) {
+#ifdef __CUDA_ARCH__
+    unsigned s;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(s));
+    return s;
+#else
+    return emu_rt_ptr->dyn_smem;
+#endif
+}
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred) {
 #ifdef __CUDA_ARCH__
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(pred ? 16 : 0));

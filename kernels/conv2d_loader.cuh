@@ -36,7 +36,8 @@ struct conv_tile_loader {
 
     long long a_base[A_N]; /* element offset of (img, hb, wb): the input window origin of each A row */
     int a_hb[A_N], a_wb[A_N]; /* a_hb = A_OUT for rows past N*P*Q: no tap of them is inside the image */
-    int b_row[B_N]; /* output channel of each B row, -1 past K */
+    int b_n; /* output channel of this thread's first B row; row j is b_n + j * (NT/CPR) (kept as one register:
+              * the wide wgmma tiles are short of them) */
     int kc, tc, tr, ts; /* this thread's chunk of the next slice: reduction index kc, tap (tr, ts), channel tc */
 
     /* the tile at (m0, n0), its reduction starting at slice kt0 */
@@ -53,11 +54,7 @@ struct conv_tile_loader {
             a_base[i] = (((long long)img * a.h + a_hb[i]) * a.w + a_wb[i]) * a.c;
             if (m >= a.gm) a_hb[i] = A_OUT;
         }
-#pragma unroll
-        for (int j = 0; j < B_N; j++) {
-            const int n = n0 + row0 + j * (NT_ / CPR_);
-            b_row[j] = n < a.gn ? n : -1;
-        }
+        b_n = n0 + row0;
         kc = kt0 * KS + ch * CH;
         tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
     }
@@ -76,8 +73,9 @@ struct conv_tile_loader {
         }
 #pragma unroll
         for (int j = 0; j < B_N; j++) {
-            const bool ok = kin && b_row[j] >= 0;
-            cp_async16(Bs + conv_at<BK_>(row0 + j * (NT_ / CPR_), ch), ok ? wt + (long long)b_row[j] * a.gk + kc : wt, ok);
+            const int n = b_n + j * (NT_ / CPR_);
+            const bool ok = kin && n < a.gn;
+            cp_async16(Bs + conv_at<BK_>(row0 + j * (NT_ / CPR_), ch), ok ? wt + (long long)n * a.gk + kc : wt, ok);
         }
         kc += KS; /* at most BK/8 channel wraps (C >= CH) */
         tc += KS;

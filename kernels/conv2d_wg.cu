@@ -8,14 +8,16 @@
  *     32-byte advance of the descriptor's start address;
  *   - loads as in conv2d_tc.cu (C % 8 == 0, taps stepped incrementally, zero fill outside the image);
  *   - per slice: wait for its cp.async group, fence.proxy.async (the tensor cores read shared memory through the
- *     async proxy), one barrier, issue the loads STAGES-1 slices ahead, then 4 k16 steps x MB m64 blocks of
- *     wgmma, commit, wait;
+ *     async proxy), a barrier, 4 k16 steps x MB m64 blocks of wgmma, commit, wait only for the previous slice's
+ *     batch, a barrier, then the loads STAGES-1 slices ahead into the stage that batch read: the tensor cores
+ *     run through the copy issue (ptxas would warn if it had to serialise them; test_nvrtc fails on that);
  *   - WGS warpgroups split the BM rows: each owns MB = BM / 64 / WGS blocks of 64 rows and all BN columns;
  *   - epilogue: conv2d_epilogue.cuh (per warp, wgmma's accumulators have mma.sync's m16n8 layout).
  * No split-K: the launcher sends it only outputs of at least one tile per SM. Without __CUDA_ARCH__ (the CPU
  * emulator of tests/gpu/emu) each thread computes its own accumulators from the same swizzled shared memory, so
  * the emulator checks the loader, the layout and the epilogue; the descriptors are checked on the GPU.
- * Specialisation (-D, src/cuda/conv2d.c): BM (64 or 128 per warpgroup pair), BN (64, 128, 256), WGS, STAGES, ACT.
+ * Specialisation (-D, src/cuda/conv2d.c): BM (64 x WGS x m64 blocks), BN (64, 128, 256), WGS, STAGES (>= 2),
+ * MINB (CTAs per SM the registers must allow), ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -59,9 +61,15 @@ __device__ __forceinline__ void wg_fence(void) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wg_commit_and_wait(void) {
+/* closes the batch just issued and waits until at most that one is still running (the previous one retired) */
+__device__ __forceinline__ void wg_commit_and_wait_prev(void) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_wait_all(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
@@ -169,7 +177,11 @@ __device__ __forceinline__ void wgmma_n256(float *d, unsigned long long da, unsi
 #define WGMMA wgmma_n256
 #endif
 
-extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_wg(const conv_args a) {
+#ifndef MINB
+#define MINB 1 /* CTAs per SM the register allocation must leave room for */
+#endif
+
+extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const conv_args a) {
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
 #else
@@ -182,18 +194,38 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_wg(const conv_a
     act_t(*Bs)[(BM + BN) * BK] = reinterpret_cast<act_t(*)[(BM + BN) * BK]>(smem + (size_t)BM * BK * 2);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-    /* tile order: the N tiles of one row block are consecutive CTAs, so they run together and its A rows come
-     * from DRAM once (then L2) instead of once per N tile */
+    /* tile order: the N tiles of one row block are consecutive, so they run together and its A rows come from
+     * DRAM once (then L2) instead of once per N tile. CTA b takes tiles b, b + gridDim.x, ... (one when the grid
+     * has a CTA per tile; a persistent grid of a few CTAs per SM takes several, src/cuda/conv2d.c) */
     const int n_tiles = (a.gn + BN - 1) / BN;
-    const int m0 = (int)(blockIdx.x / n_tiles) * BM, n0 = (int)(blockIdx.x % n_tiles) * BN;
+    const int tiles = ((a.gm + BM - 1) / BM) * n_tiles;
     const int ktiles = (a.gk + BK - 1) / BK;
-    conv_tile_loader<BM, BN, BK, NT> ld;
-    ld.init(a, m0, n0, tid, 0);
-    auto load_slice = [&](int stage) { ld.load(a, As[stage], Bs[stage]); };
+    const int my_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int total = my_tiles * ktiles; /* slices this CTA multiplies, over all its tiles (host: < 2^31) */
+    const int wrow0 = wg * MB * 64;      /* this warpgroup's first row in a tile */
+    /* slice g goes to stage g % STAGES: the launch must have room for every stage this CTA reaches (the host
+     * sizes a CTA-per-tile launch of a short reduction to its slices, a persistent one to all STAGES) */
+    if (total > 0 && dynamic_smem_bytes() < (unsigned)((total < STAGES ? total : STAGES) * (BM + BN) * BK * 2 + 1024)) __trap();
+    auto tile_origin = [&](int i, int &m0, int &n0) { /* of this CTA's i-th tile */
+        const int t = (int)blockIdx.x + i * (int)gridDim.x;
+        m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
+    };
 
-    const int wrow0 = wg * MB * 64; /* this warpgroup's first row in the tile */
+    /* the producer side: slices are loaded in order over all this CTA's tiles; at a tile's first slice the
+     * loader moves to that tile and the residual its epilogue will add is prefetched into L2 */
+    conv_tile_loader<BM, BN, BK, NT> ld;
+    int p_tile = 0, p_kt = 0;
+    auto load_slice = [&](int stage) {
+        if (p_kt == 0) {
+            int m0, n0;
+            tile_origin(p_tile, m0, n0);
+            ld.init(a, m0, n0, tid, 0);
 #pragma unroll
-    for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane);
+            for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane);
+        }
+        ld.load(a, As[stage], Bs[stage]);
+        if (++p_kt == ktiles) p_kt = 0, p_tile++;
+    };
 
     float acc[MB][NT8][4];
 #pragma unroll
@@ -213,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_wg(const conv_a
             for (int b = 0; b < MB; b++)
                 WGMMA(&acc[b][0][0], wg_desc(&As[stage][(wrow0 + b * 64) * BK]) + (unsigned long long)(k16 * 2), db, 1);
         }
-        wg_commit_and_wait();
+        wg_commit_and_wait_prev();
 #pragma unroll
         for (int b = 0; b < MB; b++)
 #pragma unroll
@@ -234,23 +266,47 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_wg(const conv_a
 #endif
     };
 
-    /* ---- the pipeline: STAGES-1 slices in flight while one is multiplied ---- */
+    /* ---- the pipeline: STAGES-1 slices loading, one wgmma batch left running while the next is issued ----
+     * Iteration g (the g-th slice of this CTA, over all its tiles): wait for slice g's copies, make them visible
+     * to the async proxy, barrier; issue slice g's batch and wait only for slice g-1's, then a second barrier:
+     * every warpgroup has retired slice g-1's batch, so its stage, (g-1) % STAGES, receives slice g+STAGES-1
+     * while the tensor cores work on slice g. After a tile's last slice: wait for everything, the epilogue
+     * (registers to global memory; the next tile's first slices are loading meanwhile), accumulators to zero. */
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
-        if (st < ktiles) load_slice(st);
+        if (st < total) load_slice(st);
         cp_async_commit();
     }
-    for (int kt = 0; kt < ktiles; kt++) {
+    int c_tile = 0, c_kt = 0;
+    for (int g = 0; g < total; g++) {
         cp_async_wait<STAGES - 2>();
         fence_proxy_async();
-        __syncthreads(); /* slice kt landed for every thread; every warpgroup is done with slice kt-1's stage */
-        const int pf = kt + STAGES - 1;
-        if (pf < ktiles) load_slice(pf % STAGES);
+        __syncthreads();
+        compute_slice(g % STAGES);
+        __syncthreads();
+        const int pf = g + STAGES - 1;
+        if (pf < total) load_slice(pf % STAGES);
         cp_async_commit();
-        compute_slice(kt % STAGES);
+        if (++c_kt == ktiles) {
+            wg_wait_all();
+#pragma unroll
+            for (int b = 0; b < MB; b++)
+#pragma unroll
+                for (int j = 0; j < NT8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc_fence(acc[b][j][e]);
+            int m0, n0;
+            tile_origin(c_tile, m0, n0);
+#pragma unroll
+            for (int b = 0; b < MB; b++) tile_epilogue<NT8>(a, acc[b], m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane);
+#pragma unroll
+            for (int b = 0; b < MB; b++)
+#pragma unroll
+                for (int j = 0; j < NT8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[b][j][e] = 0.0f;
+            c_kt = 0, c_tile++;
+        }
     }
     cp_async_wait<0>();
-
-#pragma unroll
-    for (int b = 0; b < MB; b++) tile_epilogue<NT8>(a, acc[b], m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane);
 }

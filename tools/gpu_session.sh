@@ -3,9 +3,10 @@
 # table printed last: build, the GPU op tests, end-to-end checks against PyTorch on the same GPU, cold/warm
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
-#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv zoo-bf16 zoo-tf32 sanitize-tc sanitize-tf32 e2e
+#   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
+#                                        sanitize-tf32 e2e layers-r50 tune-full-r50
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
-#                                        check suite
+#                                        check hostvar suite
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -56,6 +57,14 @@ if has ops; then
 fi
 if has ops-conv; then # the forward-convolution groups (every case, every tensor-core config), synchronised
     stage gpu-ops-conv 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv conv_tc linear graph
+fi
+if has ops-tc; then # the tensor-core forward group alone (every config, every dtype that has one), synchronised
+    stage gpu-ops-tc 240 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv_tc
+fi
+if has memcheck-tc; then # memcheck alone on the tensor-core group (quick cases, bf16: the wgmma rows included)
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    stage sanitizer-tc-memcheck 150 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool memcheck --error-exitcode 1 \
+        --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
 fi
 if has zoo-bf16; then # every zoo model through the tensor-core kernels: bf16 logits vs PyTorch float64, top-1
     stage golden-zoo-bf16 300 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16 CNN_ZOO_DTYPE=bf16 $PYTHON tests/golden/test_zoo_infer.py
@@ -136,8 +145,23 @@ if has layers; then # per-layer: ours (tune fast, fused epilogues) and cuDNN's c
     stage layers-vgg 120 "$BUILD/cnn" bench --model vgg16 --batch 64 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5
     stage layers-cudnn 180 $PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --mode infer --impl cudnn --repeat 20 --warmup 5
 fi
+if has layers-r50; then # ours per layer, ResNet-50 bf16 b256, then the whole forward with every choice logged
+    stage layers-r50 120 "$BUILD/cnn" bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v
+fi
+if has tune-full-r50; then # the whole search (persistent rows included) on ResNet-50 bf16 b256: which configs win
+    stage tune-full-r50 150 "$BUILD/cnn" bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --repeat 20 --warmup 5 --tune full --cache-dir /tmp/cnn-cache-full -v
+fi
 if has check; then # the independent timer on the PyTorch rows of the committed results (another machine, same GPU type)
     stage check-timer 240 $PYTHON bench/gpu_checks.py check "$(ls bench/results/*H100*.json | head -n 1)"
+fi
+if has hostvar; then # issue 4: do host-bound eager rows repeat between processes, unpinned and pinned to one core?
+    core=$(( $(nproc) - 1 ))
+    for pin in none core$core; do
+        pre=""; [ $pin = none ] || pre="taskset -c $core"
+        for rep in 1 2 3; do
+            stage "hostvar-$pin-$rep" 90 bash -c "$pre $PYTHON bench/pytorch_bench.py --model resnet50 --batch 1 --dtype fp32 --mode infer --impl eager-fp32 --repeat 20 --warmup 5 | sed 's/^/# bench /'; $pre $PYTHON bench/gpu_checks.py time eager-fp32 resnet50 1 fp32 | sed 's/^/# check /'"
+        done
+    done
 fi
 if has suite; then
     stage bench-suite 590 bench/run.sh

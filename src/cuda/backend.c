@@ -44,21 +44,39 @@ cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx,
     return cuda_launch_smem(cb, f, what, gx, gy, gz, bx, by, 0, args);
 }
 
+/* over 48 KB of dynamic shared memory a function must opt in first */
+static cnn_status smem_opt_in(cuda_be *cb, CUfunction f, const char *what, unsigned smem) {
+    if (smem <= 48u * 1024u) return CNN_OK;
+    if (smem > (unsigned)cb->smem_optin)
+        return cnn_fail(CNN_E_UNSUPPORTED, "%s needs %u bytes of shared memory per block; this GPU allows %d", what,
+                        smem, cb->smem_optin);
+    CUresult ra = cu.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+    if (ra != CUDA_SUCCESS) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cuFuncSetAttribute(%u bytes of dynamic shared memory) for %s", smem, what);
+        return cuda_fail(ra, msg);
+    }
+    return CNN_OK;
+}
+
+cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem, int *out) {
+    CNN_TRY(smem_opt_in(cb, f, what, smem));
+    int n = 0;
+    CUresult r = cu.OccupancyMaxActiveBlocksPerMultiprocessor(&n, f, (int)threads, (size_t)smem);
+    if (r != CUDA_SUCCESS) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cuOccupancyMaxActiveBlocksPerMultiprocessor for %s", what);
+        return cuda_fail(r, msg);
+    }
+    *out = n > 0 ? n : 1;
+    return CNN_OK;
+}
+
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
     CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
-    if (smem > 48u * 1024u) {
-        if (smem > (unsigned)cb->smem_optin)
-            return cnn_fail(CNN_E_UNSUPPORTED, "%s needs %u bytes of shared memory per block; this GPU allows %d", what,
-                            smem, cb->smem_optin);
-        CUresult ra = cu.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
-        if (ra != CUDA_SUCCESS) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "cuFuncSetAttribute(%u bytes of dynamic shared memory) for %s", smem, what);
-            return cuda_fail(ra, msg);
-        }
-    }
+    CNN_TRY(smem_opt_in(cb, f, what, smem));
     void *params[1] = {args};
     CUresult r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
     if (r != CUDA_SUCCESS) {
@@ -340,6 +358,10 @@ const char *cnn_cuda_cache_dir(cnn_backend *be) { return cuda_impl(be)->cache_di
 void cnn_cuda_conv_force_config(cnn_backend *be, int cfg) {
     CNN_ASSERT(cfg >= -1 && cfg < cnn_cuda_conv_config_count());
     cuda_impl(be)->conv_force_cfg = cfg;
+}
+void cnn_cuda_conv_force_grid(cnn_backend *be, int ctas) {
+    CNN_ASSERT(ctas >= 0);
+    cuda_impl(be)->conv_force_grid = ctas;
 }
 void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits) {
     CNN_ASSERT(splits >= -1);

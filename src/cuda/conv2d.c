@@ -60,28 +60,39 @@ typedef struct tc_config {
     int minb;    /* CTAs per SM the registers must allow (__launch_bounds__) */
     float speed; /* relative throughput of a full tile, for the heuristic */
     bool wg;     /* conv2d_wg.cu (wgmma, sm_90a only; wm = warpgroups, BK 64, no split-K) */
+    bool persist; /* wgmma: the program of the row without /p (same defines), launched on a persistent grid */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s4", 128, 128, 64, 2, 1, 4, 1, 2.00f, true},
-    {"tc128x256wg/g2/s3", 128, 256, 64, 2, 1, 3, 1, 1.95f, true},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true}, /* one warpgroup: many CTAs per SM */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false}, /* two m64 blocks per warpgroup */
+    /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
+     * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
+     * that has its own program */
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
+#define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
 
@@ -149,12 +160,32 @@ const cuda_family cuda_family_conv2d_wgrad_mma = {"conv2d_wgrad_mma", "conv2d.cu
 static void def_fprop_wg(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[N_TC_MMA + cfg];
     CNN_ASSERT(c->wg && c->bk == 64);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DWGS=%d -DSTAGES=%d", c->bm, c->bn, c->wm, c->stages);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DWGS=%d -DSTAGES=%d -DMINB=%d", c->bm, c->bn, c->wm, c->stages, c->minb);
 }
 static const char *wg_name(int cfg) { return tc_configs[N_TC_MMA + cfg].name; }
 static const char *const fprop_wg_entries[] = {"conv2d_fprop_wg"};
 const cuda_family cuda_family_conv2d_fprop_wg = {"conv2d_fprop_wg", "conv2d_wg.cu", fprop_wg_entries, 1, HALF_DTS,
-                                                 N_TC - N_TC_MMA, def_fprop_wg, wg_name};
+                                                 N_TC_WG, def_fprop_wg, wg_name};
+
+/* the conv2d_wg.cu program a wgmma row launches: its own, or for a persistent row its twin's */
+static int wg_program(int tv) {
+    const tc_config *c = &tc_configs[tv];
+    CNN_ASSERT(c->wg && (tv < N_TC_MMA + N_TC_WG) == !c->persist); /* N_TC_WG counts the rows with a program */
+    if (!c->persist) return tv - N_TC_MMA;
+    for (int i = N_TC_MMA; i < N_TC_MMA + N_TC_WG; i++) {
+        const tc_config *o = &tc_configs[i];
+        if (o->bm == c->bm && o->bn == c->bn && o->wm == c->wm && o->stages == c->stages && o->minb == c->minb)
+            return i - N_TC_MMA;
+    }
+    CNN_ASSERT(!"a persistent wgmma row without a twin");
+    return -1;
+}
+/* the persistent twin of a wgmma row, -1 if none */
+static int wg_persistent_twin(int tv) {
+    for (int i = N_TC_MMA + N_TC_WG; i < N_TC; i++)
+        if (wg_program(i) == tv - N_TC_MMA) return i;
+    return -1;
+}
 
 static void def_fprop_tc(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[cfg];
@@ -347,7 +378,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     CUfunction f, fe = NULL;
     if (c->wg) {
         CNN_ASSERT(splits == 1);
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_wg, be->act_dtype, tv - N_TC_MMA, 0, &f));
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(tv), 0, &f));
     } else {
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_MAIN, &f));
     }
@@ -369,14 +400,24 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
              tc_dtype_str(cb), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
     /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
-     * slice) takes less, so more CTAs fit on an SM */
-    int stages = c->stages < kps ? c->stages : (int)kps;
+     * slice) takes less, so more CTAs fit on an SM; a persistent CTA cycles through all its stages over its
+     * tiles (conv2d_wg.cu traps when given too few) */
+    int stages = c->stages < kps || c->persist ? c->stages : (int)kps;
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
                         (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
     unsigned smem = (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg ? 1024 : 0));
-    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)(cdiv(gm, c->bm) * cdiv(gn, c->bn)), 1, (unsigned)splits,
-                             (unsigned)(c->wg ? 128 * c->wm : 32 * c->wm * c->wn), 1, smem, &a));
+    unsigned threads = (unsigned)(c->wg ? 128 * c->wm : 32 * c->wm * c->wn);
+    int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
+    if (c->persist) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
+        int per_sm = 1;
+        CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
+        grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
+        if (grid > tiles) grid = tiles;
+        if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
+        snprintf(what + strlen(what), sizeof what - strlen(what), " persistent grid %lld", (long long)grid);
+    }
+    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
     if (splits > 1) {
         size_t len = strlen(what);
         snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
@@ -390,7 +431,8 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
  * scratch output (the real one may alias nothing, but a scratch is certain), each launched once to warm up and
  * then 3 times with the L2 flushed (a 64 MiB memset) before each, CUDA events, median; the fastest wins and is
  * remembered in process and on disk (tune.c). fast = the 4 best by the heuristic's score and the best small tile,
- * full = every config, each with its heuristic split-K and, when that splits, also unsplit. */
+ * plus the persistent twin of each wgmma one where the output has more tiles than the GPU has SMs; full = every
+ * config, each with its heuristic split-K and, when that splits, also unsplit. */
 typedef struct tc_cand {
     int cfg, splits;
 } tc_cand;
@@ -400,8 +442,12 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
     int order[N_TC];
     double score[N_TC];
-    for (int i = 0; i < N_TC; i++) /* configs this GPU cannot run (wgmma off sm_90a, shared memory) score -1 */
-        order[i] = i, score[i] = !tc_usable(cb, &tc_configs[i]) ? -1.0 : tc_score(cb, &tc_configs[i], gm, gn);
+    /* configs this GPU cannot run (wgmma off sm_90a, shared memory) score -1; so do the persistent rows except
+     * in a full search: the fast one adds the twin of each wgmma candidate below (no compilation: same program) */
+    for (int i = 0; i < N_TC; i++)
+        order[i] = i, score[i] = !tc_usable(cb, &tc_configs[i]) ? -1.0
+                               : tc_configs[i].persist && cb->tune != CNN_TUNE_FULL ? -1.0
+                               : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
             int t = order[j];
@@ -421,6 +467,12 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
         out[n++] = (tc_cand){order[i], tc_splits(cb, c, gm, gn, gk)};
         break;
     }
+    if (cb->tune == CNN_TUNE_FAST)
+        for (int i = 0, n0 = n; i < n0; i++) {
+            int twin = tc_configs[out[i].cfg].wg ? wg_persistent_twin(out[i].cfg) : -1;
+            if (twin >= 0 && tc_usable(cb, &tc_configs[twin]) && cdiv(gm, tc_configs[twin].bm) * cdiv(gn, tc_configs[twin].bn) > cb->sm_count)
+                out[n++] = (tc_cand){twin, 1};
+        }
     return n;
 }
 
@@ -433,7 +485,7 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
                           const char *key, int *cfg_out, int *splits_out) {
     cuda_be *cb = cuda_impl(be);
     double t0 = cnn_now();
-    tc_cand cand[2 * N_TC];
+    tc_cand cand[3 * N_TC];
     int nc = tc_candidates(cb, cv, cand);
     *cfg_out = cand[0].cfg, *splits_out = cand[0].splits;
     if (nc == 1) return CNN_OK;
@@ -492,15 +544,17 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         return CNN_OK;
     }
     char key[200];
-    snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d", tc_dtype_str(cb),
-             cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
+    /* a residual doubles the epilogue's traffic, which moves the best tile of a memory-bound conv: its own key */
+    snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", tc_dtype_str(cb),
+             cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w,
+             ep && ep->residual ? " res" : "");
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
         if (cuda_tune_get(cb, key, tv, splits) && *tv >= 0 && *tv < N_TC && tc_usable(cb, &tc_configs[*tv]) &&
             *splits >= 1 && (*splits == 1 || !tc_configs[*tv].wg))
             return CNN_OK;
         if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
     }
-    tc_cand cand[2 * N_TC]; /* best first: the heuristic's choice */
+    tc_cand cand[3 * N_TC]; /* best first: the heuristic's choice */
     tc_candidates(cb, cv, cand);
     *tv = cand[0].cfg, *splits = cand[0].splits;
     return CNN_OK;

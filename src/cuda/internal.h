@@ -66,7 +66,9 @@
     X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags")        \
     X(GraphLaunch, cuGraphLaunch, 10000, 0, "cuGraphLaunch")                                                  \
     X(GraphExecDestroy, cuGraphExecDestroy, 10000, 0, "cuGraphExecDestroy")                                  \
-    X(GraphDestroy, cuGraphDestroy, 10000, 0, "cuGraphDestroy")
+    X(GraphDestroy, cuGraphDestroy, 10000, 0, "cuGraphDestroy")                                              \
+    X(OccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0,         \
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 typedef struct cuda_driver {
 #define CUDA_DRIVER_FIELD(field, sym, ver, newer, exported) PFN_##sym##_v##ver field;
@@ -212,6 +214,7 @@ typedef struct cuda_be {
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
+    int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */
     bool timing;              /* between time_begin and time_end */
     cnn_tune tune;            /* autotuning level (NONE, FAST or FULL) */
     cuda_tune_entry *tune_tab; /* winners (tune.c) */
@@ -254,6 +257,9 @@ cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx,
  * fails cleanly (CNN_E_UNSUPPORTED) where the GPU has less per block. */
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args);
+/* How many blocks of f (`threads` threads, `smem` bytes of dynamic shared memory) fit on one SM at once, at
+ * least 1 (the driver's occupancy calculator, after raising f's shared-memory limit as a launch would). */
+cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem, int *out);
 /* Device workspace of at least `bytes` (valid until the next call for the same slot; never shrinks). Slot
  * CUDA_WS_SCRATCH serves one kernel's temporaries (split-K partials, reduction chunks); CUDA_WS_OPERANDS holds
  * rewritten operands that a following kernel reads (the stem's space-to-depth input and filter), so taking

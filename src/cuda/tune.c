@@ -3,10 +3,12 @@
  * A problem key is a printable string that names everything the choice depends on besides the GPU (pass, dtype,
  * shape). Winners are kept in a per-backend table and appended to one text file per (GPU arch, SM count, driver,
  * NVRTC) in the kernel cache directory:
- *     <cache_dir>/tune-<arch>-<SMs>sm-drv<driver>-nvrtc<major>.<minor>.txt    lines "key|cfg|splits|ms"
+ *     <cache_dir>/tune-v<V>-<arch>-<SMs>sm-drv<driver>-nvrtc<major>.<minor>.txt    lines "key|cfg|splits|ms"
  * so a second run tunes nothing. Lines are appended with one write(2) on an O_APPEND descriptor (concurrent
  * processes interleave whole lines); the file is read once, at the first lookup, and a malformed line is
- * skipped (the problem is then tuned again). The timing itself lives with the kernels (conv2d.c).
+ * skipped (the problem is then tuned again). The timing itself lives with the kernels (conv2d.c). V is
+ * CUDA_TUNE_VERSION: a config is stored by its index in the launcher's table and its speed depends on the kernel
+ * source, so a change to either bumps V and old winners are ignored rather than misread.
  */
 #include "cuda/hooks.h"
 #include "cuda/internal.h"
@@ -18,11 +20,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#define CUDA_TUNE_VERSION 2 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
+                              * of convs with a residual end in " res" */
+
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;
     cnn_cuda_nvrtc_version(&ma, &mi);
-    snprintf(buf, cap, "%s/tune-%s-%dsm-drv%d-nvrtc%d.%d.txt", cb->cache_dir, cb->arch, cb->sm_count, cb->driver_version,
-             ma, mi);
+    snprintf(buf, cap, "%s/tune-v%d-%s-%dsm-drv%d-nvrtc%d.%d.txt", cb->cache_dir, CUDA_TUNE_VERSION, cb->arch,
+             cb->sm_count, cb->driver_version, ma, mi);
 }
 
 static void put_mem(cuda_be *cb, const char *key, int cfg, int splits, float ms) {

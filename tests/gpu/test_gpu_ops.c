@@ -1140,6 +1140,7 @@ static void g_conv_configs(ctx *t) {
 static const conv_case conv_tc_cases[] = {
     {1, 32, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
     {2, 3, 15, 13, 64, 7, 7, 2, 2, 3, 3},    /* the stem: 7x7/2 pad 3 over 3 channels, odd H and W */
+    {2, 64, 19, 21, 136, 1, 1, 1, 1, 0, 0},  /* 1x1 over one slice, 798 x 136: many tiles, ragged in M and N */
     {1, 24, 7, 6, 32, 7, 7, 2, 2, 3, 3},     /* C = 24: R*S*C = 1176, the last slice partly past the end */
     {3, 64, 11, 9, 40, 3, 3, 2, 2, 1, 1},    /* batch 3, stride 2, K not a multiple of the tile */
     {2, 32, 15, 13, 72, 7, 7, 2, 2, 3, 3},   /* 7x7/2 pad 3 */
@@ -1171,17 +1172,21 @@ static void g_conv_tc(ctx *t) {
             printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has, or wgmma off sm_90a\n",
                    t->dts, cnn_cuda_conv_config_name(cfg));
     int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
-    /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits */
-    const int splitk[] = {-1, 0, 3};
+    /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits; the persistent
+     * rows (no split-K) at the same time: a CTA per tile (these outputs have fewer tiles than the GPU has SMs; 2
+     * SMs in the emulator), then one CTA and three CTAs looping over all the tiles */
+    const int splitk[] = {-1, 0, 3}, grid[] = {0, 1, 3};
     for (int i = 0; i < (quick ? 3 : ncase); i++)
         for (int sk = 0; sk < 3; sk++) {
             cnn_cuda_conv_force_splitk(t->gpu, splitk[sk]);
+            cnn_cuda_conv_force_grid(t->gpu, grid[sk]);
             conv_one(t, &conv_tc_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
             for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
                 if (cnn_cuda_conv_config_usable(t->gpu, cfg))
                     conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
         }
     cnn_cuda_conv_force_splitk(t->gpu, -1);
+    cnn_cuda_conv_force_grid(t->gpu, 0);
 }
 
 /* ---- linear --------------------------------------------------------------------------------------------- */

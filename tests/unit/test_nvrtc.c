@@ -165,6 +165,7 @@ typedef struct result {
     char msg[1024];
     int missing_entry;  /* index of an entry not found in the image, -1 if all present */
     long regs_max, stack_max, spill;
+    bool wgmma_serialized; /* ptxas had to wait on every wgmma (accumulators touched while one was in flight) */
 } result;
 
 /* max of the numbers N in "N <unit>" / "<unit> N" occurrences of the ptxas -v report */
@@ -224,6 +225,8 @@ static void compile_one(int id, const char *arch, result *res) {
     res->regs_max = scan_max(res->log, "Used ", false);
     res->stack_max = scan_max(res->log, "bytes stack frame", true);
     res->spill = scan_max(res->log, "bytes spill stores", true) + scan_max(res->log, "bytes spill loads", true);
+    res->wgmma_serialized = res->log && strstr(res->log, "wgmma.mma_async instructions are serialized") != NULL;
+    if (getenv("CNN_TEST_NVRTC_LOG") && res->log) fprintf(stderr, "---- %s %s\n%s\n", info.label, arch, res->log);
     free(img);
 }
 
@@ -236,12 +239,14 @@ static void test_registry(bool quick) {
     const char *last = "";
     int *ids = malloc((size_t)n * sizeof *ids);
     int nsel = 0;
+    const char *only = getenv("CNN_TEST_NVRTC_ONLY");
     for (int id = 0; id < n; id++) {
         cnn_cuda_program_info info;
         cnn_cuda_program_describe(id, &info);
         bool first_of_family = strcmp(info.family, last) != 0;
         if (first_of_family) nfam++;
         last = info.family;
+        if (only && only[0] && !strstr(info.label, only)) continue; /* a developer's filter, never set by make test */
         if (!quick || first_of_family) ids[nsel++] = id;
     }
     printf("# %d programs in %d families; compiling %d for %s\n", n, nfam, nsel, quick ? "sm_90a (quick)" : "sm_80 and sm_90a");
@@ -272,6 +277,9 @@ static void test_registry(bool quick) {
         else if (r->spill > 0 || r->stack_max > 0)
             check(false, name, "local memory: ptxas reports %ld bytes of spills and a %ld-byte stack frame (%ld "
                   "registers); defines %s", r->spill, r->stack_max, r->regs_max, info.defines);
+        else if (r->wgmma_serialized)
+            check(false, name, "ptxas serialised the wgmma instructions (it waits on each one); defines %s",
+                  info.defines);
         else
             check(true, name, "(%.0f ms, %d kernels, max %ld registers, %ld bytes stack)", r->ms, info.n_entries,
                   r->regs_max, r->stack_max);

@@ -6,6 +6,8 @@
 #define CNN_EMU_H
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
 #include <type_traits>
@@ -25,6 +27,7 @@ struct emu_dim3 {
 
 struct emu_rt {
     emu_dim3 tid, bid, bdim, gdim;
+    unsigned dyn_smem; /* the launch's dynamic shared memory in bytes */
     void (*sync)(void);
     void (*shfl_xor)(const void *in, void *out, int bytes, int lane_mask);
     void (*allgather)(const void *in, void *out, int bytes); /* out: the 32 lanes' `bytes`, in lane order */
@@ -38,6 +41,11 @@ extern emu_rt *emu_rt_ptr;
 #define gridDim (emu_rt_ptr->gdim)
 
 static inline void __syncthreads(void) { emu_rt_ptr->sync(); }
+/* a kernel's broken invariant: the GPU's trap ends the launch with an error; here the test process ends, loudly */
+[[noreturn]] static inline void __trap(void) {
+    fputs("emu: kernel executed __trap() (a device-side invariant failed)\n", stderr);
+    abort();
+}
 
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
     (void)mask;

@@ -52,6 +52,7 @@ struct op {
     int kind; /* 0 launch, 1 copy, 2 memset */
     kfunc *f;
     unsigned g[3], b[3];
+    unsigned smem; /* dynamic shared memory the launch passed (the kernels may check it: dynamic_smem_bytes) */
     std::vector<unsigned char> args;
     CUdeviceptr dst, src;
     size_t bytes;
@@ -252,7 +253,10 @@ static CUresult exec_launch(kfunc *f, const unsigned g[3], const unsigned b[3], 
 }
 
 static CUresult exec_op(const op &o) {
-    if (o.kind == 0) return exec_launch(o.f, o.g, o.b, o.args.data());
+    if (o.kind == 0) {
+        rt.dyn_smem = o.smem;
+        return exec_launch(o.f, o.g, o.b, o.args.data());
+    }
     if (o.kind == 1) memmove((void *)o.dst, (const void *)o.src, o.bytes);
     if (o.kind == 2) memset((void *)o.dst, o.value, o.bytes);
     return sticky;
@@ -466,6 +470,11 @@ static CUresult e_FuncSetAttribute(CUfunction, CUfunction_attribute a, int) {
     if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return fail(CUDA_ERROR_NOT_SUPPORTED, "cuFuncSetAttribute: attribute");
     return CUDA_SUCCESS;
 }
+/* one block per SM: a persistent grid then has sm_count CTAs (tests cap it lower to give each several tiles) */
+static CUresult e_OccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction, int, size_t) {
+    *n = 1;
+    return CUDA_SUCCESS;
+}
 static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, CUstream, void **params, void **extra) {
     if (sticky) return sticky;
@@ -477,6 +486,7 @@ static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned
     o.kind = 0;
     o.f = f;
     o.g[0] = gx, o.g[1] = gy, o.g[2] = gz, o.b[0] = bx, o.b[1] = by, o.b[2] = bz;
+    o.smem = smem;
     size_t n = f->size();
     o.args.assign((const unsigned char *)params[0], (const unsigned char *)params[0] + n);
     if (capturing) {
@@ -529,6 +539,7 @@ static const struct {
     E(EventDestroy), E(EventRecord), E(EventSynchronize), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
     E(ModuleGetFunction), E(FuncGetAttribute), E(FuncSetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
     E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
+    E(OccupancyMaxActiveBlocksPerMultiprocessor),
 #undef E
 };
 
