@@ -13,8 +13,8 @@
          within 10% when 0.9 <= ratio <= 1.1.
          Not triton's do_bench: it clears the L2 before every call, which is another configuration (the rows run
          with a warm L2). Host-bound rows (eager at batch 1-16) varied by up to 40% between processes on the
-         H100 machine under either timer (docs/perf-log.md, step 15); report.py marks ratios against rows the check
-         does not confirm.
+         H100 machine under either timer, pinned to one core or not (docs/perf-log.md, steps 15-17); report.py
+         marks ratios against rows the check does not confirm.
 
   time   one configuration alone, no reference (the repeatability runs of tools/gpu_session.sh, stage hostvar).
 

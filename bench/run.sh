@@ -30,20 +30,13 @@ out=bench/results/$date-$gpu.json
 tmp=$(mktemp)
 log=bench/results/$date-$gpu.log
 : >"$log"
-# GPU rows run pinned to one core (both sides, and the independent check): host-bound rows (eager at small
-# batch) then vary less between processes (docs/perf-log.md, step 16). torch.compile keeps every core for its
-# compile workers (its setup time is reported).
-PIN=""
-if [ $DEV = cuda ] && command -v taskset >/dev/null; then PIN="taskset -c $(( $(nproc) - 1 ))"; fi
 ours() { # model stem batches dtype mode [extra]
     local stem=$2
-    $PIN "$CNN" bench --model "$1" --stem "$stem" --batch "$3" --dtype "$4" --mode "$5" --device $DEV --repeat "$REPEAT" \
+    "$CNN" bench --model "$1" --stem "$stem" --batch "$3" --dtype "$4" --mode "$5" --device $DEV --repeat "$REPEAT" \
         --warmup "$WARMUP" -o jsonl ${6:-} 2>>"$log" >>"$tmp" || echo "cnn bench $* failed (see $log)" >&2
 }
 theirs() { # model stem batches dtype mode impls
-    local pin=$PIN
-    case $6 in *compile*) pin="" ;; esac
-    $pin "$PYTHON" bench/pytorch_bench.py --model "$1" --stem "$2" --batch "$3" --dtype "$4" --mode "$5" --impl "$6" \
+    "$PYTHON" bench/pytorch_bench.py --model "$1" --stem "$2" --batch "$3" --dtype "$4" --mode "$5" --impl "$6" \
         --repeat "$REPEAT" --warmup "$WARMUP" 2>>"$log" >>"$tmp" || echo "pytorch_bench $* failed (see $log)" >&2
 }
 t0=$SECONDS
@@ -92,7 +85,7 @@ fi
 "$PYTHON" -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; json.dump(rows, open(sys.argv[2],"w"), indent=1)' "$tmp" "$out"
 rm -f "$tmp"
 if [ $DEV = cuda ]; then # an independent re-measurement of PyTorch rows (torch.utils.benchmark), appended to the results
-    $PIN "$PYTHON" bench/gpu_checks.py check "$out" 2>>"$log" >"$out.check" || echo "gpu_checks.py check failed" >&2
+    "$PYTHON" bench/gpu_checks.py check "$out" 2>>"$log" >"$out.check" || echo "gpu_checks.py check failed" >&2
     "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); r += [json.loads(l) for l in open(sys.argv[2]) if l.strip()]; json.dump(r, open(sys.argv[1],"w"), indent=1)' "$out" "$out.check"
     rm -f "$out.check"
 fi
