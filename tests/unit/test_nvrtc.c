@@ -5,7 +5,10 @@
  *     (program, arch) with the compile time and registers. SKIP (counted) only when libnvrtc cannot be loaded.
  *   - the on-disk kernel cache: round trip, corruption / truncation / stale descriptor detected, concurrent
  *     writers never expose a partial entry, no temp files left behind.
- * CNN_TEST_QUICK=1 (the sanitizer run) compiles one program per family for sm_90a only.
+ * CNN_TEST_QUICK=1 (the sanitizer run) compiles one program per family for sm_90a only. A wgmma program that
+ * ptxas had to serialise (it says so in its log) fails like a spill. For development only (make test sets
+ * neither): CNN_TEST_NVRTC_ONLY=substring compiles the programs whose label contains it, CNN_TEST_NVRTC_LOG=1
+ * prints each ptxas log.
  */
 #include "test.h"
 
