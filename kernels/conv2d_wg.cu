@@ -88,6 +88,24 @@ __device__ __forceinline__ void acc_fence(float &x) {
 #endif
 }
 
+/* every accumulator of a thread, in its register: zeroed; or fenced against the asynchronous MMA writing it */
+__device__ __forceinline__ void acc_zero(float (&acc)[MB][NT8][4]) {
+#pragma unroll
+    for (int b = 0; b < MB; b++)
+#pragma unroll
+        for (int j = 0; j < NT8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[b][j][e] = 0.0f;
+}
+__device__ __forceinline__ void acc_fence_all(float (&acc)[MB][NT8][4]) {
+#pragma unroll
+    for (int b = 0; b < MB; b++)
+#pragma unroll
+        for (int j = 0; j < NT8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc_fence(acc[b][j][e]);
+}
+
 #if BN == 64
 __device__ __forceinline__ void wgmma_n64(float *d, unsigned long long da, unsigned long long db, int accumulate) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -228,12 +246,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const con
     };
 
     float acc[MB][NT8][4];
-#pragma unroll
-    for (int b = 0; b < MB; b++)
-#pragma unroll
-        for (int j = 0; j < NT8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[b][j][e] = 0.0f;
+    acc_zero(acc);
 
     auto compute_slice = [&](int stage) {
 #if defined(__CUDA_ARCH__)
@@ -246,12 +259,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const con
                 WGMMA(&acc[b][0][0], wg_desc(&As[stage][(wrow0 + b * 64) * BK]) + (unsigned long long)(k16 * 2), db, 1);
         }
         wg_commit_and_wait_prev();
-#pragma unroll
-        for (int b = 0; b < MB; b++)
-#pragma unroll
-            for (int j = 0; j < NT8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc_fence(acc[b][j][e]);
+        acc_fence_all(acc);
 #else /* the emulator: this thread's accumulators, each a 64-term dot product over the swizzled slice */
         const int g = lane >> 2, t4 = lane & 3;
         for (int b = 0; b < MB; b++)
@@ -289,22 +297,12 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const con
         cp_async_commit();
         if (++c_kt == ktiles) {
             wg_wait_all();
-#pragma unroll
-            for (int b = 0; b < MB; b++)
-#pragma unroll
-                for (int j = 0; j < NT8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) acc_fence(acc[b][j][e]);
+            acc_fence_all(acc);
             int m0, n0;
             tile_origin(c_tile, m0, n0);
 #pragma unroll
             for (int b = 0; b < MB; b++) tile_epilogue<NT8>(a, acc[b], m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane);
-#pragma unroll
-            for (int b = 0; b < MB; b++)
-#pragma unroll
-                for (int j = 0; j < NT8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) acc[b][j][e] = 0.0f;
+            acc_zero(acc);
             c_kt = 0, c_tile++;
         }
     }
