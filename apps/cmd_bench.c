@@ -88,9 +88,10 @@ static void describe_step(const cnn_model *m, int s, int n, size_t esz, bench_la
     memset(L, 0, sizeof *L);
     L->step = s;
     snprintf(L->name, sizeof L->name, "%s", nd->name);
-    snprintf(L->fused, sizeof L->fused, "%s%s%s%s%s", e.bn >= 0 && e.bn != e.node ? "bn" : "",
+    snprintf(L->fused, sizeof L->fused, "%s%s%s%s%s%s", e.bn >= 0 && e.bn != e.node ? "bn" : "",
              e.bn >= 0 && e.bn != e.node && (e.has_residual || e.relu) ? "+" : "", e.has_residual ? "add" : "",
-             e.has_residual && e.relu ? "+" : "", e.relu ? "relu" : "");
+             e.has_residual && e.relu ? "+" : "", e.relu ? "relu" : "",
+             e.pool < 0 ? "" : e.bn >= 0 || e.has_residual || e.relu ? "+maxpool" : "maxpool");
     const char *pool = nd->op == CNN_OP_MAXPOOL ? "max" : "avg";
     switch (nd->op) {
     case CNN_OP_CONV:

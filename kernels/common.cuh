@@ -211,6 +211,44 @@ __device__ __forceinline__ void mma_m16n8k16(float *d, const unsigned *a, const 
     emu_mma_m16n8k16(d, a, b, ACT == ACT_BF16); /* the CPU emulator of tests/gpu/emu */
 #endif
 }
+
+/* Two floats rounded (to nearest even) into one register of two act_t, a in the low half: one cvt.rn.bf16x2 /
+ * f16x2 on sm_80+ (its first operand goes to the high half). */
+__device__ __forceinline__ unsigned act2_pack(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d;
+#if ACT == ACT_BF16
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+#endif
+    return d;
+#else
+    return (unsigned)f32_to_act(a) | ((unsigned)f32_to_act(b) << 16);
+#endif
+}
+
+/* Lane-wise max of two registers of two act_t, NaN if either is NaN (PyTorch's max-pool propagates NaN). */
+__device__ __forceinline__ unsigned act2_max_nan(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d;
+#if ACT == ACT_BF16
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+    return d;
+#else
+    unsigned d = 0;
+    for (int h = 0; h < 2; h++) {
+        const unsigned short ua = (unsigned short)(a >> (16 * h)), ub = (unsigned short)(b >> (16 * h));
+        const float fa = act_to_f32(ua), fb = act_to_f32(ub);
+        const unsigned short r = fa != fa ? ua : fb != fb ? ub : fb > fa ? ub : ua;
+        d |= (unsigned)r << (16 * h);
+    }
+    return d;
+#endif
+}
 #endif
 #endif /* ACT */
 

@@ -22,11 +22,11 @@ typedef struct conv_args {
     int splits;              /* wgrad: number of reduction splits (gridDim.z) */
     int relu;                /* fprop epilogue */
     int accumulate;          /* dgrad: dx += result */
-    int pad0;
+    int p2, q2;              /* conv2d_first.cu with a fused max-pool: the pool's output (N, K, P2, Q2) */
     const void *x;           /* (N, H, W, C) act */
     const void *wt;          /* (K, R, S, C) act */
     const void *dy;          /* (N, P, Q, K) act */
-    void *out;               /* fprop y (N,P,Q,K) act; dgrad dx (N,H,W,C) act; wgrad dw (K,R,S,C) float */
+    void *out;               /* fprop y (N,P,Q,K) act (with a fused pool (N,P2,Q2,K)); dgrad dx (N,H,W,C) act; wgrad dw (K,R,S,C) float */
     float *ws;               /* wgrad with splits > 1: (splits, K, R*S*C) float partial sums */
     const float *scale;      /* fprop epilogue (K) or NULL */
     const float *shift;      /* fprop epilogue (K) or NULL */

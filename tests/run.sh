@@ -51,6 +51,9 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     for dt in bf16 tf32; do
         run_one "emu-conv_tc-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_tc
     done
+    for dt in bf16 f16; do # the first-layer kernels and the fused stem + max-pool
+        run_one "emu-conv_first-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_first
+    done
 else
     echo "SKIP emu-conv_tc: $BUILD/gpu_test_ops was not built (no CUDA headers in CUDA_HOME)"
     skipped=$((skipped + 1))

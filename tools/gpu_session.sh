@@ -4,7 +4,8 @@
 # startup, sanitizers and a short benchmark. Each stage has its own time limit so a hang costs one stage only.
 #
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
-#                                        sanitize-tf32 e2e layers-r50 tune-full-r50
+#                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
+#                                        first-ab
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -60,6 +61,25 @@ if has ops-conv; then # the forward-convolution groups (every case, every tensor
 fi
 if has ops-tc; then # the tensor-core forward group alone (every config, every dtype that has one), synchronised
     stage gpu-ops-tc 240 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv_tc
+fi
+if has ops-first; then # the first-layer kernels and conv + max-pool, then the groups whose stem cases now reach them
+    stage gpu-ops-first 300 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" conv_first conv conv_tc
+fi
+if has sanitize-first; then # the first-layer kernels under memcheck and racecheck (quick cases, bf16)
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+        stage "sanitizer-first-$tool" 150 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_first
+    done
+fi
+if has first-ab; then # the first-layer kernels on (default) and off (CNN_CONV_FIRST=0, the rewritten-operand path), same run
+    for arm in on off; do
+        env=""; [ $arm = off ] && env="CNN_CONV_FIRST=0"
+        stage "first-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 >$OUT/first-$arm-whole.md"
+        stage "first-$arm-layers-r50" 120 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 >$OUT/first-$arm-layers-r50.md"
+        stage "first-$arm-layers-vgg" 120 bash -c "env $env $BUILD/cnn bench --model vgg16 --batch 64 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 >$OUT/first-$arm-layers-vgg.md"
+        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224|\| (conv1|maxpool|features\.0|features\.2) \|' $OUT/first-$arm-*.md
+    done
 fi
 if has memcheck-tc; then # memcheck alone on the tensor-core group (quick cases, bf16: the wgmma rows included)
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -148,6 +148,14 @@ struct cnn_backend {
                                const void *x,  /* (N, C, H, W) */
                                const void *w,  /* (K, C, R, S) */
                                void *y);       /* (N, K, P, Q) */
+    /* Optional (NULL where a backend has no fused kernel): y = maxpool(conv epilogue), pl's input being the
+     * conv's output; the eval plan fuses a conv with the max-pool that alone consumes it when conv2d_pool_fusable
+     * says the fused kernel runs that problem. conv2d_fprop_pool is correct for any such pair (unfused inside
+     * where it must). */
+    cnn_status (*conv2d_fprop_pool)(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep,
+                                    const cnn_pool2d *pl, const void *x, const void *w,
+                                    void *y); /* (N, K, pl->p, pl->q) */
+    bool (*conv2d_pool_fusable)(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual);
     cnn_status (*conv2d_dgrad)(cnn_backend *be, const cnn_conv2d *cv,
                                const void *dy, /* (N, K, P, Q) */
                                const void *w,  /* (K, C, R, S) */

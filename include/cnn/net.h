@@ -179,6 +179,7 @@ typedef struct cnn_eval_step {
     bool has_residual; /* a residual tensor is added in the epilogue                       */
     int residual;      /* its producer node (-1 = the network input)                       */
     bool relu;         /* ReLU applied in the epilogue                                      */
+    int pool;          /* max-pool node fused after the epilogue (the step's value is its output), or -1 */
 } cnn_eval_step;
 int cnn_model_eval_steps(const cnn_model *m);
 cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s); /* s in [0, cnn_model_eval_steps) */

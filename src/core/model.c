@@ -12,7 +12,8 @@
  *   train  every node runs as itself (batch statistics, dropout); gradients flow back node by node, an
  *          activation gradient that two consumers write is accumulated by the second writer.
  *   eval   BatchNorm folded into scale/shift, and conv -> BN -> residual add -> ReLU chains fused into the
- *          conv's epilogue; dropout and trivial flattens alias their input. Its steps can also be run one
+ *          conv's epilogue, and the max-pool after such a chain too where the backend has a kernel for it
+ *          (conv2d_fprop_pool: the ResNet stem on the GPU); dropout and trivial flattens alias their input. Its steps can also be run one
  *          at a time, eagerly (cnn_model_forward_eval_steps), for per-layer timing (`cnn bench --layers`).
  */
 #include "cnn/net.h"
@@ -33,6 +34,7 @@ typedef struct cnn_step {
     bool has_residual;
     int residual; /* node whose value is added before the ReLU (-1 = the network input) */
     bool relu;
+    int pool;     /* max-pool node fused after the epilogue (-1)        */
     int out;      /* the node whose value this step produces            */
 } cnn_step;
 
@@ -225,6 +227,9 @@ static int sole_consumer(const cnn_net *net, int i) {
     return found;
 }
 
+static void conv_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_conv2d *cv);
+static void pool_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_pool2d *pl);
+
 static size_t plan_eval(cnn_model *m) {
     const cnn_net *net = m->net;
     int n = net->n_nodes;
@@ -243,7 +248,7 @@ static size_t plan_eval(cnn_model *m) {
             done[i] = true;
             continue;
         }
-        cnn_step st = {.node = i, .bn = -1, .has_residual = false, .residual = -1, .relu = false, .out = i};
+        cnn_step st = {.node = i, .bn = -1, .has_residual = false, .residual = -1, .relu = false, .pool = -1, .out = i};
         int cur = i;
         bool chain = nd->op == CNN_OP_CONV || nd->op == CNN_OP_BN || nd->op == CNN_OP_ADD;
         if (nd->op == CNN_OP_BN) st.bn = i;
@@ -276,6 +281,21 @@ static size_t plan_eval(cnn_model *m) {
                 cur = j;
             }
         }
+        /* a conv whose output only a max-pool reads (the ResNet stem): one kernel, where the backend has it */
+        if (nd->op == CNN_OP_CONV && m->be->conv2d_fprop_pool && m->be->conv2d_pool_fusable) {
+            int j = sole_consumer(net, cur);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_MAXPOOL) {
+                cnn_conv2d cv;
+                cnn_pool2d pl;
+                conv_problem(m, nd, m->max_batch, &cv);
+                pool_problem(m, &net->nodes[j], m->max_batch, &pl);
+                if (m->be->conv2d_pool_fusable(m->be, &cv, &pl, st.has_residual)) {
+                    st.pool = j;
+                    done[j] = true;
+                    cur = j;
+                }
+            }
+        }
         st.out = i;
         /* every node absorbed into this step takes the step's value */
         m->value_of[i] = i;
@@ -295,7 +315,8 @@ static size_t plan_eval(cnn_model *m) {
     for (int i = 0; i < n; i++) step_of[i] = -1;
     for (int s = 0; s < m->n_steps; s++) {
         step_of[m->steps[s].node] = s;
-        iv[s].bytes = node_bytes(m, m->steps[s].node, m->max_batch);
+        const cnn_step *sp = &m->steps[s]; /* a fused pool's output is what the step stores */
+        iv[s].bytes = node_bytes(m, sp->pool >= 0 ? sp->pool : sp->node, m->max_batch);
         iv[s].first = iv[s].last = s;
     }
     for (int s = 0; s < m->n_steps; s++) {
@@ -625,15 +646,19 @@ static cnn_status refresh_fold(cnn_model *m) {
 
 /* ---- forward ------------------------------------------------------------------------------------------ */
 
-static cnn_status run_pool(cnn_model *m, const cnn_node *nd, int n, const void *x, void *y) {
+static void pool_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_pool2d *pl) {
     int c, h, w;
     in_chw(m->net, nd->in[0], &c, &h, &w);
-    cnn_pool2d pl;
     bool ok = nd->op == CNN_OP_ADAPTIVE_AVGPOOL
-                  ? cnn_pool2d_init_adaptive(&pl, n, c, h, w, nd->out_h, nd->out_w)
-                  : cnn_pool2d_init(&pl, nd->op == CNN_OP_MAXPOOL ? CNN_POOL_MAX : CNN_POOL_AVG, n, c, h, w, nd->r,
+                  ? cnn_pool2d_init_adaptive(pl, n, c, h, w, nd->out_h, nd->out_w)
+                  : cnn_pool2d_init(pl, nd->op == CNN_OP_MAXPOOL ? CNN_POOL_MAX : CNN_POOL_AVG, n, c, h, w, nd->r,
                                     nd->stride, nd->pad);
-    CNN_ASSERT(ok);
+    CNN_ASSERT(ok && pl->p == nd->h && pl->q == nd->w);
+}
+
+static cnn_status run_pool(cnn_model *m, const cnn_node *nd, int n, const void *x, void *y) {
+    cnn_pool2d pl;
+    pool_problem(m, nd, n, &pl);
     return m->be->pool2d_forward(m->be, &pl, x, y);
 }
 
@@ -726,7 +751,13 @@ static cnn_status eval_step(cnn_model *m, int n, int s) {
         conv_problem(m, nd, n, &cv);
         if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]);
         cnn_epilogue ep = {.scale = scale, .shift = shift, .residual = res, .relu = sp->relu};
-        st = be->conv2d_fprop(be, &cv, &ep, x, weight(m, nd->param[0]), y);
+        if (sp->pool >= 0) {
+            cnn_pool2d pl;
+            pool_problem(m, &net->nodes[sp->pool], n, &pl);
+            st = be->conv2d_fprop_pool(be, &cv, &ep, &pl, x, weight(m, nd->param[0]), y);
+        } else {
+            st = be->conv2d_fprop(be, &cv, &ep, x, weight(m, nd->param[0]), y);
+        }
         break;
     }
     case CNN_OP_BN:
@@ -768,7 +799,7 @@ cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s) {
     CNN_ASSERT(s >= 0 && s < m->n_steps);
     const cnn_step *sp = &m->steps[s];
     cnn_eval_step e = {.node = sp->node, .bn = sp->bn, .has_residual = sp->has_residual,
-                       .residual = sp->residual, .relu = sp->relu};
+                       .residual = sp->residual, .relu = sp->relu, .pool = sp->pool};
     return e;
 }
 

@@ -363,6 +363,10 @@ void cnn_cuda_conv_force_grid(cnn_backend *be, int ctas) {
     CNN_ASSERT(ctas >= 0);
     cuda_impl(be)->conv_force_grid = ctas;
 }
+void cnn_cuda_first_force_config(cnn_backend *be, int cfg) {
+    CNN_ASSERT(cfg >= -1 && cfg < cnn_cuda_first_config_count());
+    cuda_impl(be)->first_force_cfg = cfg;
+}
 void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits) {
     CNN_ASSERT(splits >= -1);
     cuda_impl(be)->conv_force_splitk = splits;
@@ -467,6 +471,9 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->sync_debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     const char *mma = getenv("CNN_CONV_MMA");
     cb->no_mma = mma && strcmp(mma, "0") == 0;
+    const char *first = getenv("CNN_CONV_FIRST");
+    cb->no_first = first && strcmp(first, "0") == 0;
+    cb->first_force_cfg = -1;
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
@@ -505,6 +512,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->conv2d_fprop = cuda_conv2d_fprop;
     be->conv2d_dgrad = cuda_conv2d_dgrad;
     be->conv2d_wgrad = cuda_conv2d_wgrad;
+    be->conv2d_fprop_pool = cuda_conv2d_fprop_pool;
+    be->conv2d_pool_fusable = cuda_conv2d_pool_fusable;
     be->channel_sum = cuda_channel_sum;
     be->bn_forward_train = cuda_bn_forward_train;
     be->bn_backward = cuda_bn_backward;
@@ -544,6 +553,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
             nv_minor, cuda_dtype_str(dt), cb->cache_dir[0] ? cb->cache_dir : "off",
             cb->sync_debug ? ", CNN_SYNC_DEBUG on" : "");
     if (cb->no_mma) cnn_log(1, "cnn: CNN_CONV_MMA=0: tensor-core convolution kernels are off");
+    if (cb->no_first) cnn_log(1, "cnn: CNN_CONV_FIRST=0: first layers run on the general kernels (rewritten operands)");
     if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set: forward convolutions in TF32 on the tensor cores (sm_80+, C %% 4 == 0, K %% 8 == 0); backward passes and linear layers in exact fp32");
     *out = be;
     return CNN_OK;

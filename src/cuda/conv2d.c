@@ -430,9 +430,10 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
  * Once per distinct (dtype, shape), outside graph capture: time the candidates on the real inputs into a
  * scratch output (the real one may alias nothing, but a scratch is certain), each launched once to warm up and
  * then 3 times with the L2 flushed (a 64 MiB memset) before each, CUDA events, median; the fastest wins and is
- * remembered in process and on disk (tune.c). fast = the 4 best by the heuristic's score and the best small tile,
- * plus the persistent twin of each wgmma one where the output has more tiles than the GPU has SMs; full = every
- * config, each with its heuristic split-K and, when that splits, also unsplit. */
+ * remembered in process and on disk (tune.c, which also does the timing: cuda_tune_time). fast = the 4 best by
+ * the heuristic's score and the best small tile, plus the persistent twin of each wgmma one where the output has
+ * more tiles than the GPU has SMs; full = every config, each with its heuristic split-K and, when that splits,
+ * also unsplit. */
 typedef struct tc_cand {
     int cfg, splits;
 } tc_cand;
@@ -476,9 +477,17 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     return n;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
+typedef struct tc_tune_ctx {
+    cnn_backend *be;
+    const cnn_conv2d *cv;
+    const cnn_epilogue *ep;
+    const void *x, *w;
+    const tc_cand *cand;
+} tc_tune_ctx;
+
+static cnn_status tc_tune_launch(void *ctx, int i, void *y) {
+    tc_tune_ctx *t = ctx;
+    return tc_launch(t->be, t->cv, t->ep, t->x, t->w, y, t->cand[i].cfg, t->cand[i].splits);
 }
 
 static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
@@ -490,44 +499,17 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     *cfg_out = cand[0].cfg, *splits_out = cand[0].splits;
     if (nc == 1) return CNN_OK;
     size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * (be->act_dtype == CNN_DTYPE_F32 ? 4 : 2);
-    const size_t flush_bytes = (size_t)64 << 20;
-    CUdeviceptr scratch = 0, flush = 0;
-    CUevent e0 = NULL, e1 = NULL;
-    cnn_status st = CNN_OK;
-    if (cu.MemAlloc(&scratch, ybytes) != CUDA_SUCCESS || cu.MemAlloc(&flush, flush_bytes) != CUDA_SUCCESS ||
-        cu.EventCreate(&e0, 0) != CUDA_SUCCESS || cu.EventCreate(&e1, 0) != CUDA_SUCCESS) {
-        cnn_log(2, "cnn: tuning %s: no room for its scratch buffers; using the heuristic", key);
-        goto done; /* tuning is an optimisation: without memory for it, the heuristic's choice stands */
-    }
-    float best = 1e30f;
-    for (int i = 0; i < nc && st == CNN_OK; i++) {
-        st = tc_launch(be, cv, ep, x, w, (void *)(uintptr_t)scratch, cand[i].cfg, cand[i].splits);
-        float ms[3];
-        for (int r = 0; r < 3 && st == CNN_OK; r++) {
-            if (cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS ||
-                cu.EventRecord(e0, cb->stream) != CUDA_SUCCESS)
-                st = cnn_fail(CNN_E_DEVICE, "tuning %s: memset/event failed", key);
-            if (st == CNN_OK) st = tc_launch(be, cv, ep, x, w, (void *)(uintptr_t)scratch, cand[i].cfg, cand[i].splits);
-            if (st == CNN_OK && (cu.EventRecord(e1, cb->stream) != CUDA_SUCCESS || cu.EventSynchronize(e1) != CUDA_SUCCESS ||
-                                 cu.EventElapsedTime(&ms[r], e0, e1) != CUDA_SUCCESS))
-                st = cnn_fail(CNN_E_DEVICE, "tuning %s: timing %s failed", key, tc_configs[cand[i].cfg].name);
-        }
-        if (st != CNN_OK) break;
-        qsort(ms, 3, sizeof ms[0], cmp_float);
-        cnn_log(3, "cnn: tune %s: %s splits %d: %.4f ms", key, tc_configs[cand[i].cfg].name, cand[i].splits, ms[1]);
-        if (ms[1] < best) best = ms[1], *cfg_out = cand[i].cfg, *splits_out = cand[i].splits;
-    }
-    if (st == CNN_OK) {
-        cuda_tune_put(cb, key, *cfg_out, *splits_out, best);
+    tc_tune_ctx t = {be, cv, ep, x, w, cand};
+    int best;
+    float ms;
+    cnn_status st = cuda_tune_time(cb, key, nc, ybytes, tc_tune_launch, &t, &best, &ms);
+    if (st == CNN_OK && best >= 0) {
+        *cfg_out = cand[best].cfg, *splits_out = cand[best].splits;
+        cuda_tune_put(cb, key, *cfg_out, *splits_out, ms);
         cb->pub.n_tuned++;
         cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms)", key, tc_configs[*cfg_out].name,
-                *splits_out, best, nc, (cnn_now() - t0) * 1e3);
+                *splits_out, ms, nc, (cnn_now() - t0) * 1e3);
     }
-done:
-    if (scratch) cu.MemFree(scratch);
-    if (flush) cu.MemFree(flush);
-    if (e0) cu.EventDestroy(e0);
-    if (e1) cu.EventDestroy(e1);
     cb->pub.tune_seconds += cnn_now() - t0;
     return st;
 }
@@ -641,6 +623,10 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     CNN_ASSERT(x && w && y);
     int v;
     CUfunction f;
+    if (cuda_first_eligible(cb, cv, ep, NULL, y)) { /* a first layer over a 3-channel image: conv2d_first.c */
+        CNN_TRY(check_problem(cv, PASS_FPROP));
+        return cuda_first_fprop(be, cv, ep, NULL, x, w, y);
+    }
     int narrow = narrow_kind(cb, cv, ep, y);
     if (narrow != NARROW_NONE) return narrow_fprop(be, cv, ep, x, w, y, narrow);
     if (tc_eligible(cb, cv, ep, x, w, y)) {

@@ -86,5 +86,11 @@ void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
 /* The persistent tensor-core rows (names ending /p) launch as many CTAs as fit on the GPU, each looping over
  * output tiles; ctas > 0 caps that grid (a test makes each CTA take several tiles), 0 restores it. */
 void cnn_cuda_conv_force_grid(cnn_backend *be, int ctas);
+/* First-layer kernels (conv2d_first.cu: 3-channel images, the stem with or without its max-pool, 3x3/1): how many
+ * configs, their names, and forcing one (-1 = tuned or the heuristic) for every problem of its shape class; a
+ * problem of another class keeps its own choice. The grid cap above applies to them too (they are persistent). */
+int cnn_cuda_first_config_count(void);
+const char *cnn_cuda_first_config_name(int cfg);
+void cnn_cuda_first_force_config(cnn_backend *be, int cfg);
 
 #endif

@@ -157,7 +157,8 @@ typedef struct cuda_family {
 } cuda_family;
 
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
-    cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc, cuda_family_conv2d_fprop_wg, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep,
+    cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc,
+    cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_first, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep,
     cuda_family_optim;
 
 /* Whether a family has programs for activation dtype dt. */
@@ -193,7 +194,7 @@ typedef struct cuda_tune_entry {
     float ms;
 } cuda_tune_entry;
 
-enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_SLOTS = 2 };
+enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_STAGED = 2, CUDA_WS_SLOTS = 3 };
 
 typedef struct cuda_be {
     cnn_backend pub;
@@ -209,6 +210,8 @@ typedef struct cuda_be {
     char cache_dir[1024];     /* "" = no disk cache */
     bool sync_debug;          /* CNN_SYNC_DEBUG: synchronise and check after every launch */
     bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
+    bool no_first;            /* CNN_CONV_FIRST=0: first layers take the rewritten-operand path (A/B timing) */
+    int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
     bool capturing;
     int graphs_live;          /* instantiated graphs not yet freed */
@@ -243,6 +246,13 @@ static inline cuda_be *cuda_impl(cnn_backend *be) { return (cuda_be *)be->impl; 
 bool cuda_tune_get(cuda_be *cb, const char *key, int *cfg, int *splits);
 void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms);
 void cuda_tune_free(cuda_be *cb);
+/* Time n candidates of one problem (key names it in messages): launch(ctx, i, y) launches candidate i writing
+ * into y, a scratch output of ybytes; each is launched once to warm up, then 3 times with the L2 flushed (a 64 MiB
+ * memset) before each, CUDA events, median. *best = the fastest (its median in *best_ms), or -1 when there was no
+ * memory for the scratch buffers (the caller's heuristic stands: tuning is an optimisation). Outside capture. */
+typedef cnn_status (*cuda_tune_launch_fn)(void *ctx, int i, void *y);
+cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cuda_tune_launch_fn launch, void *ctx,
+                          int *best, float *best_ms);
 
 /* Make the backend's context current on this thread (cheap when it already is). */
 void cuda_bind(cuda_be *cb);
@@ -263,7 +273,8 @@ cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsig
 /* Device workspace of at least `bytes` (valid until the next call for the same slot; never shrinks). Slot
  * CUDA_WS_SCRATCH serves one kernel's temporaries (split-K partials, reduction chunks); CUDA_WS_OPERANDS holds
  * rewritten operands that a following kernel reads (the stem's space-to-depth input and filter), so taking
- * scratch in between cannot move them. */
+ * scratch in between cannot move them; CUDA_WS_STAGED a conv's output that a pool then reads (the unfused path of
+ * cuda_conv2d_fprop_pool). */
 cnn_status cuda_workspace_slot(cuda_be *cb, int slot, size_t bytes, void **out);
 static inline cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
     return cuda_workspace_slot(cb, CUDA_WS_SCRATCH, bytes, out);
@@ -281,6 +292,14 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
+/* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */
+bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
+                         const void *y);
+cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
+                            const void *x, const void *w, void *y);
+bool cuda_conv2d_pool_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual);
+cnn_status cuda_conv2d_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
+                                  const void *x, const void *w, void *y);
 /* linear.c */
 cnn_status cuda_linear_forward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
                                const float *bias, void *y);

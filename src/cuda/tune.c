@@ -6,7 +6,8 @@
  *     <cache_dir>/tune-v<V>-<arch>-<SMs>sm-drv<driver>-nvrtc<major>.<minor>.txt    lines "key|cfg|splits|ms"
  * so a second run tunes nothing. Lines are appended with one write(2) on an O_APPEND descriptor (concurrent
  * processes interleave whole lines); the file is read once, at the first lookup, and a malformed line is
- * skipped (the problem is then tuned again). The timing itself lives with the kernels (conv2d.c). V is
+ * skipped (the problem is then tuned again). cuda_tune_time times a launcher's candidates (the candidates
+ * themselves live with the kernels: conv2d.c, conv2d_first.c). V is
  * CUDA_TUNE_VERSION: a config is stored by its index in the launcher's table and its speed depends on the kernel
  * source, so a change to either bumps V and old winners are ignored rather than misread.
  */
@@ -15,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,49 @@ void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms) 
     }
     if (write(fd, line, (size_t)len) != len) cnn_log(2, "cnn: short write to the tuning cache %s", path);
     close(fd);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cuda_tune_launch_fn launch, void *ctx,
+                          int *best, float *best_ms) {
+    const size_t flush_bytes = (size_t)64 << 20;
+    CUdeviceptr scratch = 0, flush = 0;
+    CUevent e0 = NULL, e1 = NULL;
+    cnn_status st = CNN_OK;
+    *best = -1, *best_ms = 1e30f;
+    if (cu.MemAlloc(&scratch, ybytes) != CUDA_SUCCESS || cu.MemAlloc(&flush, flush_bytes) != CUDA_SUCCESS ||
+        cu.EventCreate(&e0, 0) != CUDA_SUCCESS || cu.EventCreate(&e1, 0) != CUDA_SUCCESS) {
+        cnn_log(2, "cnn: tuning %s: no room for its scratch buffers; using the heuristic", key);
+        goto done; /* tuning is an optimisation: without memory for it, the heuristic's choice stands */
+    }
+    for (int i = 0; i < n && st == CNN_OK; i++) {
+        void *y = (void *)(uintptr_t)scratch;
+        st = launch(ctx, i, y); /* warm-up (and compilation) */
+        float ms[3];
+        for (int r = 0; r < 3 && st == CNN_OK; r++) {
+            if (cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS ||
+                cu.EventRecord(e0, cb->stream) != CUDA_SUCCESS)
+                st = cnn_fail(CNN_E_DEVICE, "tuning %s: memset/event failed", key);
+            if (st == CNN_OK) st = launch(ctx, i, y);
+            if (st == CNN_OK && (cu.EventRecord(e1, cb->stream) != CUDA_SUCCESS || cu.EventSynchronize(e1) != CUDA_SUCCESS ||
+                                 cu.EventElapsedTime(&ms[r], e0, e1) != CUDA_SUCCESS))
+                st = cnn_fail(CNN_E_DEVICE, "tuning %s: timing candidate %d failed", key, i);
+        }
+        if (st != CNN_OK) break;
+        qsort(ms, 3, sizeof ms[0], cmp_float);
+        cnn_log(3, "cnn: tune %s: candidate %d: %.4f ms", key, i, ms[1]);
+        if (ms[1] < *best_ms) *best_ms = ms[1], *best = i;
+    }
+done:
+    if (scratch) cu.MemFree(scratch);
+    if (flush) cu.MemFree(flush);
+    if (e0) cu.EventDestroy(e0);
+    if (e1) cu.EventDestroy(e1);
+    return st;
 }
 
 void cuda_tune_free(cuda_be *cb) {

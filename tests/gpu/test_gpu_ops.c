@@ -12,7 +12,7 @@
  * group is reported as that group's failure and the others still run.
  *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_tc group with F32
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does)
- * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc linear xent prep
+ * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc conv_first linear xent prep
  * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  */
 #include "test.h"
@@ -1189,6 +1189,127 @@ static void g_conv_tc(ctx *t) {
     cnn_cuda_conv_force_grid(t->gpu, 0);
 }
 
+/* ---- first layers (conv2d_first.cu) and the conv + max-pool op ---------------------------------------------
+ * Each config forced on the shapes of its class (odd sizes, H != W, K below, at and above one 64-channel block)
+ * with the persistent grid natural and capped at 1 and 3 CTAs, every epilogue variant; the stem with its
+ * max-pool fused (conv2d_fprop_pool) against conv then pool in float64 and the CPU backend's conv then pool; and
+ * the op's unfused path (a forced generic config, a pool the kernel does not fuse, F32). */
+static const conv_case first_cases[] = {
+    {2, 3, 15, 13, 64, 7, 7, 2, 2, 3, 3},  /* the stem, odd H and W */
+    {1, 3, 37, 19, 64, 3, 3, 1, 1, 1, 1},  /* 3x3/1 pad 1 (VGG's first layer): several tiles, ragged both ways */
+    {1, 3, 40, 23, 72, 7, 7, 2, 2, 3, 3},  /* batch 1, H != W, two channel blocks, the second 8 wide */
+    {2, 3, 9, 11, 16, 3, 3, 1, 1, 1, 1},   /* K = 16 */
+    {3, 3, 9, 30, 16, 7, 7, 2, 2, 3, 3},   /* K = 16: one block, mostly masked */
+    {2, 3, 12, 70, 136, 3, 3, 1, 1, 1, 1}, /* three channel blocks */
+};
+
+static void first_one(ctx *t, const conv_case *cc, int cfg, bool pool, int variant, uint64_t seed) {
+    cnn_conv2d cv = conv_of(cc);
+    cnn_pool2d pl = {0};
+    if (pool && !cnn_pool2d_init(&pl, CNN_POOL_MAX, cv.n, cv.k, cv.p, cv.q, 3, 2, 1)) fatal("pool init");
+    if (pool && variant >= 4) /* a pool the fused kernel does not take: 2x2/2 */
+        if (!cnn_pool2d_init(&pl, CNN_POOL_MAX, cv.n, cv.k, cv.p, cv.q, 2, 2, 0)) fatal("pool init");
+    int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c,
+            ny = (int64_t)cv.n * cv.p * cv.q * cv.k, no = pool ? (int64_t)pl.n * pl.p * pl.q * pl.c : ny;
+    arr x = arr_in(t, nx, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
+    arr scale = arr_in(t, cv.k, false, seed + 2, 0.5f, 1.5f, 0), shift = arr_in(t, cv.k, false, seed + 3, -0.5f, 0.5f, 0);
+    int ev = variant % 4;
+    cnn_epilogue eg = {0}, ec = {0};
+    static const char *evn[] = {"", ".ep_shift", ".ep_scale_shift", ".ep_scale_shift_relu"};
+    if (ev >= 1) eg.shift = shift.g.p, ec.shift = shift.c;
+    if (ev >= 2) eg.scale = scale.g.p, ec.scale = scale.c;
+    if (ev >= 3) eg.relu = ec.relu = true;
+    double *ry = dalloc(ny), *ro = ry;
+    conv_ref_fprop(&cv, x.h, w.h, ev >= 2 ? scale.h : NULL, ev >= 1 ? shift.h : NULL, NULL, ev >= 3, ry);
+    if (pool) { /* max over the float64 conv outputs: rounding is monotonic, so this is the kernel's max rounded */
+        ro = dalloc(no);
+        for (int n = 0; n < pl.n; n++)
+            for (int p = 0; p < pl.p; p++)
+                for (int q = 0; q < pl.q; q++)
+                    for (int k = 0; k < pl.c; k++) {
+                        double best = -INFINITY;
+                        for (int r = 0; r < pl.r; r++)
+                            for (int s = 0; s < pl.s; s++) {
+                                int h = p * pl.stride_h - pl.pad_h + r, wi = q * pl.stride_w - pl.pad_w + s;
+                                if (h < 0 || h >= pl.h || wi < 0 || wi >= pl.w) continue;
+                                double e = ry[(((int64_t)n * pl.h + h) * pl.w + wi) * pl.c + k];
+                                if (e > best) best = e;
+                            }
+                        ro[(((int64_t)n * pl.p + p) * pl.q + q) * pl.c + k] = best;
+                    }
+    }
+    arr y = arr_out(t, no, true, 0);
+    char name[220], extra[96];
+    snprintf(extra, sizeof extra, "%s%s", pool ? (variant >= 4 ? ".maxpool2x2s2" : ".maxpool3x3s2p1") : "", evn[ev]);
+    snprintf(name, sizeof name, "conv2d_first.%s.n%d_c%d_h%d_w%d_k%d_r%d_s%d_st%d_pad%d.%s%s", t->dts, cv.n, cv.c, cv.h,
+             cv.w, cv.k, cv.r, cv.s, cv.stride_h, cv.pad_h, cfg >= 0 ? cnn_cuda_first_config_name(cfg) : "heuristic", extra);
+    for (char *p = name; *p; p++)
+        if (*p == '/') *p = '-';
+    cnn_cuda_first_force_config(t->gpu, cfg);
+    if (pool) {
+        expect_ok(t->gpu->conv2d_fprop_pool(t->gpu, &cv, &eg, &pl, x.g.p, w.g.p, y.g.p), name);
+        if (t->cpu) {
+            void *tmp = NULL;
+            cpu_ok(t, t->cpu->alloc(t->cpu, (size_t)ny * 4, "conv output", &tmp), name);
+            cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &ec, x.c, w.c, tmp), name);
+            cpu_ok(t, t->cpu->pool2d_forward(t->cpu, &pl, tmp, y.c), name);
+            t->cpu->free(t->cpu, tmp);
+        }
+    } else {
+        expect_ok(t->gpu->conv2d_fprop(t->gpu, &cv, &eg, x.g.p, w.g.p, y.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &ec, x.c, w.c, y.c), name);
+    }
+    layout ly = {"NPQK", {cv.n, pool ? pl.p : cv.p, pool ? pl.q : cv.q, cv.k}};
+    arr *in[] = {&x, &w, &scale, &shift};
+    verify(t, name, &y, ro, &ly, in, 4);
+    cnn_cuda_first_force_config(t->gpu, -1);
+    if (ro != ry) free(ro);
+    free(ry);
+    arr_free(t, &x), arr_free(t, &w), arr_free(t, &scale), arr_free(t, &shift), arr_free(t, &y);
+}
+
+static void g_conv_first(ctx *t) {
+    int ncase = (int)(sizeof first_cases / sizeof first_cases[0]);
+    bool fast_path = t->dt != CNN_DTYPE_F32;
+    if (!fast_path) printf("# conv_first.%s: the first-layer kernels take F16/BF16; F32 checks the op's unfused path\n", t->dts);
+    const int grid[] = {0, 1, 3};
+    for (int i = 0; i < (quick ? 2 : ncase); i++) {
+        const conv_case *cc = &first_cases[i];
+        bool stem = cc->r == 7;
+        for (int gi = 0; gi < 3; gi++) {
+            cnn_cuda_conv_force_grid(t->gpu, grid[gi]);
+            first_one(t, cc, -1, false, i + gi, 7000 + 10 * i + gi);
+            if (stem) first_one(t, cc, -1, true, 3 - (i + gi) % 4, 7300 + 10 * i + gi);
+            for (int cfg = 0; fast_path && cfg < cnn_cuda_first_config_count(); cfg++) {
+                const char *nm = cnn_cuda_first_config_name(cfg);
+                bool cls_stem = strncmp(nm, "stem", 4) == 0, cls_pool = strstr(nm, "+pool") != NULL;
+                if (cls_stem != stem) continue;
+                first_one(t, cc, cfg, cls_pool, (i + cfg + gi) % 4, 7500 + 100 * i + 10 * gi + cfg);
+            }
+        }
+    }
+    cnn_cuda_conv_force_grid(t->gpu, 0);
+    /* whether the plan may fuse: the stem and its 3x3/2 pool on F16/BF16 (sm_80+), not a 2x2 pool, not F32 */
+    cnn_conv2d cv = conv_of(&first_cases[0]);
+    cnn_pool2d p3, p2;
+    if (!cnn_pool2d_init(&p3, CNN_POOL_MAX, cv.n, cv.k, cv.p, cv.q, 3, 2, 1) ||
+        !cnn_pool2d_init(&p2, CNN_POOL_MAX, cv.n, cv.k, cv.p, cv.q, 2, 2, 0))
+        fatal("pool init");
+    bool f3 = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p3, false), f2 = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p2, false);
+    bool fr = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p3, true);
+    int first_tc = cnn_cuda_conv_config_count(); /* the first mma.sync config: usable = tensor cores here */
+    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    bool mma = cnn_cuda_conv_config_usable(t->gpu, first_tc);
+    char name[96];
+    snprintf(name, sizeof name, "conv2d_first.%s.fusable", t->dts);
+    check(f3 == (fast_path && mma) && !f2 && !fr, name, "stem + 3x3/2 pool %d, + 2x2/2 pool %d, with a residual %d", f3, f2, fr);
+    /* the unfused path of the op: a 2x2 pool, and the fused pool with a generic conv config forced */
+    first_one(t, &first_cases[0], -1, true, 5, 7900);
+    cnn_cuda_conv_force_config(t->gpu, 0);
+    first_one(t, &first_cases[2], -1, true, 3, 7910);
+    cnn_cuda_conv_force_config(t->gpu, -1);
+}
+
 /* ---- linear --------------------------------------------------------------------------------------------- */
 
 static void g_linear(ctx *t) {
@@ -1926,7 +2047,7 @@ static const group groups[] = {
     {"channel_sum", g_channel_sum, true, false}, {"bn", g_bn, true, false},
     {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
-    {"conv_tc", g_conv_tc, true, true},
+    {"conv_tc", g_conv_tc, true, true},    {"conv_first", g_conv_first, true, false},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},
