@@ -192,7 +192,8 @@ def per_layer(ok, records, svg_dir):
     configs = sorted({(r["model"], r["batch"], r["dtype"]) for r in ours + convs})
     out, svgs = ["## Per layer", "",
                  "Ours: each conv of the eval forward timed alone (`cnn bench --layers`, eager, BN / residual add / "
-                 "ReLU fused in), the median over the layers of one shape. Rival: the same convolution alone "
+                 "ReLU fused in, and the max-pool after the ResNet stem where the step's `fused` field says "
+                 "`+maxpool`), the median over the layers of one shape. Rival: the same convolution alone "
                  "(`pytorch_bench.py --impl cudnn`, F.conv2d NHWC, cudnn.benchmark). ratio = rival ms / ours: "
                  "> 1 means we are faster.", ""], []
     for model, batch, dtype in configs:

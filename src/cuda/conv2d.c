@@ -499,6 +499,13 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     *cfg_out = cand[0].cfg, *splits_out = cand[0].splits;
     if (nc == 1) return CNN_OK;
     size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * (be->act_dtype == CNN_DTYPE_F32 ? 4 : 2);
+    int ids[3 * N_TC]; /* the candidates' programs, compiled side by side before any is timed */
+    for (int i = 0; i < nc; i++) {
+        const tc_config *c = &tc_configs[cand[i].cfg];
+        ids[i] = c->wg ? cuda_program_id(&cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(cand[i].cfg))
+                       : cuda_program_id(&cuda_family_conv2d_fprop_tc, be->act_dtype, cand[i].cfg);
+    }
+    cuda_prepare_programs(cb, ids, nc);
     tc_tune_ctx t = {be, cv, ep, x, w, cand};
     int best;
     float ms;

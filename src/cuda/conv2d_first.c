@@ -160,6 +160,9 @@ static cnn_status first_choose(cuda_be *cb, const cnn_conv2d *cv, const cnn_epil
     double t0 = cnn_now();
     int64_t op = pl ? pl->p : cv->p, oq = pl ? pl->q : cv->q;
     size_t ybytes = (size_t)((int64_t)cv->n * op * oq * cv->k * 2);
+    int ids[N_FIRST]; /* the candidates' programs, compiled side by side before any is timed */
+    for (int i = 0; i < n; i++) ids[i] = cuda_program_id(&cuda_family_conv2d_fprop_first, cb->pub.act_dtype, t.cand[i]);
+    cuda_prepare_programs(cb, ids, n);
     int best;
     float ms;
     cnn_status st = cuda_tune_time(cb, key, n, ybytes, first_tune_launch, &t, &best, &ms);

@@ -259,6 +259,10 @@ void cuda_bind(cuda_be *cb);
 /* The CUfunction of entry `entry` of (family, dtype, cfg): compiled (or loaded from the disk cache) on first
  * use, then served from the in-process table. */
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out);
+/* Build the programs ids (cuda_program_id) that are neither loaded nor in the disk cache on parallel threads and
+ * load them all, so a tuner about to try n candidates waits for one compilation instead of n. Best effort: a
+ * program that fails here is compiled again (and its error reported) by cuda_kernel. */
+void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
 /* Launch f with one argument struct on the backend's stream; `what` names it in errors. Checks the launch,
  * and with CNN_SYNC_DEBUG synchronises and checks its execution. */
 cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -395,53 +396,145 @@ cnn_status cnn_cuda_cache_store(const char *dir, const char *desc, const void *d
 
 /* ---- the per-backend module table ------------------------------------------------------------------------ */
 
-static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
-    cnn_cuda_program_info info;
-    cnn_cuda_program_describe(id, &info);
+/* the disk cache's entry for program id, if there is a valid one (*image NULL otherwise) */
+static void disk_lookup(cuda_be *cb, int id, void **image, size_t *len) {
+    *image = NULL, *len = 0;
+    if (!cb->cache_dir[0]) return;
+    char desc[2048], why[512];
+    cuda_program_descriptor(id, cb->arch, cb->driver_version, desc, sizeof desc);
+    cnn_cuda_cache_result r = cnn_cuda_cache_load(cb->cache_dir, desc, image, len, why, sizeof why);
+    if (r == CNN_CUDA_CACHE_HIT) {
+        cb->stats.disk_hits++;
+    } else if (r == CNN_CUDA_CACHE_REJECTED) {
+        cb->stats.disk_rejects++;
+        cnn_log(1, "cnn: kernel cache entry rejected, rebuilding: %s", why);
+    }
+}
+
+/* a freshly compiled image into the disk cache (best effort) */
+static void disk_store(cuda_be *cb, int id, const void *image, size_t len) {
+    if (!cb->cache_dir[0]) return;
     char desc[2048];
     cuda_program_descriptor(id, cb->arch, cb->driver_version, desc, sizeof desc);
-    void *image = NULL;
-    size_t len = 0;
-    bool from_disk = false;
-    if (cb->cache_dir[0]) {
-        char why[512];
-        cnn_cuda_cache_result r = cnn_cuda_cache_load(cb->cache_dir, desc, &image, &len, why, sizeof why);
-        if (r == CNN_CUDA_CACHE_HIT) {
-            from_disk = true;
-            cb->stats.disk_hits++;
-        } else if (r == CNN_CUDA_CACHE_REJECTED) {
-            cb->stats.disk_rejects++;
-            cnn_log(1, "cnn: kernel cache entry rejected, rebuilding: %s", why);
-        }
+    if (cnn_cuda_cache_store(cb->cache_dir, desc, image, len) == CNN_OK) {
+        cb->stats.disk_stores++;
+    } else {
+        cnn_log(2, "cnn: %s (continuing without caching this kernel)", cnn_error_msg());
+        cnn_error_clear();
     }
-    if (!image) {
-        char store[1024];
-        const char *opts[40];
-        int n = cuda_program_options(id, cb->arch, store, sizeof store, opts, 40);
-        double t0 = cnn_now();
-        CNN_TRY(cuda_nvrtc_compile(info.label, info.file, opts, n, strncmp(cb->arch, "compute_", 8) == 0, &image, &len,
-                                   NULL));
-        cb->stats.compiles++;
-        cnn_log(2, "cnn: compiled %s for %s in %.0f ms", info.label, cb->arch, (cnn_now() - t0) * 1e3);
-        if (cb->cache_dir[0]) {
-            if (cnn_cuda_cache_store(cb->cache_dir, desc, image, len) == CNN_OK)
-                cb->stats.disk_stores++;
-            else {
-                cnn_log(2, "cnn: %s (continuing without caching this kernel)", cnn_error_msg());
-                cnn_error_clear();
-            }
-        }
-    }
+}
+
+/* load an image (freed here) as program id's module */
+static cnn_status install_module(cuda_be *cb, int id, cuda_module *m, void *image, bool from_disk) {
     CUresult r = cu.ModuleLoadData(&m->mod, image);
     free(image);
     if (r != CUDA_SUCCESS) {
         m->mod = NULL;
+        cnn_cuda_program_info info;
+        cnn_cuda_program_describe(id, &info);
         char what[256];
         snprintf(what, sizeof what, "cuModuleLoadData(%s for %s%s)", info.label, cb->arch, from_disk ? ", from the disk cache" : "");
         return cuda_fail(r, what);
     }
     cb->stats.module_loads++;
     return CNN_OK;
+}
+
+static cnn_status compile_one(const char *arch, int id, void **image, size_t *len) {
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    char store[1024];
+    const char *opts[40];
+    int n = cuda_program_options(id, arch, store, sizeof store, opts, 40);
+    return cuda_nvrtc_compile(info.label, info.file, opts, n, strncmp(arch, "compute_", 8) == 0, image, len, NULL);
+}
+
+static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
+    void *image;
+    size_t len;
+    disk_lookup(cb, id, &image, &len);
+    bool from_disk = image != NULL;
+    if (!image) {
+        double t0 = cnn_now();
+        CNN_TRY(compile_one(cb->arch, id, &image, &len));
+        cb->stats.compiles++;
+        cnn_cuda_program_info info;
+        cnn_cuda_program_describe(id, &info);
+        cnn_log(2, "cnn: compiled %s for %s in %.0f ms", info.label, cb->arch, (cnn_now() - t0) * 1e3);
+        disk_store(cb, id, image, len);
+    }
+    return install_module(cb, id, m, image, from_disk);
+}
+
+/* ---- compiling several programs at once (the autotuner's candidates) -------------------------------------- */
+
+typedef struct prep_job {
+    int id;
+    void *image;
+    size_t len;
+    double ms;
+} prep_job;
+
+typedef struct prep_pool {
+    const char *arch;
+    prep_job *jobs;
+    int n;
+    atomic_int next;
+} prep_pool;
+
+static void *prep_worker(void *arg) {
+    prep_pool *p = arg;
+    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
+        double t0 = cnn_now();
+        if (compile_one(p->arch, p->jobs[i].id, &p->jobs[i].image, &p->jobs[i].len) != CNN_OK) {
+            p->jobs[i].image = NULL; /* cuda_kernel compiles it again and reports the error in context */
+            cnn_error_clear();
+        }
+        p->jobs[i].ms = (cnn_now() - t0) * 1e3;
+    }
+    return NULL;
+}
+
+void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
+    prep_job jobs[64];
+    int nj = 0;
+    for (int i = 0; i < n && nj < 64; i++) {
+        int id = ids[i];
+        CNN_ASSERT(id >= 0 && id < cb->n_mods);
+        bool dup = false;
+        for (int j = 0; j < i; j++) dup |= ids[j] == id;
+        if (dup || cb->mods[id].mod) continue;
+        void *image;
+        size_t len;
+        disk_lookup(cb, id, &image, &len);
+        if (image) { /* already built: load it now */
+            if (install_module(cb, id, &cb->mods[id], image, true) != CNN_OK) cnn_error_clear(); /* retried later */
+            continue;
+        }
+        jobs[nj++] = (prep_job){id, NULL, 0, 0.0};
+    }
+    if (nj < 2) return; /* one compilation gains nothing from a thread: cuda_kernel does it when asked */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = nj < 8 ? nj : 8;
+    if (cpus > 0 && nt > cpus) nt = (int)cpus;
+    prep_pool pool = {cb->arch, jobs, nj, 0};
+    pthread_t th[8];
+    int started = 0;
+    double t0 = cnn_now();
+    for (int t = 0; t < nt; t++)
+        if (pthread_create(&th[t], NULL, prep_worker, &pool) == 0) started++;
+    if (started == 0) prep_worker(&pool); /* no threads: compile here, one after another */
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    for (int i = 0; i < nj; i++) {
+        if (!jobs[i].image) continue;
+        cb->stats.compiles++;
+        cnn_cuda_program_info info;
+        cnn_cuda_program_describe(jobs[i].id, &info);
+        cnn_log(2, "cnn: compiled %s for %s in %.0f ms (%d at once)", info.label, cb->arch, jobs[i].ms, nj);
+        disk_store(cb, jobs[i].id, jobs[i].image, jobs[i].len);
+        if (install_module(cb, jobs[i].id, &cb->mods[jobs[i].id], jobs[i].image, false) != CNN_OK) cnn_error_clear();
+    }
+    cnn_log(2, "cnn: %d programs compiled on %d threads in %.0f ms", nj, started ? started : 1, (cnn_now() - t0) * 1e3);
 }
 
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out) {
