@@ -9,7 +9,8 @@
  * Environment, read once here at creation and nowhere else: CNN_CACHE_DIR (when opts->cache_dir is NULL),
  * HOME / XDG_CACHE_HOME (the default cache directory), CUDA_HOME (where else to look for libnvrtc),
  * CNN_SYNC_DEBUG=1 (synchronise and check after every launch, naming the kernel that failed), CNN_CONV_MMA=0
- * (convolutions use the SIMT kernels only, never the tensor-core ones).
+ * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
+ * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_COMPILE_THREADS (nvrtc.c).
  */
 #include "cuda/internal.h"
 

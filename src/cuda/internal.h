@@ -261,7 +261,8 @@ void cuda_bind(cuda_be *cb);
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out);
 /* Build the programs ids (cuda_program_id) that are neither loaded nor in the disk cache on parallel threads and
  * load them all, so a tuner about to try n candidates waits for one compilation instead of n. Best effort: a
- * program that fails here is compiled again (and its error reported) by cuda_kernel. */
+ * program that fails here is compiled again (and its error reported) by cuda_kernel. CNN_COMPILE_THREADS caps
+ * the threads (1: off). */
 void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
 /* Launch f with one argument struct on the backend's stream; `what` names it in errors. Checks the launch,
  * and with CNN_SYNC_DEBUG synchronises and checks its execution. */

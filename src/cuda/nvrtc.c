@@ -513,10 +513,15 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
         }
         jobs[nj++] = (prep_job){id, NULL, 0, 0.0};
     }
-    if (nj < 2) return; /* one compilation gains nothing from a thread: cuda_kernel does it when asked */
+    /* threads: CNN_COMPILE_THREADS (1 = compile each when first launched, as without this), else up to 8 and
+     * the CPUs online */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = nj < 8 ? nj : 8;
-    if (cpus > 0 && nt > cpus) nt = (int)cpus;
+    const char *env = getenv("CNN_COMPILE_THREADS");
+    int nt = env && atoi(env) > 0 ? atoi(env) : 8;
+    if (nt > 8) nt = 8;
+    if (!(env && atoi(env) > 0) && cpus > 0 && nt > cpus) nt = (int)cpus;
+    if (nt > nj) nt = nj;
+    if (nj < 2 || nt < 2) return; /* nothing to overlap: cuda_kernel compiles each when asked */
     prep_pool pool = {cb->arch, jobs, nj, 0};
     pthread_t th[8];
     int started = 0;
