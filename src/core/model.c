@@ -13,8 +13,9 @@
  *          activation gradient that two consumers write is accumulated by the second writer.
  *   eval   BatchNorm folded into scale/shift, and conv -> BN -> residual add -> ReLU chains fused into the
  *          conv's epilogue, and the max-pool after such a chain too where the backend has a kernel for it
- *          (conv2d_fprop_pool: the ResNet stem on the GPU); dropout and trivial flattens alias their input. Its steps can also be run one
- *          at a time, eagerly (cnn_model_forward_eval_steps), for per-layer timing (`cnn bench --layers`).
+ *          (conv2d_fprop_pool: the ResNet stem on the GPU); dropout and trivial flattens alias their input.
+ *          Its steps can also be run one at a time, eagerly (cnn_model_forward_eval_steps), for per-layer
+ *          timing (`cnn bench --layers`).
  */
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
