@@ -74,17 +74,25 @@ static bool config_fits(const first_config *c, const cnn_conv2d *cv, bool pool) 
            cv->stride_w == c->stride && cv->pad_h == c->pad && cv->pad_w == c->pad;
 }
 
-bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
-                         const void *y) {
+/* config cfg runs this problem on this GPU: its shape class, and its shared memory */
+static bool config_runs(const cuda_be *cb, int cfg, const cnn_conv2d *cv, bool pool) {
+    return config_fits(&first_configs[cfg], cv, pool) && first_smem(&first_configs[cfg]) <= (unsigned)cb->smem_optin;
+}
+
+static bool first_takes(const cuda_be *cb, const cnn_conv2d *cv, bool residual, const cnn_pool2d *pl, const void *y) {
     cnn_dtype dt = cb->pub.act_dtype;
     if ((dt != CNN_DTYPE_F16 && dt != CNN_DTYPE_BF16) || cb->cc_major < 8 || cb->no_mma || cb->no_first) return false;
     if (cb->conv_force_cfg >= 0) return false; /* a test forcing a conv2d.c config means that path */
-    if (cv->k % 8 != 0 || (ep && ep->residual) || ((uintptr_t)y & 15) != 0) return false;
+    if (cv->k % 8 != 0 || residual || ((uintptr_t)y & 15) != 0) return false;
     if (pl && !is_stem_pool(cv, pl)) return false;
     for (int i = 0; i < N_FIRST; i++)
-        if (config_fits(&first_configs[i], cv, pl != NULL) && first_smem(&first_configs[i]) <= (unsigned)cb->smem_optin)
-            return true;
+        if (config_runs(cb, i, cv, pl != NULL)) return true;
     return false;
+}
+
+bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
+                         const void *y) {
+    return first_takes(cb, cv, ep && ep->residual, pl, y);
 }
 
 static cnn_status first_launch(cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
@@ -136,11 +144,9 @@ static cnn_status first_choose(cuda_be *cb, const cnn_conv2d *cv, const cnn_epil
     first_tune_ctx t = {cb, cv, ep, pl, x, w, {0}};
     int n = 0;
     for (int i = 0; i < N_FIRST; i++)
-        if (config_fits(&first_configs[i], cv, pl != NULL) && first_smem(&first_configs[i]) <= (unsigned)cb->smem_optin)
-            t.cand[n++] = i;
+        if (config_runs(cb, i, cv, pl != NULL)) t.cand[n++] = i;
     CNN_ASSERT(n > 0); /* cuda_first_eligible */
-    if (cb->first_force_cfg >= 0 && config_fits(&first_configs[cb->first_force_cfg], cv, pl != NULL) &&
-        first_smem(&first_configs[cb->first_force_cfg]) <= (unsigned)cb->smem_optin) {
+    if (cb->first_force_cfg >= 0 && config_runs(cb, cb->first_force_cfg, cv, pl != NULL)) {
         *cfg = cb->first_force_cfg; /* a test's choice, for the problems of its class */
         return CNN_OK;
     }
@@ -151,8 +157,7 @@ static cnn_status first_choose(cuda_be *cb, const cnn_conv2d *cv, const cnn_epil
              cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w,
              pl ? " maxpool3s2p1" : "");
     int got, splits;
-    if (cuda_tune_get(cb, key, &got, &splits) && got >= 0 && got < N_FIRST && config_fits(&first_configs[got], cv, pl != NULL) &&
-        first_smem(&first_configs[got]) <= (unsigned)cb->smem_optin) {
+    if (cuda_tune_get(cb, key, &got, &splits) && got >= 0 && got < N_FIRST && config_runs(cb, got, cv, pl != NULL)) {
         *cfg = got;
         return CNN_OK;
     }
@@ -191,9 +196,7 @@ cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
 /* ---- conv + max-pool (the backend table's conv2d_fprop_pool) ---------------------------------------------- */
 
 bool cuda_conv2d_pool_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual) {
-    cnn_epilogue ep = {0};
-    ep.residual = residual ? (const void *)be : NULL; /* only its presence matters */
-    return cuda_first_eligible(cuda_impl(be), cv, &ep, pl, NULL);
+    return first_takes(cuda_impl(be), cv, residual, pl, NULL); /* y: the arena's buffers are aligned */
 }
 
 cnn_status cuda_conv2d_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
