@@ -303,6 +303,52 @@ template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 #endif
 }
+/* ---- shared-memory barriers (mbarrier, sm_80+) between warps that play different roles ------------------------
+ * A barrier counts arrivals toward its expected count; the last one completes the current phase and starts the
+ * next. mbar_wait(bar, parity) returns once the phase of that parity has completed: waiting for the n-th
+ * completion (n = 0, 1, ...) passes parity n & 1, and is only unambiguous while completion n - 1 is known to
+ * have happened (the caller's protocol must ensure it). The emulator keeps
+ * {expected, pending, phase} in the barrier's 8 bytes and yields to the other fibers while it waits. */
+__device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
+#ifdef __CUDA_ARCH__
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#else
+    unsigned v[2] = {count | (count << 16), 0u};
+    memcpy(bar, v, 8);
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long *bar) {
+#ifdef __CUDA_ARCH__
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_u32(bar)) : "memory");
+#else
+    unsigned v[2];
+    memcpy(v, bar, 8);
+    unsigned expected = v[0] & 0xffffu, pending = (v[0] >> 16) - 1u;
+    if (pending == 0) pending = expected, v[1]++;
+    v[0] = expected | (pending << 16);
+    memcpy(bar, v, 8);
+    emu_rt_ptr->events++;
+#endif
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* try_wait: the hardware suspends the thread a while */
+    asm volatile("{ .reg .pred done;\n"
+                 "MBAR_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra MBAR_WAIT; }" ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+#elif defined(__CUDA_ARCH__)
+    asm volatile("{ .reg .pred done;\n"
+                 "MBAR_WAIT: mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra MBAR_WAIT; }" ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+#else
+    for (;;) {
+        unsigned v[2];
+        memcpy(v, bar, 8);
+        if ((v[1] & 1u) != (parity & 1u)) return; /* the phase of that parity has completed */
+        emu_rt_ptr->yield();
+    }
+#endif
+}
+
 /* ldmatrix.x4: lane l gives the address of row l%8 of matrix l/8 (16 contiguous bytes in shared memory); r[j]
  * receives, from matrix j, the two 16-bit elements 2*(l%4), 2*(l%4)+1 of row l/4 -- the mma.m16n8k16 fragment
  * layout. */

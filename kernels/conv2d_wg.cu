@@ -23,6 +23,7 @@
 #include "params.cuh"
 #include "conv2d_epilogue.cuh"
 #include "conv2d_loader.cuh"
+#include "conv2d_wgmma.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(WGS) || !defined(STAGES)
 #error "conv2d_wg.cu needs -DBM -DBN -DWGS -DSTAGES"
@@ -40,160 +41,6 @@ static_assert(MB >= 1 && BM == 64 * MB * WGS, "BM: whole m64 blocks per warpgrou
 static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma n64, n128 or n256");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
-
-#if ACT == ACT_BF16
-#define WG_AB "bf16"
-#else
-#define WG_AB "f16"
-#endif
-
-__device__ __forceinline__ int swz(int row, int ch) { return conv_swz<BK>(row, ch); } /* the 128-byte swizzle */
-
-/* Matrix descriptor of a K-major operand in the 128-byte swizzle: start address / 16 (bits 0-13), leading byte
- * offset (bits 16-29; unused for this layout, 1 by convention), stride byte offset 1024 / 16 (bits 32-45: the
- * distance between groups of 8 rows), swizzle mode 1 = 128 bytes (bits 62-63). */
-__device__ __forceinline__ unsigned long long wg_desc(const void *p) {
-    return (unsigned long long)((smem_u32(p) & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence(void) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-/* closes the batch just issued and waits until at most that one is still running (the previous one retired) */
-__device__ __forceinline__ void wg_commit_and_wait_prev(void) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_wait_all(void) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-/* cp.async wrote the stage through the generic proxy; the tensor cores read it through the async proxy */
-__device__ __forceinline__ void fence_proxy_async(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-/* keeps the compiler from moving accumulator reads or writes across the asynchronous MMA */
-__device__ __forceinline__ void acc_fence(float &x) {
-#if defined(__CUDA_ARCH__)
-    asm volatile("" : "+f"(x)::"memory");
-#else
-    (void)x;
-#endif
-}
-
-/* every accumulator of a thread, in its register: zeroed; or fenced against the asynchronous MMA writing it */
-__device__ __forceinline__ void acc_zero(float (&acc)[MB][NT8][4]) {
-#pragma unroll
-    for (int b = 0; b < MB; b++)
-#pragma unroll
-        for (int j = 0; j < NT8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[b][j][e] = 0.0f;
-}
-__device__ __forceinline__ void acc_fence_all(float (&acc)[MB][NT8][4]) {
-#pragma unroll
-    for (int b = 0; b < MB; b++)
-#pragma unroll
-        for (int j = 0; j < NT8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc_fence(acc[b][j][e]);
-}
-
-#if BN == 64
-__device__ __forceinline__ void wgmma_n64(float *d, unsigned long long da, unsigned long long db, int accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-                 "%32, %33, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(accumulate));
-#elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
-    (void)d, (void)da, (void)db, (void)accumulate;
-    __trap();
-#else
-    (void)d, (void)da, (void)db, (void)accumulate;
-#endif
-}
-#define WGMMA wgmma_n64
-#elif BN == 128
-__device__ __forceinline__ void wgmma_n128(float *d, unsigned long long da, unsigned long long db, int accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-                 "%64, %65, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(accumulate));
-#elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
-    (void)d, (void)da, (void)db, (void)accumulate;
-    __trap();
-#else
-    (void)d, (void)da, (void)db, (void)accumulate;
-#endif
-}
-#define WGMMA wgmma_n128
-#else
-__device__ __forceinline__ void wgmma_n256(float *d, unsigned long long da, unsigned long long db, int accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
-                 "%128, %129, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db), "r"(accumulate));
-#elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
-    (void)d, (void)da, (void)db, (void)accumulate;
-    __trap();
-#else
-    (void)d, (void)da, (void)db, (void)accumulate;
-#endif
-}
-#define WGMMA wgmma_n256
-#endif
 
 #ifndef MINB
 #define MINB 1 /* CTAs per SM the register allocation must leave room for */
@@ -249,29 +96,9 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const con
     acc_zero(acc);
 
     auto compute_slice = [&](int stage) {
-#if defined(__CUDA_ARCH__)
-        wg_fence();
-#pragma unroll
-        for (int k16 = 0; k16 < BK / 16; k16++) {
-            const unsigned long long db = wg_desc(&Bs[stage][0]) + (unsigned long long)(k16 * 2); /* +32 bytes */
-#pragma unroll
-            for (int b = 0; b < MB; b++)
-                WGMMA(&acc[b][0][0], wg_desc(&As[stage][(wrow0 + b * 64) * BK]) + (unsigned long long)(k16 * 2), db, 1);
-        }
+        wg_multiply_slice<MB, BN>(acc, &As[stage][wrow0 * BK], &Bs[stage][0], warp & 3, lane);
         wg_commit_and_wait_prev();
         acc_fence_all(acc);
-#else /* the emulator: this thread's accumulators, each a 64-term dot product over the swizzled slice */
-        const int g = lane >> 2, t4 = lane & 3;
-        for (int b = 0; b < MB; b++)
-            for (int j = 0; j < NT8; j++)
-                for (int e = 0; e < 4; e++) {
-                    const int r = wrow0 + b * 64 + (warp & 3) * 16 + g + (e >> 1) * 8, c = j * 8 + 2 * t4 + (e & 1);
-                    float s = 0.0f;
-                    for (int k = 0; k < BK; k++)
-                        s += act_to_f32(As[stage][swz(r, k >> 3) + (k & 7)]) * act_to_f32(Bs[stage][swz(c, k >> 3) + (k & 7)]);
-                    acc[b][j][e] += s;
-                }
-#endif
     };
 
     /* ---- the pipeline: STAGES-1 slices loading, one wgmma batch left running while the next is issued ----

@@ -5,7 +5,7 @@
 #
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
 #                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
-#                                        first-ab
+#                                        first-ab ws-ab sanitize-ws
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -79,6 +79,24 @@ if has first-ab; then # the first-layer kernels on (default) and off (CNN_CONV_F
         stage "first-$arm-layers-r50" 120 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 >$OUT/first-$arm-layers-r50.md"
         stage "first-$arm-layers-vgg" 120 bash -c "env $env $BUILD/cnn bench --model vgg16 --batch 64 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 >$OUT/first-$arm-layers-vgg.md"
         grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224|\| (conv1|maxpool|features\.0|features\.2) \|' $OUT/first-$arm-*.md
+    done
+fi
+if has ws-ab; then # the warp-specialised rows on (default) and off (CNN_CONV_WS=0), each arm with its own empty cache
+    for arm in off on; do
+        env="CNN_CACHE_DIR=/tmp/cnn-cache-ws-$arm"; [ $arm = off ] && env="$env CNN_CONV_WS=0"
+        rm -rf /tmp/cnn-cache-ws-$arm
+        stage "ws-$arm-whole" 240 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$OUT/ws-$arm-whole.md 2>/tmp/ws-$arm-tune.log"
+        stage "ws-$arm-layers-r50" 120 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 >$OUT/ws-$arm-layers-r50.md"
+        grep -h 'tuned fprop_tc' /tmp/ws-$arm-tune.log | sed 's/^/# /' >>"$OUT/ws-$arm-layers-r50.md"
+        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/ws-$arm-whole.md
+    done
+    grep -h 'ws/' /tmp/ws-on-tune.log | head -n 40
+fi
+if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck synccheck; do
+        stage "sanitizer-ws-$tool" 200 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=ws/ CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
     done
 fi
 if has memcheck-tc; then # memcheck alone on the tensor-core group (quick cases, bf16: the wgmma rows included)

@@ -61,38 +61,47 @@ typedef struct tc_config {
     float speed; /* relative throughput of a full tile, for the heuristic */
     bool wg;     /* conv2d_wg.cu (wgmma, sm_90a only; wm = warpgroups, BK 64, no split-K) */
     bool persist; /* wgmma: the program of the row without /p (same defines), launched on a persistent grid */
+    bool ws;      /* conv2d_ws.cu (sm_90a): a producer warpgroup and wm = 2 consumer warpgroups, each multiplying
+                   * its own bm x bn tile (BK 64, persistent grid, no split-K) */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false},
+    /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
+     * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
+#define N_TC_WS 3   /* conv2d_ws.cu programs: the last rows */
+#define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
 
@@ -182,10 +191,20 @@ static int wg_program(int tv) {
 }
 /* the persistent twin of a wgmma row, -1 if none */
 static int wg_persistent_twin(int tv) {
-    for (int i = N_TC_MMA + N_TC_WG; i < N_TC; i++)
+    for (int i = N_TC_MMA + N_TC_WG; i < FIRST_WS; i++)
         if (wg_program(i) == tv - N_TC_MMA) return i;
     return -1;
 }
+
+static void def_fprop_ws(int cfg, char *buf, size_t cap) {
+    const tc_config *c = &tc_configs[FIRST_WS + cfg];
+    CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d", c->bm, c->bn, c->stages);
+}
+static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
+static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
+const cuda_family cuda_family_conv2d_fprop_ws = {"conv2d_fprop_ws", "conv2d_ws.cu", fprop_ws_entries, 1, HALF_DTS,
+                                                 N_TC_WS, def_fprop_ws, ws_name};
 
 static void def_fprop_tc(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[cfg];
@@ -210,12 +229,14 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 
 /* ---- choosing a variant ---------------------------------------------------------------------------------- */
 
-static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg ? 1024 : 0); }
+static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg || c->ws ? 1024 : 0); }
 
 /* a tensor-core config on this backend: wgmma needs exactly sm_90a and F16/BF16, every config its shared memory */
 static bool tc_usable(const cuda_be *cb, const tc_config *c) {
-    if (c->wg && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
-    if (c->wg && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 runs on conv2d_tc.cu only */
+    const bool hopper = c->wg || c->ws;
+    if (c->ws && cb->no_ws) return false;
+    if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
+    if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 runs on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
 }
 
@@ -228,7 +249,7 @@ bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
     const tc_config *c = &tc_configs[v - N_VARIANTS];
     if (!tc_usable(cb, c)) return false;
     /* F32 activations: conv2d_tc.cu in TF32, only when asked for (--dtype tf32); wgmma is F16/BF16 here */
-    return be->act_dtype != CNN_DTYPE_F32 || (cb->allow_tf32 && !c->wg);
+    return be->act_dtype != CNN_DTYPE_F32 || (cb->allow_tf32 && !c->wg && !c->ws);
 }
 
 /* bytes of one activation element, and reduction elements per slice of a tensor-core config (a slice row is
@@ -358,7 +379,7 @@ static double tc_score(const cuda_be *cb, const tc_config *c, int64_t gm, int64_
 
 /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
 static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, int64_t gk) {
-    if (c->wg) return 1;
+    if (c->wg || c->ws) return 1;
     int64_t ktiles = cdiv(gk, tc_ks(cb, c)), tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
     if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
     else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
@@ -376,7 +397,10 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     cuda_be *cb = cuda_impl(be);
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
-    if (c->wg) {
+    if (c->ws) {
+        CNN_ASSERT(splits == 1);
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_ws, be->act_dtype, tv - FIRST_WS, 0, &f));
+    } else if (c->wg) {
         CNN_ASSERT(splits == 1);
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(tv), 0, &f));
     } else {
@@ -402,14 +426,15 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
      * slice) takes less, so more CTAs fit on an SM; a persistent CTA cycles through all its stages over its
      * tiles (conv2d_wg.cu traps when given too few) */
-    int stages = c->stages < kps || c->persist ? c->stages : (int)kps;
+    const bool persistent = c->persist || c->ws;
+    int stages = c->stages < kps || persistent ? c->stages : (int)kps;
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
                         (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
-    unsigned smem = (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg ? 1024 : 0));
-    unsigned threads = (unsigned)(c->wg ? 128 * c->wm : 32 * c->wm * c->wn);
+    unsigned smem = (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg || c->ws ? 1024 : 0));
+    unsigned threads = (unsigned)(c->ws ? 128 * (1 + c->wm) : c->wg ? 128 * c->wm : 32 * c->wm * c->wn);
     int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
-    if (c->persist) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
+    if (persistent) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
         int per_sm = 1;
         CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
         grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
@@ -447,7 +472,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
      * in a full search: the fast one adds the twin of each wgmma candidate below (no compilation: same program) */
     for (int i = 0; i < N_TC; i++)
         order[i] = i, score[i] = !tc_usable(cb, &tc_configs[i]) ? -1.0
-                               : tc_configs[i].persist && cb->tune != CNN_TUNE_FULL ? -1.0
+                               : (tc_configs[i].persist || tc_configs[i].ws) && cb->tune != CNN_TUNE_FULL ? -1.0
                                : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
@@ -474,6 +499,9 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
             if (twin >= 0 && tc_usable(cb, &tc_configs[twin]) && cdiv(gm, tc_configs[twin].bm) * cdiv(gn, tc_configs[twin].bn) > cb->sm_count)
                 out[n++] = (tc_cand){twin, 1};
         }
+    /* fast: every warp-specialised row too (its own programs; the heuristic has no measured speed for them) */
+    for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
+        if (tc_usable(cb, &tc_configs[i])) out[n++] = (tc_cand){i, 1};
     return n;
 }
 
@@ -502,8 +530,9 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     int ids[3 * N_TC]; /* the candidates' programs, compiled side by side before any is timed */
     for (int i = 0; i < nc; i++) {
         const tc_config *c = &tc_configs[cand[i].cfg];
-        ids[i] = c->wg ? cuda_program_id(&cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(cand[i].cfg))
-                       : cuda_program_id(&cuda_family_conv2d_fprop_tc, be->act_dtype, cand[i].cfg);
+        ids[i] = c->ws   ? cuda_program_id(&cuda_family_conv2d_fprop_ws, be->act_dtype, cand[i].cfg - FIRST_WS)
+                 : c->wg ? cuda_program_id(&cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(cand[i].cfg))
+                         : cuda_program_id(&cuda_family_conv2d_fprop_tc, be->act_dtype, cand[i].cfg);
     }
     cuda_prepare_programs(cb, ids, nc);
     tc_tune_ctx t = {be, cv, ep, x, w, cand};
@@ -539,7 +568,7 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
              ep && ep->residual ? " res" : "");
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
         if (cuda_tune_get(cb, key, tv, splits) && *tv >= 0 && *tv < N_TC && tc_usable(cb, &tc_configs[*tv]) &&
-            *splits >= 1 && (*splits == 1 || !tc_configs[*tv].wg))
+            *splits >= 1 && (*splits == 1 || !(tc_configs[*tv].wg || tc_configs[*tv].ws)))
             return CNN_OK;
         if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
     }

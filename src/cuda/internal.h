@@ -158,7 +158,7 @@ typedef struct cuda_family {
 
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc,
-    cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_first, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep,
+    cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_ws, cuda_family_conv2d_fprop_first, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep,
     cuda_family_optim;
 
 /* Whether a family has programs for activation dtype dt. */
@@ -211,6 +211,7 @@ typedef struct cuda_be {
     bool sync_debug;          /* CNN_SYNC_DEBUG: synchronise and check after every launch */
     bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
     bool no_first;            /* CNN_CONV_FIRST=0: first layers take the rewritten-operand path (A/B timing) */
+    bool no_ws;               /* CNN_CONV_WS=0: the warp-specialised conv rows are never used (A/B timing) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
     bool capturing;

@@ -22,8 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CUDA_TUNE_VERSION 2 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
-                              * of convs with a residual end in " res" */
+#define CUDA_TUNE_VERSION 3 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
+                              * of convs with a residual end in " res". 3: warp-specialised rows (conv2d_ws.cu)
+                              * join the fast search */
 
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;

@@ -14,6 +14,8 @@
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc conv_first linear xent prep
  * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * CNN_TEST_TC_CONFIG=text: conv_tc runs only the tensor-core configs whose name contains it (a sanitizer run on
+ * one kernel family).
  */
 #include "test.h"
 
@@ -1161,6 +1163,9 @@ static const conv_case conv_tc_cases[] = {
     {1, 3, 10, 10, 24, 3, 3, 2, 1, 1, 1},    /* C = 3, stride 2x1: padded, not space-to-depth */
 };
 
+static const char *tc_only; /* CNN_TEST_TC_CONFIG */
+static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_config_name(cfg), tc_only) != NULL; }
+
 static void g_conv_tc(ctx *t) {
     int first_tc = cnn_cuda_conv_config_count();
     while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
@@ -1169,7 +1174,7 @@ static void g_conv_tc(ctx *t) {
         return;
     }
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (t->tf32 && strstr(cnn_cuda_conv_config_name(cfg), "wg")) /* by design, not a gap in coverage */
+        if (t->tf32 && (strstr(cnn_cuda_conv_config_name(cfg), "wg") || strstr(cnn_cuda_conv_config_name(cfg), "ws"))) /* by design */
             printf("# conv_tc.tf32: %s is a wgmma config; TF32 runs on the mma.sync ones\n", cnn_cuda_conv_config_name(cfg));
         else if (!cnn_cuda_conv_config_usable(t->gpu, cfg))
             printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has, or wgmma off sm_90a\n",
@@ -1183,12 +1188,21 @@ static void g_conv_tc(ctx *t) {
         for (int sk = 0; sk < 3; sk++) {
             cnn_cuda_conv_force_splitk(t->gpu, splitk[sk]);
             cnn_cuda_conv_force_grid(t->gpu, grid[sk]);
-            conv_one(t, &conv_tc_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
+            if (!tc_only) conv_one(t, &conv_tc_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
             for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-                if (cnn_cuda_conv_config_usable(t->gpu, cfg))
+                if (cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
                     conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
         }
     cnn_cuda_conv_force_splitk(t->gpu, -1);
+    /* the warp-specialised rows (conv2d_ws.cu), quick mode too: one and three CTAs over the 4 or 2 tiles of a
+     * reduction of 18 slices (longer than any ring of stages), so the consumers take turns and each wraps the
+     * ring inside a tile, every epilogue variant */
+    for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
+        if (strstr(cnn_cuda_conv_config_name(cfg), "ws/") && cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
+            for (int gi = 0; gi < 2; gi++) {
+                cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 3);
+                conv_one(t, &conv_tc_cases[8], cfg, cfg + 2 * gi, 5950 + 2 * cfg + gi);
+            }
     cnn_cuda_conv_force_grid(t->gpu, 0);
 }
 
@@ -2115,6 +2129,7 @@ int main(int argc, char **argv) {
     }
     const char *q = getenv("CNN_TEST_QUICK");
     quick = q && q[0] && strcmp(q, "0") != 0;
+    tc_only = getenv("CNN_TEST_TC_CONFIG");
     const char *to = getenv("CNN_TEST_TIMEOUT");
     int timeout = to ? atoi(to) : 900;
     /* counters shared with the children */

@@ -31,6 +31,8 @@ struct emu_rt {
     void (*sync)(void);
     void (*shfl_xor)(const void *in, void *out, int bytes, int lane_mask);
     void (*allgather)(const void *in, void *out, int bytes); /* out: the 32 lanes' `bytes`, in lane order */
+    void (*yield)(void);      /* a thread spinning on memory (an mbarrier wait) lets the others run */
+    unsigned long long events; /* counts mbarrier arrivals: a round of yields without one is a deadlock */
 };
 
 extern emu_rt *emu_rt_ptr;

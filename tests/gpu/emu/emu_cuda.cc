@@ -7,7 +7,8 @@
  * in turn, one fiber (ucontext) per CUDA thread: __syncthreads() and warp shuffles are rendezvous points of the
  * fiber scheduler. It reports, as a sticky CUDA_ERROR_LAUNCH_FAILED with a message on stderr:
  *     barrier divergence  (some threads of a block exited while others wait at __syncthreads)
- *     deadlock            (threads wait at different kinds of rendezvous)
+ *     deadlock            (threads wait at different kinds of rendezvous, or spin on mbarriers -- they yield
+ *                         to the scheduler -- while no arrival happens in a whole round)
  * Stream capture records launches, copies and memsets, with copies of the kernel arguments, and a graph replays
  * them. Kernel timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory
  * errors reported by ASan/UBSan. Test infrastructure only.
@@ -74,7 +75,7 @@ static CUresult fail(CUresult r, const std::string &msg) {
 
 /* ---- the fiber scheduler ------------------------------------------------------------------------------ */
 
-enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE };
+enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE, F_YIELD };
 #define SLOT 64
 #define STACK (512 * 1024)
 
@@ -135,6 +136,11 @@ static void emu_sync(void) {
     to_scheduler(false);
 }
 
+static void emu_yield(void) {
+    fstate[cur] = F_YIELD;
+    to_scheduler(false);
+}
+
 static void emu_allgather(const void *in, void *out, int bytes) {
     slot_bytes = bytes;
     memcpy(slot[cur].data(), in, (size_t)bytes);
@@ -178,16 +184,24 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
         fstate[(size_t)t] = F_RUN;
     }
     for (;;) {
+        /* threads that yielded (spinning on an mbarrier) run again; the round made progress if a barrier was
+         * arrived at or some thread did anything but spin (it was released, or it stopped somewhere else) */
+        unsigned long long events0 = rt.events;
+        bool fresh = false;
         for (int t = 0; t < n; t++) {
+            const bool retry = fstate[(size_t)t] == F_YIELD;
+            if (retry) fstate[(size_t)t] = F_RUN;
             if (fstate[(size_t)t] != F_RUN) continue;
             rt.tid = {(unsigned)t % b[0], (unsigned)t / b[0] % b[1], (unsigned)t / (b[0] * b[1])};
             to_fiber(t);
+            fresh = fresh || !retry || fstate[(size_t)t] != F_YIELD;
         }
-        int done = 0, bar = 0, warp = 0;
+        int done = 0, bar = 0, warp = 0, spin = 0;
         for (int t = 0; t < n; t++) {
             done += fstate[(size_t)t] == F_DONE;
             bar += fstate[(size_t)t] == F_BAR;
             warp += fstate[(size_t)t] == F_WARP || fstate[(size_t)t] == F_GATHER;
+            spin += fstate[(size_t)t] == F_YIELD;
         }
         if (done == n) return true;
         bool progress = false;
@@ -224,6 +238,14 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
             progress = true;
         }
         if (progress) continue;
+        if (spin > 0) {
+            if (fresh || rt.events != events0) continue;
+            char where[160];
+            snprintf(where, sizeof where, "block (%u,%u,%u): %d waiting on mbarriers nobody will arrive at, %d at __syncthreads, %d at a shuffle, %d done",
+                     bx, by, bz, spin, bar, warp, done);
+            fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + where);
+            return false;
+        }
         if (bar > 0 && bar + done == n) {
             if (done > 0) {
                 char where[128];
@@ -290,6 +312,7 @@ static CUresult e_Init(unsigned) {
     rt.sync = emu_sync;
     rt.shfl_xor = emu_shfl;
     rt.allgather = emu_allgather;
+    rt.yield = emu_yield;
     return CUDA_SUCCESS;
 }
 static CUresult e_DriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }

@@ -1,0 +1,152 @@
+/* conv2d_ws.cu -- forward convolution on Hopper's wgmma (sm_90a) with warp-specialised roles: one producer
+ * warpgroup copies the operand slices, two consumer warpgroups multiply, each its own output tile, taking turns
+ * ("ping-pong"): while one runs its tile's epilogue (scale/shift, residual, ReLU, stores) the other's wgmma keep
+ * the tensor cores busy, and neither ever issues a copy. The implicit GEMM, loads, swizzle and epilogue are
+ * conv2d_wg.cu's (conv2d_loader.cuh, conv2d_wgmma.cuh, conv2d_epilogue.cuh).
+ *   - Persistent grid: CTA b takes tiles b, b + gridDim.x, ...; its i-th tile goes to consumer i % 2.
+ *   - The producer (warpgroup 0, 128 threads, registers lowered by setmaxnreg) loads every slice of every tile
+ *     of the CTA in order into a ring of STAGES stages: slice g into stage g % STAGES, once the consumer of
+ *     slice g - STAGES has released that stage (empty[s]). It keeps DEPTH slices' copies in flight; when slice
+ *     g's have landed, each producer thread makes its writes visible to the tensor cores (fence.proxy.async)
+ *     and arrives at full[s] (128 arrivals complete it). (No residual prefetch, unlike conv2d_wg.cu: the
+ *     epilogue that reads it overlaps the other consumer's multiply, and its registers would spill.)
+ *   - A consumer (warpgroups 1 and 2, registers raised) waits for full[s], issues the slice's wgmma, and
+ *     releases the previous slice's stage once that batch has retired (one batch left running, as in
+ *     conv2d_wg.cu; each warp arrives at empty[s]: 4 arrivals). Before a tile's first slice it waits until the
+ *     other consumer has issued every slice of the tile before (turn[]), so the two mainloops alternate and,
+ *     as a consequence, a consumer only ever waits for a stage's next completion: every earlier slice has been
+ *     waited for by one of them (mbar_wait's parity is then unambiguous).
+ * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns; BK = 64.
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, ACT.
+ */
+#include "common.cuh"
+#include "params.cuh"
+#include "conv2d_epilogue.cuh"
+#include "conv2d_loader.cuh"
+#include "conv2d_wgmma.cuh"
+
+#if !defined(BM) || !defined(BN) || !defined(STAGES)
+#error "conv2d_ws.cu needs -DBM -DBN -DSTAGES"
+#endif
+#if ACT == ACT_F32
+#error "conv2d_ws.cu takes F16 or BF16 activations"
+#endif
+
+#define BK 64
+#define NT 384             /* producer warpgroup + two consumer warpgroups */
+#define MB (BM / 64)       /* m64 blocks per consumer tile */
+#define NT8 (BN / 8)
+#define STAGE_ELEMS ((BM + BN) * BK)
+#define SMEM_BYTES (STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align the stages to 1024 bytes */
+/* slices whose copies a producer thread keeps in flight. At most STAGES - 2: slice g's stage is released once
+ * slice g + 1 has been multiplied, and slice g + 1 is announced DEPTH iterations after its copies were issued;
+ * the producer waits for that release before issuing slice g + STAGES */
+#define DEPTH (STAGES - 2 < 4 ? STAGES - 2 : 4)
+/* registers per thread after the role split (setmaxnreg). The launch gives every thread 168 (384 threads,
+ * __launch_bounds__(NT, 1)); the producer hands back what its loader does not need (the least each loader fits
+ * in without spills, test_nvrtc: its 64-bit origin and two coordinates per A row grow with BM) and the two
+ * consumers take exactly that: setmaxnreg.inc waits until the registers are free, so the sums must balance. */
+#define ENTRY_REGS 168
+#define PRODUCER_REGS (BM == 64 ? 64 : 104)
+#define CONSUMER_REGS ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) / 2) & ~7)
+static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT * ENTRY_REGS <= 65536,
+              "registers handed back cover the registers taken");
+static_assert(MB >= 1 && BM == 64 * MB, "BM: whole m64 blocks");
+static_assert(BN == 128 || BN == 256, "wgmma n128 or n256");
+static_assert(MB * NT8 * 4 <= 128, "accumulators of a consumer thread");
+static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
+
+__device__ __forceinline__ void regs_lower(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+#endif
+}
+__device__ __forceinline__ void regs_raise(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_args a) {
+#ifdef __CUDA_ARCH__
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+#else
+    __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES]; /* the emulator: static is per block */
+#endif
+    __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2];
+    unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem); /* stage s: A tile, then B tile */
+    act_t(*Bs)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem + (size_t)BM * BK * 2);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
+    const int n_tiles = (a.gn + BN - 1) / BN;
+    const int tiles = ((a.gm + BM - 1) / BM) * n_tiles;
+    const int ktiles = (a.gk + BK - 1) / BK;
+    const int my_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int total = my_tiles * ktiles; /* slices of this CTA, over all its tiles (host: < 2^31) */
+    if (total > 0 && dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap(); /* every stage is reached */
+    auto tile_origin = [&](int i, int &m0, int &n0) { /* of this CTA's i-th tile: N tiles of a row block in turn */
+        const int t = (int)blockIdx.x + i * (int)gridDim.x;
+        m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
+    };
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 128), mbar_init(&empty[s], 4);
+        mbar_init(&turn[0], 4), mbar_init(&turn[1], 4);
+    }
+    __syncthreads();
+
+    if (role == 0) { /* ---- the producer ---- */
+        regs_lower();
+        conv_tile_loader<BM, BN, BK, 128> ld;
+        int tile = 0, kt = 0;
+        for (int g = 0; g < total; g++) {
+            const int s = g % STAGES;
+            if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
+            if (kt == 0) {
+                int m0, n0;
+                tile_origin(tile, m0, n0);
+                ld.init(a, m0, n0, tid, 0);
+            }
+            ld.load(a, As[s], Bs[s]);
+            cp_async_commit();
+            if (++kt == ktiles) kt = 0, tile++;
+            if (g >= DEPTH) { /* slice g - DEPTH has landed: visible to the async proxy, then announced */
+                cp_async_wait<DEPTH>();
+                fence_proxy_async();
+                mbar_arrive(&full[(g - DEPTH) % STAGES]);
+            }
+        }
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for (int g = total - DEPTH > 0 ? total - DEPTH : 0; g < total; g++) mbar_arrive(&full[g % STAGES]);
+        return;
+    }
+
+    /* ---- a consumer: tiles role-1, role+1, ... of this CTA ---- */
+    regs_raise();
+    const int me = role - 1;
+    float acc[MB][NT8][4];
+    for (int i = me, j = 0; i < my_tiles; i += 2, j++) {
+        /* the other consumer has issued every slice of tile i - 1 (its completion number j - 1 + me) */
+        if (i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
+        acc_zero(acc);
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int g = i * ktiles + kt, s = g % STAGES;
+            mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
+            wg_multiply_slice<MB, BN>(acc, As[s], Bs[s], warp, lane);
+            wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
+            acc_fence_all(acc);
+            if (kt > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
+        }
+        if (lane == 0) mbar_arrive(&turn[me]); /* the next tile's consumer may start issuing */
+        wg_wait_all();
+        acc_fence_all(acc);
+        if (lane == 0) mbar_arrive(&empty[(i * ktiles + ktiles - 1) % STAGES]);
+        int m0, n0;
+        tile_origin(i, m0, n0);
+#pragma unroll
+        for (int b = 0; b < MB; b++) tile_epilogue<NT8>(a, acc[b], m0 + b * 64 + warp * 16, n0, lane);
+    }
+}
