@@ -6,7 +6,6 @@
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
- *   chan8_load             8 consecutive per-channel values (scale or shift)
  */
 #ifndef CNN_KERNELS_CONV2D_EPILOGUE_CUH
 #define CNN_KERNELS_CONV2D_EPILOGUE_CUH
@@ -39,22 +38,6 @@ __device__ __forceinline__ void tile_partials(const conv_args &a, const float (*
             const int m = mrow + g + h * 8;
             if (m < a.gm) *(float2 *)(ws + (long long)m * a.gn + n) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
         }
-    }
-}
-
-/* the per-channel values p[n .. n+7] (n % 8 == 0), or dflt where p is NULL: two 16-byte loads where p is 16-byte
- * aligned (the engine's arrays are), eight 4-byte loads otherwise and for F32 activations (TF32: the widest
- * tiles spill with the vector path) */
-__device__ __forceinline__ void chan8_load(const float *p, int n, float dflt, float *v) {
-    if (!p) {
-#pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = dflt;
-    } else if (ACT != ACT_F32 && ((unsigned long long)(size_t)p & 15u) == 0) {
-        const float4 lo = *(const float4 *)(p + n), hi = *(const float4 *)(p + n + 4);
-        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-    } else {
-#pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = p[n + k];
     }
 }
 
@@ -111,11 +94,8 @@ __device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*
                 const int n = nbase + (jb + t4) * 8;
                 if (m >= a.gm || n >= a.gn) continue; /* K % 8 == 0: all 8 channels or none */
                 const long long o = (long long)m * a.gn + n;
-                float sc[8], sh[8];
-                chan8_load(a.scale, n, 1.0f, sc);
-                chan8_load(a.shift, n, 0.0f, sh);
 #pragma unroll
-                for (int k = 0; k < 8; k++) v[k] = v[k] * sc[k] + sh[k];
+                for (int k = 0; k < 8; k++) v[k] = v[k] * (a.scale ? a.scale[n + k] : 1.0f) + (a.shift ? a.shift[n + k] : 0.0f);
                 if (res) {
                     float r8[8];
                     act8_unpack(rv[hh][jb / 4], r8);
