@@ -59,9 +59,9 @@ struct conv_tile_loader {
         tc = kc % a.c, tr = (kc / a.c) / a.s, ts = (kc / a.c) % a.s;
     }
 
-    /* issue the cp.async copies of the next slice into stage (As, Bs), then step to the slice after it */
-    __device__ __forceinline__ void load(const conv_args &a, act_t *As, act_t *Bs) {
-        const act_t *x = (const act_t *)a.x, *wt = (const act_t *)a.wt;
+    /* the cp.async copies of this slice's A rows into As (load_a) or its B rows into Bs (load_b) */
+    __device__ __forceinline__ void load_a(const conv_args &a, act_t *As) const {
+        const act_t *x = (const act_t *)a.x;
         const int row0 = (int)threadIdx.x / CPR_, ch = (int)threadIdx.x % CPR_; /* cheaper than keeping them */
         const bool kin = kc < a.gk;
         const long long off = ((long long)tr * a.w + ts) * a.c + tc;
@@ -71,18 +71,32 @@ struct conv_tile_loader {
             const bool ok = kin && (unsigned)hi < (unsigned)a.h && (unsigned)wi < (unsigned)a.w;
             cp_async16(As + conv_at<BK_>(row0 + i * (NT_ / CPR_), ch), ok ? x + a_base[i] + off : x, ok);
         }
+    }
+    __device__ __forceinline__ void load_b(const conv_args &a, act_t *Bs) const {
+        const act_t *wt = (const act_t *)a.wt;
+        const int row0 = (int)threadIdx.x / CPR_, ch = (int)threadIdx.x % CPR_;
+        const bool kin = kc < a.gk;
 #pragma unroll
         for (int j = 0; j < B_N; j++) {
             const int n = b_n + j * (NT_ / CPR_);
             const bool ok = kin && n < a.gn;
             cp_async16(Bs + conv_at<BK_>(row0 + j * (NT_ / CPR_), ch), ok ? wt + (long long)n * a.gk + kc : wt, ok);
         }
+    }
+    /* step to the next slice */
+    __device__ __forceinline__ void next(const conv_args &a) {
         kc += KS; /* at most BK/8 channel wraps (C >= CH) */
         tc += KS;
         while (tc >= a.c) {
             tc -= a.c;
             if (++ts == a.s) ts = 0, tr++;
         }
+    }
+    /* issue the cp.async copies of the next slice into stage (As, Bs), then step to the slice after it */
+    __device__ __forceinline__ void load(const conv_args &a, act_t *As, act_t *Bs) {
+        load_a(a, As);
+        load_b(a, Bs);
+        next(a);
     }
 };
 

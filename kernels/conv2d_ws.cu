@@ -17,7 +17,14 @@
  *     as a consequence, a consumer only ever waits for a stage's next completion: every earlier slice has been
  *     waited for by one of them (mbar_wait's parity is then unambiguous).
  * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns; BK = 64.
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, ACT.
+ * BRES=1 (B resident), for short reductions: each CTA owns one column block of BN output channels for the
+ * whole launch (the grid is a multiple of the column blocks; CTA b takes column b % n_tiles and every
+ * (gridDim.x / n_tiles)-th row block), so the producer copies that block's filter rows, all ktiles slices of
+ * them, into shared memory once (announced by bfull) and the ring carries only A slices. The filter is then
+ * read from L2 once per CTA instead of once per tile, which for a 1x1 conv over 256 channels is as many bytes
+ * as the activations (ResNet-50's short-reduction convs are bound by L2 throughput). The host launches it only
+ * where ktiles slices of B and the ring fit in shared memory.
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -36,8 +43,15 @@
 #define NT 384             /* producer warpgroup + two consumer warpgroups */
 #define MB (BM / 64)       /* m64 blocks per consumer tile */
 #define NT8 (BN / 8)
-#define STAGE_ELEMS ((BM + BN) * BK)
-#define SMEM_BYTES (STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align the stages to 1024 bytes */
+#ifndef BRES
+#define BRES 0
+#endif
+#if BRES
+#define STAGE_ELEMS (BM * BK) /* a ring stage: an A slice; the B slices follow the ring */
+#else
+#define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
+#endif
+#define SMEM_BYTES (STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align the stages to 1024 bytes (BRES: + B) */
 /* slices whose copies a producer thread keeps in flight. At most STAGES - 2: slice g's stage is released once
  * slice g + 1 has been multiplied, and slice g + 1 is announced DEPTH iterations after its copies were issued;
  * the producer waits for that release before issuing slice g + STAGES */
@@ -47,7 +61,7 @@
  * in without spills, test_nvrtc: its 64-bit origin and two coordinates per A row grow with BM) and the two
  * consumers take exactly that: setmaxnreg.inc waits until the registers are free, so the sums must balance. */
 #define ENTRY_REGS 168
-#define PRODUCER_REGS (BM == 64 ? 64 : 104)
+#define PRODUCER_REGS (BM == 64 ? (BRES ? 80 : 64) : 104)
 #define CONSUMER_REGS ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) / 2) & ~7)
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT * ENTRY_REGS <= 65536,
               "registers handed back cover the registers taken");
@@ -71,29 +85,42 @@ __device__ __forceinline__ void regs_raise(void) {
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_args a) {
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
-#else
-    __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES]; /* the emulator: static is per block */
+#else /* the emulator: static is per block; BRES: room for the largest B the host sends */
+    __shared__ __align__(128) unsigned char smem_raw[BRES ? 227 * 1024 : SMEM_BYTES];
 #endif
-    __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2];
+    __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2], bfull;
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem); /* stage s: A tile, then B tile */
+#if BRES
+    act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(smem + (size_t)STAGE_ELEMS * 2 * STAGES); /* per slice */
+#else
     act_t(*Bs)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem + (size_t)BM * BK * 2);
+#endif
 
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
-    const int n_tiles = (a.gn + BN - 1) / BN;
-    const int tiles = ((a.gm + BM - 1) / BM) * n_tiles;
+    const int n_tiles = (a.gn + BN - 1) / BN, m_tiles = (a.gm + BM - 1) / BM;
     const int ktiles = (a.gk + BK - 1) / BK;
+#if BRES
+    if ((int)gridDim.x % n_tiles != 0) __trap(); /* a CTA keeps one column block */
+    const int col = (int)blockIdx.x % n_tiles, row0 = (int)blockIdx.x / n_tiles, rows_step = (int)gridDim.x / n_tiles;
+    const int my_tiles = row0 < m_tiles ? (m_tiles - 1 - row0) / rows_step + 1 : 0;
+    auto tile_origin = [&](int i, int &m0, int &n0) { m0 = (row0 + i * rows_step) * BM, n0 = col * BN; };
+    const unsigned need = (unsigned)(SMEM_BYTES + ktiles * BN * BK * 2);
+#else
+    const int tiles = m_tiles * n_tiles;
     const int my_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-    const int total = my_tiles * ktiles; /* slices of this CTA, over all its tiles (host: < 2^31) */
-    if (total > 0 && dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap(); /* every stage is reached */
     auto tile_origin = [&](int i, int &m0, int &n0) { /* of this CTA's i-th tile: N tiles of a row block in turn */
         const int t = (int)blockIdx.x + i * (int)gridDim.x;
         m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
     };
+    const unsigned need = (unsigned)SMEM_BYTES;
+#endif
+    const int total = my_tiles * ktiles; /* slices of this CTA, over all its tiles (host: < 2^31) */
+    if (total > 0 && dynamic_smem_bytes() < need) __trap(); /* every stage is reached (and every B slice) */
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 128), mbar_init(&empty[s], 4);
-        mbar_init(&turn[0], 4), mbar_init(&turn[1], 4);
+        mbar_init(&turn[0], 4), mbar_init(&turn[1], 4), mbar_init(&bfull, 128);
     }
     __syncthreads();
 
@@ -101,6 +128,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         regs_lower();
         conv_tile_loader<BM, BN, BK, 128> ld;
         int tile = 0, kt = 0;
+#if BRES
+        if (total > 0) { /* the column block's filter rows, every slice, as the first copy group */
+            int m0, n0;
+            tile_origin(0, m0, n0);
+            ld.init(a, m0, n0, tid, 0);
+            for (int k = 0; k < ktiles; k++) ld.load_b(a, Bs[k]), ld.next(a);
+        }
+        cp_async_commit();
+        bool b_told = false; /* bfull arrived at: with the first wait, which covers the group above */
+#endif
         for (int g = 0; g < total; g++) {
             const int s = g % STAGES;
             if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
@@ -109,17 +146,28 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
                 tile_origin(tile, m0, n0);
                 ld.init(a, m0, n0, tid, 0);
             }
+#if BRES
+            ld.load_a(a, As[s]);
+            ld.next(a);
+#else
             ld.load(a, As[s], Bs[s]);
+#endif
             cp_async_commit();
             if (++kt == ktiles) kt = 0, tile++;
             if (g >= DEPTH) { /* slice g - DEPTH has landed: visible to the async proxy, then announced */
                 cp_async_wait<DEPTH>();
                 fence_proxy_async();
+#if BRES
+                if (!b_told) mbar_arrive(&bfull), b_told = true;
+#endif
                 mbar_arrive(&full[(g - DEPTH) % STAGES]);
             }
         }
         cp_async_wait<0>();
         fence_proxy_async();
+#if BRES
+        if (!b_told) mbar_arrive(&bfull);
+#endif
         for (int g = total - DEPTH > 0 ? total - DEPTH : 0; g < total; g++) mbar_arrive(&full[g % STAGES]);
         return;
     }
@@ -128,6 +176,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     regs_raise();
     const int me = role - 1;
     float acc[MB][NT8][4];
+#if BRES
+    if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
+#endif
     for (int i = me, j = 0; i < my_tiles; i += 2, j++) {
         /* the other consumer has issued every slice of tile i - 1 (its completion number j - 1 + me) */
         if (i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
@@ -135,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         for (int kt = 0; kt < ktiles; kt++) {
             const int g = i * ktiles + kt, s = g % STAGES;
             mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
-            wg_multiply_slice<MB, BN>(acc, As[s], Bs[s], warp, lane);
+            wg_multiply_slice<MB, BN>(acc, As[s], Bs[BRES ? kt : s], warp, lane);
             wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
             if (kt > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);

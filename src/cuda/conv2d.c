@@ -63,44 +63,48 @@ typedef struct tc_config {
     bool persist; /* wgmma: the program of the row without /p (same defines), launched on a persistent grid */
     bool ws;      /* conv2d_ws.cu (sm_90a): a producer warpgroup and wm = 2 consumer warpgroups, each multiplying
                    * its own bm x bn tile (BK 64, persistent grid, no split-K) */
+    bool bres;    /* ws with the filter's column block resident in shared memory (BRES=1): only where all its
+                   * slices fit (bres_fits), otherwise its twin without /b runs */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 3   /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 5   /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -199,7 +203,7 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d", c->bm, c->bn, c->stages);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d", c->bm, c->bn, c->stages, c->bres ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -229,7 +233,10 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 
 /* ---- choosing a variant ---------------------------------------------------------------------------------- */
 
-static int tc_smem(const tc_config *c) { return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg || c->ws ? 1024 : 0); }
+static int tc_smem(const tc_config *c) { /* at least (a B-resident row: with one B slice) */
+    if (c->bres) return c->bm * c->bk * 2 * c->stages + c->bn * c->bk * 2 + 1024;
+    return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg || c->ws ? 1024 : 0);
+}
 
 /* a tensor-core config on this backend: wgmma needs exactly sm_90a and F16/BF16, every config its shared memory */
 static bool tc_usable(const cuda_be *cb, const tc_config *c) {
@@ -272,6 +279,22 @@ static void gemm_dims(const cnn_conv2d *cv, int pass, int64_t *gm, int64_t *gn, 
 }
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* shared memory of a B-resident launch: its ring of A stages and every B slice of the reduction */
+static int64_t bres_smem(const tc_config *c, int64_t gk) {
+    return (int64_t)c->bm * c->bk * 2 * c->stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + 1024;
+}
+/* a B-resident row runs a problem when its shared memory fits and every column block gets at least one SM */
+static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t gk) {
+    return bres_smem(c, gk) <= cb->smem_optin && bres_smem(c, gk) <= 227 * 1024 && cdiv(gn, c->bn) <= cb->sm_count;
+}
+/* the ws row without /b of the same tile, which runs what a B-resident row cannot */
+static int bres_twin(int tv) {
+    for (int i = FIRST_WS; i < N_TC; i++)
+        if (!tc_configs[i].bres && tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn) return i;
+    CNN_ASSERT(!"a B-resident row without a twin");
+    return -1;
+}
 
 int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int *out, int cap) {
     (void)cv;
@@ -397,6 +420,11 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     cuda_be *cb = cuda_impl(be);
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
+    if (c->bres) {
+        int64_t gm0, gn0, gk0;
+        gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
+        if (!bres_fits(cb, c, gn0, gk0)) c = &tc_configs[tv = bres_twin(tv)];
+    }
     if (c->ws) {
         CNN_ASSERT(splits == 1);
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_ws, be->act_dtype, tv - FIRST_WS, 0, &f));
@@ -431,7 +459,8 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
                         (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
-    unsigned smem = (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg || c->ws ? 1024 : 0));
+    unsigned smem = c->bres ? (unsigned)bres_smem(c, a.gk)
+                            : (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg || c->ws ? 1024 : 0));
     unsigned threads = (unsigned)(c->ws ? 128 * (1 + c->wm) : c->wg ? 128 * c->wm : 32 * c->wm * c->wn);
     int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
     if (persistent) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
@@ -439,6 +468,12 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
         grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
         if (grid > tiles) grid = tiles;
+        if (c->bres) { /* whole column blocks: CTA b keeps column b % n_tiles (conv2d_ws.cu) */
+            int64_t nt = cdiv(gn, c->bn), rows = grid / nt;
+            if (rows < 1) rows = 1;
+            if (rows > cdiv(gm, c->bm)) rows = cdiv(gm, c->bm);
+            grid = rows * nt;
+        }
         if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
         snprintf(what + strlen(what), sizeof what - strlen(what), " persistent grid %lld", (long long)grid);
     }
@@ -473,6 +508,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     for (int i = 0; i < N_TC; i++)
         order[i] = i, score[i] = !tc_usable(cb, &tc_configs[i]) ? -1.0
                                : (tc_configs[i].persist || tc_configs[i].ws) && cb->tune != CNN_TUNE_FULL ? -1.0
+                               : tc_configs[i].bres && !bres_fits(cb, &tc_configs[i], gn, gk) ? -1.0
                                : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
@@ -499,9 +535,11 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
             if (twin >= 0 && tc_usable(cb, &tc_configs[twin]) && cdiv(gm, tc_configs[twin].bm) * cdiv(gn, tc_configs[twin].bn) > cb->sm_count)
                 out[n++] = (tc_cand){twin, 1};
         }
-    /* fast: every warp-specialised row too (its own programs; the heuristic has no measured speed for them) */
+    /* fast: every warp-specialised row too (its own programs; the heuristic has no measured speed for them), the
+     * B-resident ones where the filter's column block fits */
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
-        if (tc_usable(cb, &tc_configs[i])) out[n++] = (tc_cand){i, 1};
+        if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)))
+            out[n++] = (tc_cand){i, 1};
     return n;
 }
 

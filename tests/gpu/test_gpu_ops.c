@@ -1194,14 +1194,19 @@ static void g_conv_tc(ctx *t) {
                     conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
         }
     cnn_cuda_conv_force_splitk(t->gpu, -1);
-    /* the warp-specialised rows (conv2d_ws.cu), quick mode too: one and three CTAs over the 4 or 2 tiles of a
-     * reduction of 18 slices (longer than any ring of stages), so the consumers take turns and each wraps the
-     * ring inside a tile, every epilogue variant */
+    /* the warp-specialised rows (conv2d_ws.cu), quick mode too, one CTA (B-resident rows: one per column block)
+     * and a few looping over several tiles, every epilogue variant: a reduction of 18 slices (longer
+     * than any ring of stages, so the consumers take turns and each wraps the ring inside a tile; too long for
+     * the B-resident rows, which run their twins), and a 1x1 over 256 channels (4 slices: the B-resident rows
+     * keep them all) with 264 outputs, ragged in both directions */
+    const conv_case bres_case = {4, 256, 9, 7, 264, 1, 1, 1, 1, 0, 0};
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
         if (strstr(cnn_cuda_conv_config_name(cfg), "ws/") && cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
             for (int gi = 0; gi < 2; gi++) {
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 3);
                 conv_one(t, &conv_tc_cases[8], cfg, cfg + 2 * gi, 5950 + 2 * cfg + gi);
+                cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 6); /* B-resident: 3 or 2 CTAs per column block */
+                conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
     cnn_cuda_conv_force_grid(t->gpu, 0);
 }
