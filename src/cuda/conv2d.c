@@ -536,9 +536,11 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
                 out[n++] = (tc_cand){twin, 1};
         }
     /* fast: every warp-specialised row too (its own programs; the heuristic has no measured speed for them), the
-     * B-resident ones where the filter's column block fits */
+     * B-resident ones where the filter's column block fits; only where the output has two tiles per SM at
+     * least (a CTA's two consumers alternate over its tiles: on fewer, one of them idles) */
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
-        if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)))
+        if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)) &&
+            cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= 2LL * cb->sm_count)
             out[n++] = (tc_cand){i, 1};
     return n;
 }
