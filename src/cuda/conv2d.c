@@ -233,14 +233,24 @@ static int family_cfg(int v) { return configs[v].mma ? v - N_SIMT : v; }
 
 /* ---- choosing a variant ---------------------------------------------------------------------------------- */
 
-static int tc_smem(const tc_config *c) { /* at least (a B-resident row: with one B slice) */
-    if (c->bres) return c->bm * c->bk * 2 * c->stages + c->bn * c->bk * 2 + 1024;
-    return (c->bm + c->bn) * c->bk * 2 * c->stages + (c->wg || c->ws ? 1024 : 0);
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* a wgmma row (conv2d_wg.cu or conv2d_ws.cu): sm_90a, F16/BF16, no split-K, stages aligned to 1024 bytes */
+static bool tc_hopper(const tc_config *c) { return c->wg || c->ws; }
+
+/* shared memory of a launch with `stages` ring stages over a reduction of gk elements; a B-resident row's ring
+ * holds only A slices, and every B slice of the reduction follows it */
+static int64_t tc_launch_smem(const tc_config *c, int stages, int64_t gk) {
+    const int64_t align = tc_hopper(c) ? 1024 : 0;
+    if (c->bres) return (int64_t)c->bm * c->bk * 2 * stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + align;
+    return (int64_t)(c->bm + c->bn) * c->bk * 2 * stages + align;
 }
+/* the least a config needs (a B-resident one: with a single B slice) */
+static int64_t tc_smem(const tc_config *c) { return tc_launch_smem(c, c->stages, c->bk); }
 
 /* a tensor-core config on this backend: wgmma needs exactly sm_90a and F16/BF16, every config its shared memory */
 static bool tc_usable(const cuda_be *cb, const tc_config *c) {
-    const bool hopper = c->wg || c->ws;
+    const bool hopper = tc_hopper(c);
     if (c->ws && cb->no_ws) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
     if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 runs on conv2d_tc.cu only */
@@ -256,7 +266,7 @@ bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
     const tc_config *c = &tc_configs[v - N_VARIANTS];
     if (!tc_usable(cb, c)) return false;
     /* F32 activations: conv2d_tc.cu in TF32, only when asked for (--dtype tf32); wgmma is F16/BF16 here */
-    return be->act_dtype != CNN_DTYPE_F32 || (cb->allow_tf32 && !c->wg && !c->ws);
+    return be->act_dtype != CNN_DTYPE_F32 || (cb->allow_tf32 && !tc_hopper(c));
 }
 
 /* bytes of one activation element, and reduction elements per slice of a tensor-core config (a slice row is
@@ -278,15 +288,11 @@ static void gemm_dims(const cnn_conv2d *cv, int pass, int64_t *gm, int64_t *gn, 
     }
 }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* shared memory of a B-resident launch: its ring of A stages and every B slice of the reduction */
-static int64_t bres_smem(const tc_config *c, int64_t gk) {
-    return (int64_t)c->bm * c->bk * 2 * c->stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + 1024;
-}
-/* a B-resident row runs a problem when its shared memory fits and every column block gets at least one SM */
+/* a B-resident row runs a problem when its shared memory fits (within the 227 KB conv2d_ws.cu's emulator build
+ * reserves, too) and every column block gets at least one SM */
 static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t gk) {
-    return bres_smem(c, gk) <= cb->smem_optin && bres_smem(c, gk) <= 227 * 1024 && cdiv(gn, c->bn) <= cb->sm_count;
+    const int64_t smem = tc_launch_smem(c, c->stages, gk);
+    return smem <= cb->smem_optin && smem <= 227 * 1024 && cdiv(gn, c->bn) <= cb->sm_count;
 }
 /* the ws row without /b of the same tile, which runs what a B-resident row cannot */
 static int bres_twin(int tv) {
@@ -402,7 +408,7 @@ static double tc_score(const cuda_be *cb, const tc_config *c, int64_t gm, int64_
 
 /* split-K when the output tiles cannot fill the GPU: about one CTA per SM, at least 4 slices a split */
 static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, int64_t gk) {
-    if (c->wg || c->ws) return 1;
+    if (tc_hopper(c)) return 1;
     int64_t ktiles = cdiv(gk, tc_ks(cb, c)), tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), splits = 1;
     if (cb->conv_force_splitk > 0) splits = cb->conv_force_splitk;
     else if (cb->conv_force_splitk < 0 && tiles < cb->sm_count && ktiles >= 8) {
@@ -459,8 +465,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
                         (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
-    unsigned smem = c->bres ? (unsigned)bres_smem(c, a.gk)
-                            : (unsigned)((c->bm + c->bn) * c->bk * 2 * stages + (c->wg || c->ws ? 1024 : 0));
+    unsigned smem = (unsigned)tc_launch_smem(c, stages, a.gk);
     unsigned threads = (unsigned)(c->ws ? 128 * (1 + c->wm) : c->wg ? 128 * c->wm : 32 * c->wm * c->wn);
     int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
     if (persistent) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
@@ -608,7 +613,7 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
              ep && ep->residual ? " res" : "");
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
         if (cuda_tune_get(cb, key, tv, splits) && *tv >= 0 && *tv < N_TC && tc_usable(cb, &tc_configs[*tv]) &&
-            *splits >= 1 && (*splits == 1 || !(tc_configs[*tv].wg || tc_configs[*tv].ws)))
+            *splits >= 1 && (*splits == 1 || !tc_hopper(&tc_configs[*tv])))
             return CNN_OK;
         if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
     }
