@@ -5,7 +5,7 @@
 #
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
 #                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
-#                                        first-ab ws-ab sanitize-ws
+#                                        first-ab ws-ab sanitize-ws ncu-r50
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -188,6 +188,23 @@ if has layers-r50; then # ours per layer, ResNet-50 bf16 b256, then the whole fo
 fi
 if has tune-full-r50; then # the whole search (persistent rows included) on ResNet-50 bf16 b256: which configs win
     stage tune-full-r50 150 "$BUILD/cnn" bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --repeat 20 --warmup 5 --tune full --cache-dir /tmp/cnn-cache-full -v
+fi
+if has ncu-r50; then # ncu on one ResNet-50 bf16 b256 forward (warm cache, so no tuning launches): per conv kernel its
+    # throughputs, warp stall reasons, pipe use and issue rate (details page, CSV); then the per-instruction stall
+    # samples (SASS) of the first ws and wgmma launches; and the tensor-pipe metric names this ncu knows
+    cache=/tmp/cnn-cache-ncu
+    bargs="bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache"
+    stage ncu-warm 150 "$BUILD/cnn" $bargs --repeat 3 --warmup 1 -v
+    stage ncu-r50 300 ncu --kernel-name regex:conv2d --launch-count 64 --section SpeedOfLight --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section Occupancy \
+        --csv --page details "$BUILD/cnn" $bargs --repeat 1 --warmup 0
+    for k in ws wg; do
+        stage "ncu-src-$k" 150 ncu --kernel-name conv2d_fprop_$k --launch-count 2 --section SourceCounters \
+            --section WarpStateStats -f -o /tmp/ncu-src-$k "$BUILD/cnn" $bargs --repeat 1 --warmup 0
+        ncu -i /tmp/ncu-src-$k.ncu-rep --page source --csv --print-source sass >"$LOGDIR/ncu-src-$k.csv" 2>&1
+    done
+    ncu --query-metrics --chip gh100 2>&1 | grep -i -E 'tensor|gmma|hmma' >"$LOGDIR/ncu-metrics.txt"
+    cp "$LOGDIR/ncu-warm.log" "$LOGDIR/ncu-r50.log" "$OUT/" 2>/dev/null
 fi
 if has check; then # the independent timer on the PyTorch rows of the committed results (another machine, same GPU type)
     stage check-timer 240 $PYTHON bench/gpu_checks.py check "$(ls bench/results/*H100*.json | head -n 1)"
