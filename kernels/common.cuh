@@ -285,6 +285,31 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred
     else memset(dst, 0, 16);
 #endif
 }
+/* blockIdx.x read again where it is needed: a fresh read the compiler cannot merge with the first, so a value
+ * derived from it is recomputed after a long loop instead of held in a register (or spilled) across it */
+__device__ __forceinline__ unsigned ctaid_x(void) {
+#ifdef __CUDA_ARCH__
+    unsigned v;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+    return v;
+#else
+    return blockIdx.x;
+#endif
+}
+/* smem_addr: where a copy lands in shared memory, as the copy instruction takes it: a 32-bit .shared address on
+ * the GPU (so a loader adds byte offsets to one per-thread base instead of converting a generic pointer per
+ * copy), the pointer itself in the emulator. cp_async16_to is cp_async16 to such an address. */
+#ifdef __CUDA_ARCH__
+typedef unsigned smem_addr;
+__device__ __forceinline__ smem_addr smem_addr_of(const void *p) { return smem_u32(p); }
+__device__ __forceinline__ void cp_async16_to(smem_addr dst, const void *src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
+}
+#else
+typedef unsigned char *smem_addr;
+__device__ __forceinline__ smem_addr smem_addr_of(const void *p) { return (unsigned char *)p; }
+__device__ __forceinline__ void cp_async16_to(smem_addr dst, const void *src, bool pred) { cp_async16(dst, src, pred); }
+#endif
 /* prefetch_l2: ask for the 128-byte line holding p to be brought into L2 (a hint: no register, no wait). */
 __device__ __forceinline__ void prefetch_l2(const void *p) {
 #ifdef __CUDA_ARCH__

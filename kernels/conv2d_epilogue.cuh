@@ -1,8 +1,12 @@
-/* conv2d_epilogue.cuh -- the fused epilogue of the tensor-core forward kernels (conv2d_tc.cu, mma.sync, and
- * conv2d_wg.cu, wgmma), one warp's m16 x (NT8*8) accumulator tile at a time. Both instructions leave a warp's
- * accumulators in the same layout: for n8 tile j, acc[j][2h + e] is row mrow + g + 8h, column nbase + 8j + 2*t4
- * + e (g = lane/4, t4 = lane%4). Needs ACT (common.cuh) and conv_args (params.cuh).
- *   tile_epilogue          y = relu?(acc * scale + shift + residual), rounded once to act_t, 16-byte stores
+/* conv2d_epilogue.cuh -- the fused epilogue of the tensor-core forward kernels (conv2d_tc.cu, mma.sync;
+ * conv2d_wg.cu and conv2d_ws.cu, wgmma), one warp's m16 x (NT8*8) accumulator tile at a time. Both instructions
+ * leave a warp's accumulators in the same layout: for n8 tile j, acc[j][2h + e] is row mrow + g + 8h, column
+ * nbase + 8j + 2*t4 + e (g = lane/4, t4 = lane%4). Needs ACT (common.cuh) and conv_args (params.cuh).
+ *   tile_epilogue_smem     y = relu?(acc * scale + shift + residual), rounded once to act_t, 16-byte stores of
+ *                          8 channels per lane, the accumulators turned into that layout through 1 KB of shared
+ *                          memory per warp (the kernels lend it from a stage no copy or multiply uses by then).
+ *                          It replaced a transpose by lane shuffles whose lane-dependent register selects cost
+ *                          ~150 instructions per 8 outputs (ncu, docs/perf-log.md step 21)
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
@@ -41,73 +45,83 @@ __device__ __forceinline__ void tile_partials(const conv_args &a, const float (*
     }
 }
 
-/* Four lanes of a row (t4 = 0..3) trade the column pairs of four consecutive n8 tiles -- a 4x4 transpose by XOR
- * shuffles: in round r lane t4 sends its pair of tile t4^r and receives its partner's pair of tile t4 -- so each
- * lane owns 8 consecutive channels: 16-byte residual loads and stores (two of each for F32), 64 (F32: 128)
- * contiguous bytes per row per warp instruction. The residual vectors of both rows (one row for 256-wide tiles)
- * are all loaded before the first store, so they are in flight together (y may alias the residual: each thread
- * reads exactly the vectors it later writes). */
+/* The scratch of tile_epilogue_smem: 8 rows x 32 fp32 (8 rows of the m16 tile, 4 n8 tiles), 4-word groups
+ * swizzled by row so that both the lanes' 8-byte writes (accumulator layout: row g, columns 8j + 2*t4) and their
+ * 16-byte reads (row lane/4, columns 8*(lane%4) .. +7) hit 32 distinct banks per phase. */
+__device__ __forceinline__ int epi_word(int r, int c) {
+    return r * 32 + ((((c >> 2) ^ (((r & 3) << 1) | (r & 1))) << 2) | (c & 3));
+}
+
+/* One warp's m16 x (NT8*8) tile, 32 columns (a chunk) at a time: the 8 rows of each half (h) are written to the
+ * scratch in accumulator layout and read back as 8 consecutive channels per lane (row lane/4, channel group
+ * lane%4), then scale/shift (two 16-byte vectors each per chunk, shared by both halves), residual, ReLU, one
+ * rounding, a 16-byte store: 64 contiguous bytes per row per warp instruction. The next chunk's residual vectors
+ * are loaded before this chunk's stores (F16/BF16), so two chunks' loads overlap. scr: 1 KB (256 floats, 16-byte aligned)
+ * that only this warp touches meanwhile; each lane reads back exactly the residual vectors it writes (y may
+ * alias the residual). */
 template <int NT8>
-__device__ __forceinline__ void tile_epilogue(const conv_args &a, const float (*acc)[4], int mrow, int nbase, int lane) {
-    static_assert(NT8 % 4 == 0, "groups of four n8 tiles");
-    /* rows g and g+8 together, except in the 256-wide tiles, whose 128 accumulators leave no room for the
-     * residual vectors of both rows at once (the persistent wgmma kernel also keeps its loader live here) */
-    constexpr int HG = NT8 >= 32 ? 1 : 2;
+__device__ __forceinline__ void tile_epilogue_smem(const conv_args &a, const float (*acc)[4], int mrow, int nbase, int lane,
+                                                   float *scr) {
+    static_assert(NT8 % 4 == 0, "chunks of four n8 tiles");
+    constexpr int NC = NT8 / 4;
     act_t *y = (act_t *)a.out;
     const act_t *res = (const act_t *)a.residual;
-    const int g = lane >> 2, t4 = lane & 3;
+    const int g = lane >> 2, t4 = lane & 3; /* the write role (accumulator layout) and the read role (row, group) */
+    /* the next chunk's residual loads ahead of this chunk's stores; not with F32 activations (TF32), whose
+     * residual vectors are twice the registers (the 128x256 mma.sync tile would spill) */
+    constexpr bool AHEAD = ACT != ACT_F32;
+    act8 rv[AHEAD ? 2 : 1][2]; /* [chunk parity][half] */
+    auto load_res = [&](int c, act8 *dst) {
+        const int n = nbase + c * 32 + t4 * 8;
 #pragma unroll
-    for (int h0 = 0; h0 < 2; h0 += HG) {
-        act8 rv[HG][NT8 / 4];
+        for (int h = 0; h < 2; h++) {
+            const int m = mrow + h * 8 + g;
+            dst[h] = act8_zero();
+            if (res && m < a.gm && n < a.gn) dst[h] = act8_load(res + (long long)m * a.gn + n);
+        }
+    };
+    if (AHEAD) load_res(0, rv[0]);
 #pragma unroll
-        for (int hh = 0; hh < HG; hh++)
+    for (int c = 0; c < NC; c++) {
+        if (!AHEAD) load_res(c, rv[0]);
+        else if (c + 1 < NC) load_res(c + 1, rv[(c + 1) & (AHEAD ? 1 : 0)]);
+        const int n = nbase + c * 32 + t4 * 8;
+        const bool n_ok = n < a.gn; /* K % 8 == 0: all 8 channels or none */
+        float sc[8], sh[8];
 #pragma unroll
-            for (int jb = 0; jb < NT8; jb += 4) {
-                const int m = mrow + g + (h0 + hh) * 8, n = nbase + (jb + t4) * 8;
-                rv[hh][jb / 4] = act8_zero();
-                if (res && m < a.gm && n < a.gn) rv[hh][jb / 4] = act8_load(res + (long long)m * a.gn + n);
+        for (int k = 0; k < 8; k++) sc[k] = 1.0f, sh[k] = 0.0f;
+        if (a.scale && n_ok) {
+            const float4 s0 = *(const float4 *)(a.scale + n), s1 = *(const float4 *)(a.scale + n + 4);
+            sc[0] = s0.x, sc[1] = s0.y, sc[2] = s0.z, sc[3] = s0.w, sc[4] = s1.x, sc[5] = s1.y, sc[6] = s1.z, sc[7] = s1.w;
+        }
+        if (a.shift && n_ok) {
+            const float4 s0 = *(const float4 *)(a.shift + n), s1 = *(const float4 *)(a.shift + n + 4);
+            sh[0] = s0.x, sh[1] = s0.y, sh[2] = s0.z, sh[3] = s0.w, sh[4] = s1.x, sh[5] = s1.y, sh[6] = s1.z, sh[7] = s1.w;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __syncwarp(); /* the previous half's reads are done */
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+                *(float2 *)(scr + epi_word(g, jj * 8 + t4 * 2)) = make_float2(acc[c * 4 + jj][2 * h], acc[c * 4 + jj][2 * h + 1]);
+            __syncwarp();
+            const float4 lo = *(const float4 *)(scr + epi_word(g, t4 * 8)), hi = *(const float4 *)(scr + epi_word(g, t4 * 8 + 4));
+            float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            const int m = mrow + h * 8 + g;
+            if (m >= a.gm || !n_ok) continue;
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = v[k] * sc[k] + sh[k];
+            if (res) {
+                float r8[8];
+                act8_unpack(rv[c & (AHEAD ? 1 : 0)][h], r8);
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] += r8[k];
             }
+            if (a.relu) {
 #pragma unroll
-        for (int hh = 0; hh < HG; hh++) {
-            const int h = h0 + hh, m = mrow + g + h * 8;
-#pragma unroll
-            for (int jb = 0; jb < NT8; jb += 4) {
-                float gx[4], gy[4];
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int q = t4 ^ r;
-                    const float sx = q == 0 ? acc[jb][2 * h] : q == 1 ? acc[jb + 1][2 * h]
-                                   : q == 2 ? acc[jb + 2][2 * h] : acc[jb + 3][2 * h];
-                    const float sy = q == 0 ? acc[jb][2 * h + 1] : q == 1 ? acc[jb + 1][2 * h + 1]
-                                   : q == 2 ? acc[jb + 2][2 * h + 1] : acc[jb + 3][2 * h + 1];
-                    gx[r] = __shfl_xor_sync(0xffffffffu, sx, r);
-                    gy[r] = __shfl_xor_sync(0xffffffffu, sy, r);
-                }
-                /* gx/gy[r] = columns 2*(t4^r), +1 of tile jb + t4 */
-                float v[8];
-#pragma unroll
-                for (int sp = 0; sp < 4; sp++) {
-                    const int r = t4 ^ sp;
-                    v[2 * sp] = r == 0 ? gx[0] : r == 1 ? gx[1] : r == 2 ? gx[2] : gx[3];
-                    v[2 * sp + 1] = r == 0 ? gy[0] : r == 1 ? gy[1] : r == 2 ? gy[2] : gy[3];
-                }
-                const int n = nbase + (jb + t4) * 8;
-                if (m >= a.gm || n >= a.gn) continue; /* K % 8 == 0: all 8 channels or none */
-                const long long o = (long long)m * a.gn + n;
-#pragma unroll
-                for (int k = 0; k < 8; k++) v[k] = v[k] * (a.scale ? a.scale[n + k] : 1.0f) + (a.shift ? a.shift[n + k] : 0.0f);
-                if (res) {
-                    float r8[8];
-                    act8_unpack(rv[hh][jb / 4], r8);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] += r8[k];
-                }
-                if (a.relu) {
-#pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-                }
-                act8_store(y + o, v);
+                for (int k = 0; k < 8; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
             }
+            act8_store(y + (long long)m * a.gn + n, v);
         }
     }
 }

@@ -16,9 +16,10 @@
  *     is, and ldmatrix delivers its fragments), each operand rounded to TF32 (to nearest, ties away, as
  *     cvt.rna) in registers first;
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
- *     rounding to the activation type; lanes trade accumulators so each stores 8 channels (16 bytes, F32 32). The
- *     residual tile is prefetched into L2 when the CTA starts and all of a thread's residual vectors are loaded
- *     before its first store, so a short-reduction (1x1) conv waits for one memory round trip, not one per row;
+ *     rounding to the activation type; each warp turns its accumulators into 8 channels per lane (16-byte
+ *     stores, F32 32) through 1 KB of the then idle stages (conv2d_epilogue.cuh, tile_epilogue_smem). The
+ *     residual tile is prefetched into L2 when the CTA starts, and the next 32 columns' residual vectors load
+ *     while this 32's are stored;
  *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
  *     a.ws, and conv2d_tc_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
  * Narrow first layers run here too: the stem (C <= 4, stride 2, e.g. 3->64 7x7/2) as a space-to-depth problem
@@ -53,6 +54,7 @@ static_assert(WTM % 16 == 0 && WTN % 32 == 0, "warp tile: m16 rows, groups of fo
 static_assert(BK == 32 || BK == 64, "slice rows of 64 or 128 bytes");
 static_assert(STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA (sm_90; the launcher checks the GPU's limit)");
+static_assert((BM + BN) * BK * 2 >= NT / 32 * 1024, "one stage holds every warp's 1 KB of epilogue scratch");
 
 __device__ __forceinline__ int swz(int row, int ch) { return conv_at<BK>(row, ch); }
 
@@ -150,12 +152,16 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
         compute_slice(kt % STAGES);
     }
     cp_async_wait<0>();
+    __syncthreads(); /* every warp is done with the stages: 1 KB of them per warp becomes the epilogue's scratch */
 
     /* ---- epilogue (conv2d_epilogue.cuh), one m16 row block of the warp tile at a time ---- */
+    float *scr = (float *)(smem_raw + (size_t)warp * 1024); /* a launch has at least one stage: >= 1 KB per warp */
+    const int em0 = (int)(ctaid_x() / n_tiles) * BM; /* m0 again: not held over the mainloop (the 128x256 F32 tile
+                                                       * is at 255 registers) */
 #pragma unroll
     for (int i = 0; i < MT; i++) {
-        if (a.splits > 1) tile_partials<NT8>(a, acc[i], m0 + wm0 + i * 16, n0 + wn0, lane);
-        else tile_epilogue<NT8>(a, acc[i], m0 + wm0 + i * 16, n0 + wn0, lane);
+        if (a.splits > 1) tile_partials<NT8>(a, acc[i], em0 + wm0 + i * 16, n0 + wn0, lane);
+        else tile_epilogue_smem<NT8>(a, acc[i], em0 + wm0 + i * 16, n0 + wn0, lane, scr);
     }
 }
 

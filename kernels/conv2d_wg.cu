@@ -12,7 +12,8 @@
  *     batch, a barrier, then the loads STAGES-1 slices ahead into the stage that batch read: the tensor cores
  *     run through the copy issue (ptxas would warn if it had to serialise them; test_nvrtc fails on that);
  *   - WGS warpgroups split the BM rows: each owns MB = BM / 64 / WGS blocks of 64 rows and all BN columns;
- *   - epilogue: conv2d_epilogue.cuh (per warp, wgmma's accumulators have mma.sync's m16n8 layout).
+ *   - epilogue: conv2d_epilogue.cuh's tile_epilogue_smem (per warp; wgmma's accumulators have mma.sync's m16n8
+ *     layout), its transpose through the warp's own rows of the stage the tile's last slice came from.
  * No split-K: the launcher sends it only outputs of at least one tile per SM. Without __CUDA_ARCH__ (the CPU
  * emulator of tests/gpu/emu) each thread computes its own accumulators from the same swizzled shared memory, so
  * the emulator checks the loader, the layout and the epilogue; the descriptors are checked on the GPU.
@@ -127,8 +128,12 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const con
             acc_fence_all(acc);
             int m0, n0;
             tile_origin(c_tile, m0, n0);
+            /* the scratch of the epilogue: this warp's own 16 rows of the stage just multiplied (its 1 KB), which
+             * the next iteration refills only after its first barrier (the emulator's per-thread multiply reads
+             * just those rows of A, so the epilogue's first __syncwarp also covers it) */
+            float *scr = (float *)((unsigned char *)&As[g % STAGES][0] + (size_t)(wrow0 + (warp & 3) * 16) * BK * 2);
 #pragma unroll
-            for (int b = 0; b < MB; b++) tile_epilogue<NT8>(a, acc[b], m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane);
+            for (int b = 0; b < MB; b++) tile_epilogue_smem<NT8>(a, acc[b], m0 + wrow0 + b * 64 + (warp & 3) * 16, n0, lane, scr);
             acc_zero(acc);
             c_kt = 0, c_tile++;
         }

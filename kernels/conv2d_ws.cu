@@ -8,14 +8,17 @@
  *     of the CTA in order into a ring of STAGES stages: slice g into stage g % STAGES, once the consumer of
  *     slice g - STAGES has released that stage (empty[s]). It keeps DEPTH slices' copies in flight; when slice
  *     g's have landed, each producer thread makes its writes visible to the tensor cores (fence.proxy.async)
- *     and arrives at full[s] (128 arrivals complete it). (No residual prefetch, unlike conv2d_wg.cu: the
- *     epilogue that reads it overlaps the other consumer's multiply, and its registers would spill.)
+ *     and arrives at full[s] (128 arrivals complete it).
  *   - A consumer (warpgroups 1 and 2, registers raised) waits for full[s], issues the slice's wgmma, and
  *     releases the previous slice's stage once that batch has retired (one batch left running, as in
  *     conv2d_wg.cu; each warp arrives at empty[s]: 4 arrivals). Before a tile's first slice it waits until the
  *     other consumer has issued every slice of the tile before (turn[]), so the two mainloops alternate and,
  *     as a consequence, a consumer only ever waits for a stage's next completion: every earlier slice has been
- *     waited for by one of them (mbar_wait's parity is then unambiguous).
+ *     waited for by one of them (mbar_wait's parity is then unambiguous). A consumer prefetches its tile's
+ *     residual into L2 before its mainloop, and runs the epilogue (conv2d_epilogue.cuh's tile_epilogue_smem)
+ *     through 1 KB of shared memory per warp of its own, ahead of the ring (not the stage of the tile's last
+ *     slice: the consumer would then hold that stage over its epilogue, which only an mbarrier would order
+ *     against the producer's next copy into it).
  * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns; BK = 64.
  * BRES=1 (B resident), for short reductions: each CTA owns one column block of BN output channels for the
  * whole launch (the grid is a multiple of the column blocks; CTA b takes column b % n_tiles and every
@@ -51,7 +54,8 @@
 #else
 #define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
 #endif
-#define SMEM_BYTES (STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align the stages to 1024 bytes (BRES: + B) */
+#define EPI_BYTES (8 * 1024) /* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring */
+#define SMEM_BYTES (EPI_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1024 bytes (BRES: + B) */
 /* slices whose copies a producer thread keeps in flight. At most STAGES - 2: slice g's stage is released once
  * slice g + 1 has been multiplied, and slice g + 1 is announced DEPTH iterations after its copies were issued;
  * the producer waits for that release before issuing slice g + STAGES */
@@ -61,7 +65,7 @@
  * in without spills, test_nvrtc: its 64-bit origin and two coordinates per A row grow with BM) and the two
  * consumers take exactly that: setmaxnreg.inc waits until the registers are free, so the sums must balance. */
 #define ENTRY_REGS 168
-#define PRODUCER_REGS (BM == 64 ? (BRES ? 80 : 64) : 104)
+#define PRODUCER_REGS (BM == 64 ? (BRES ? 80 : 64) : 88)
 #define CONSUMER_REGS ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) / 2) & ~7)
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT * ENTRY_REGS <= 65536,
               "registers handed back cover the registers taken");
@@ -90,11 +94,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 #endif
     __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2], bfull;
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem); /* stage s: A tile, then B tile */
+    unsigned char *ring = smem + EPI_BYTES;
+    act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(ring); /* stage s: A tile, then B tile */
 #if BRES
-    act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(smem + (size_t)STAGE_ELEMS * 2 * STAGES); /* per slice */
+    act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(ring + (size_t)STAGE_ELEMS * 2 * STAGES); /* per slice */
 #else
-    act_t(*Bs)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem + (size_t)BM * BK * 2);
+    act_t(*Bs)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(ring + (size_t)BM * BK * 2);
 #endif
 
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
@@ -180,6 +185,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
     for (int i = me, j = 0; i < my_tiles; i += 2, j++) {
+        if (a.residual) { /* what this tile's epilogue will add, into L2 while the mainloop runs (a hint) */
+            int pm0, pn0;
+            tile_origin(i, pm0, pn0);
+#pragma unroll
+            for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, pm0 + b * 64 + warp * 16, pn0, lane);
+        }
         /* the other consumer has issued every slice of tile i - 1 (its completion number j - 1 + me) */
         if (i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
         acc_zero(acc);
@@ -197,7 +208,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         if (lane == 0) mbar_arrive(&empty[(i * ktiles + ktiles - 1) % STAGES]);
         int m0, n0;
         tile_origin(i, m0, n0);
+        float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
 #pragma unroll
-        for (int b = 0; b < MB; b++) tile_epilogue<NT8>(a, acc[b], m0 + b * 64 + warp * 16, n0, lane);
+        for (int b = 0; b < MB; b++) tile_epilogue_smem<NT8>(a, acc[b], m0 + b * 64 + warp * 16, n0, lane, scr);
     }
 }

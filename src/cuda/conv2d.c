@@ -242,8 +242,9 @@ static bool tc_hopper(const tc_config *c) { return c->wg || c->ws; }
  * holds only A slices, and every B slice of the reduction follows it */
 static int64_t tc_launch_smem(const tc_config *c, int stages, int64_t gk) {
     const int64_t align = tc_hopper(c) ? 1024 : 0;
-    if (c->bres) return (int64_t)c->bm * c->bk * 2 * stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + align;
-    return (int64_t)(c->bm + c->bn) * c->bk * 2 * stages + align;
+    const int64_t epi = c->ws ? 8 * 1024 : 0; /* conv2d_ws.cu's epilogue scratch (EPI_BYTES) */
+    if (c->bres) return epi + (int64_t)c->bm * c->bk * 2 * stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + align;
+    return epi + (int64_t)(c->bm + c->bn) * c->bk * 2 * stages + align;
 }
 /* the least a config needs (a B-resident one: with a single B slice) */
 static int64_t tc_smem(const tc_config *c) { return tc_launch_smem(c, c->stages, c->bk); }

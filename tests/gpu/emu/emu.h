@@ -56,6 +56,13 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     return out;
 }
 
+/* every lane of the warp arrives before any goes on (a shuffle with lane mask 0 is such a rendezvous) */
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    int in = 0, out;
+    emu_rt_ptr->shfl_xor(&in, &out, (int)sizeof in, 0);
+}
+
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
     unsigned long long o = *p;
     *p = o + v;
