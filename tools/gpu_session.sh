@@ -5,7 +5,7 @@
 #
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
 #                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
-#                                        first-ab ws-ab sanitize-ws ncu-r50
+#                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -92,12 +92,40 @@ if has ws-ab; then # the warp-specialised rows on (default) and off (CNN_CONV_WS
     done
     grep -h 'ws/' /tmp/ws-on-tune.log | head -n 40
 fi
+if has ab; then # this tree against a base tree (tmp/ab-base.tgz: `git archive BASE`, carried, never committed), built
+    # side by side; each arm with its own empty kernel cache; the whole forwards twice in the order base, new, base, new
+    rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar xzf tmp/ab-base.tgz -C /tmp/ab-base
+    stage ab-build-base 240 make -C /tmp/ab-base -j16 BUILD=build GIT_COMMIT=ab-base build/cnn
+    for arm in base new; do
+        bin=$BUILD/cnn; [ $arm = base ] && bin=/tmp/ab-base/build/cnn
+        rm -rf /tmp/cnn-cache-ab-$arm
+        stage "ab-$arm-layers-r50" 150 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$LOGDIR/ab-$arm-layers-r50.md 2>/tmp/ab-$arm-tune.log"
+        grep -h 'tuned fprop_tc' /tmp/ab-$arm-tune.log | sed 's/^/# /' >>"$LOGDIR/ab-$arm-layers-r50.md"
+    done
+    for rep in 1 2; do
+        for arm in base new; do
+            bin=$BUILD/cnn; [ $arm = base ] && bin=/tmp/ab-base/build/cnn
+            stage "ab-$arm-whole-$rep" 200 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 >$LOGDIR/ab-$arm-whole-$rep.md 2>>/tmp/ab-$arm-tune.log"
+            grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/ab-$arm-whole-$rep.md | sed "s/^/# $arm $rep /"
+        done
+    done
+fi
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do
         stage "sanitizer-ws-$tool" 200 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=ws/ CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
     done
+fi
+if has sanitize-epi; then # the epilogue's shared-memory scratch: racecheck on every tensor-core row (quick, bf16), memcheck
+    # on them, racecheck on the mma.sync rows in TF32 (F32 activations through the same scratch)
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in racecheck memcheck; do
+        stage "sanitizer-epi-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
+    done
+    stage sanitizer-epi-racecheck-tf32 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=tc128x128/ CNN_SYNC_DEBUG=1 "$SAN" \
+        --tool racecheck --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype tf32 conv_tc
 fi
 if has memcheck-tc; then # memcheck alone on the tensor-core group (quick cases, bf16: the wgmma rows included)
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
