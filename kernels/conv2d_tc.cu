@@ -1,6 +1,7 @@
 /* conv2d_tc.cu -- forward convolution on tensor cores for the shapes that make up almost all of a ResNet or a
- * VGG: F16/BF16 NHWC activations with C % 8 == 0, or F32 ones with C % 4 == 0 multiplied in TF32 (--dtype tf32),
- * K % 8 == 0, every kernel size, stride and padding.
+ * VGG: F16/BF16 NHWC activations with C % 8 == 0, or F32 ones with C % 4 == 0 multiplied in TF32 (--dtype tf32)
+ * or, with FFMA=1, in fp32 FMA (--dtype fp32: true fp32, no tensor cores); K % 8 == 0, every kernel size, stride
+ * and padding.
  * Implicit GEMM y[NPQ][K] = x_im2col[NPQ][RSC] * w[K][RSC]^T, no im2col in memory:
  *   - a reduction slice is a row of BK*2 bytes (BK = 32 or 64): BK/8 16-byte chunks of 8 F16/BF16 or 4 F32
  *     channels; C % (channels per chunk) == 0 keeps each chunk inside one filter tap (r, s), so every chunk is
@@ -14,7 +15,8 @@
  *   - mma.sync.m16n8k16 with fp32 accumulators, warp tile (BM/WM) x (BN/WN); for F32, mma.sync.m16n8k8 .tf32
  *     on the same shared-memory layout (a k8 step of 4-byte elements is the 32 bytes a k16 step of 2-byte ones
  *     is, and ldmatrix delivers its fragments), each operand rounded to TF32 (to nearest, ties away, as
- *     cvt.rna) in registers first;
+ *     cvt.rna) in registers first; or, with FFMA=1 (F32 without TF32: true fp32), fp32 FMA from the same
+ *     stages into the same accumulator layout, 16-byte shared-memory reads of four reduction elements;
  *   - fused epilogue: per-output-channel scale and shift (folded BatchNorm or bias), residual add, ReLU, one
  *     rounding to the activation type; each warp turns its accumulators into 8 channels per lane (16-byte
  *     stores, F32 32) through 1 KB of the then idle stages (conv2d_epilogue.cuh, tile_epilogue_smem). The
@@ -27,7 +29,7 @@
  * over 16 channels; src/cuda/conv2d.c, narrow_fprop, has the algebra), any other C < 8 (VGG's 3->64 3x3/1) with
  * its channels zero-padded to 8 by conv2d_pad_channels.
  * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, MINB (CTAs per SM the
- * registers must allow), ACT (F16, BF16, or F32 for TF32).
+ * registers must allow), ACT (F16, BF16, or F32), FFMA (F32 only: 1 multiplies in fp32 FMA, 0 in TF32).
  * The launcher checks the preconditions (C % 8, F32 C % 4; K % 8; 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
  */
@@ -58,6 +60,10 @@ static_assert((BM + BN) * BK * 2 >= NT / 32 * 1024, "one stage holds every warp'
 
 __device__ __forceinline__ int swz(int row, int ch) { return conv_at<BK>(row, ch); }
 
+#ifndef FFMA
+#define FFMA 0 /* 1: the multiply-adds in fp32 FMA instead of mma.sync (F32 only): --dtype fp32 */
+#endif
+static_assert(!FFMA || ACT == ACT_F32, "the FFMA core takes F32 operands");
 #ifndef MINB
 #define MINB 1 /* CTAs per SM the register allocation must leave room for */
 #endif
@@ -99,6 +105,42 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
+#if FFMA
+    /* true fp32: each lane computes exactly the accumulator elements an m16n8 fragment would give it (rows g and
+     * g + 8 of each m16 block, columns 2*t4 and 2*t4 + 1 of each n8 block), so the epilogue is the same. Per
+     * 16-byte chunk (4 reduction elements) of a slice row: B's 2*NT8 columns as float4s, then A's rows one float4
+     * at a time, 16 FFMA each. In a warp a chunk read touches 8 A rows or 4 B columns of one swizzled chunk
+     * position: distinct 16-byte bank groups, one wavefront. */
+    const int g = lane >> 2, t4 = lane & 3;
+    auto compute_slice = [&](int stage) {
+        const float *As_ = As[stage];
+        const float *Bs_ = Bs[stage];
+#pragma unroll 1 /* one chunk's operands live at a time: unrolled, the loads of every chunk are hoisted and spill */
+        for (int kc = 0; kc < BK / 8; kc++) {
+            float4 bv[NT8][2];
+#pragma unroll
+            for (int j = 0; j < NT8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) bv[j][e] = *(const float4 *)&Bs_[swz(wn0 + j * 8 + 2 * t4 + e, kc)];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float4 av = *(const float4 *)&As_[swz(wm0 + i * 16 + g + 8 * h, kc)];
+#pragma unroll
+                    for (int j = 0; j < NT8; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float &c = acc[i][j][2 * h + e];
+                            c = fmaf(av.x, bv[j][e].x, c);
+                            c = fmaf(av.y, bv[j][e].y, c);
+                            c = fmaf(av.z, bv[j][e].z, c);
+                            c = fmaf(av.w, bv[j][e].w, c);
+                        }
+                }
+        }
+    };
+#else
     auto compute_slice = [&](int stage) {
         const act_t *As_ = As[stage];
         const act_t *Bs_ = Bs[stage];
@@ -136,6 +178,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
 #endif
         }
     };
+#endif /* FFMA */
 
     /* ---- the pipeline: STAGES-1 slices in flight while one is multiplied ---- */
 #pragma unroll

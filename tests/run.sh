@@ -45,10 +45,10 @@ if [ -n "$ASAN_BUILD" ]; then
         run_one "asan-$(basename "$t")" env CNN_TEST_QUICK=1 "$t"
     done
 fi
-# the tensor-core forward kernels (bf16, and fp32 in TF32) on the CPU emulator of tests/gpu/emu: the real kernel
-# sources, compiled as C++, on the quick shapes (a GPU runs them all: make test-gpu)
+# the tensor-core forward kernels (bf16; fp32 in TF32; fp32 in FMA) on the CPU emulator of tests/gpu/emu: the
+# real kernel sources, compiled as C++, on the quick shapes (a GPU runs them all: make test-gpu)
 if [ -x "$BUILD/gpu_test_ops" ]; then
-    for dt in bf16 tf32; do
+    for dt in bf16 tf32 f32; do
         run_one "emu-conv_tc-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_tc
     done
     for dt in bf16 f16; do # the first-layer kernels and the fused stem + max-pool

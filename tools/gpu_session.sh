@@ -5,7 +5,7 @@
 #
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
 #                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
-#                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi
+#                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -109,6 +109,25 @@ if has ab; then # this tree against a base tree (tmp/ab-base.tgz: `git archive B
             grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/ab-$arm-whole-$rep.md | sed "s/^/# $arm $rep /"
         done
     done
+fi
+if has fp32; then # true fp32 forward (conv2d_tc.cu with FFMA=1): the f32 op groups on the GPU, racecheck on one row, the
+    # fp32 zoo against PyTorch float64, then base (tmp/ab-base.tgz) against this tree and PyTorch eager fp32, same run
+    stage gpu-ops-f32 240 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f32 conv_tc conv linear graph
+    rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar xzf tmp/ab-base.tgz -C /tmp/ab-base
+    stage ab-build-base 240 make -C /tmp/ab-base -j16 BUILD=build GIT_COMMIT=ab-base build/cnn
+    for arm in base new; do
+        bin=$BUILD/cnn; [ $arm = base ] && bin=/tmp/ab-base/build/cnn
+        rm -rf /tmp/cnn-cache-ab-$arm
+        stage "ab-$arm-fp32" 200 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32 --device cuda --repeat 10 --warmup 3 -v >$LOGDIR/ab-$arm-fp32.md 2>/tmp/ab-$arm-fp32.log"
+        grep -h 'tuned fprop_tc' /tmp/ab-$arm-fp32.log | sed 's/^/# /' >>"$LOGDIR/ab-$arm-fp32.md"
+        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/ab-$arm-fp32.md | sed "s/^/# $arm /"
+    done
+    stage torch-fp32 200 bash -c "for m in resnet50 resnet18 vgg16; do $PYTHON bench/pytorch_bench.py --model \$m --batch 1,64,256 --dtype fp32 --impl eager-fp32 --repeat 10 --warmup 3; done >$LOGDIR/torch-fp32.jsonl"
+    $PYTHON -c 'import json,sys; [print("# torch", r["model"], r["batch"], r["impl"], "%.3f ms" % r["ms_median"]) for r in map(json.loads, open(sys.argv[1]))]' $LOGDIR/torch-fp32.jsonl
+    stage golden-zoo-f32 240 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16 $PYTHON tests/golden/test_zoo_infer.py
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    stage sanitizer-f32-racecheck 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=tc128x128/ CNN_SYNC_DEBUG=1 "$SAN" \
+        --tool racecheck --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
 fi
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -5,8 +5,9 @@
  * and newer). A variant is valid for every shape (edges are masked), so choosing one is only about speed:
  *     cuda_conv_candidates()  the variants usable for a problem on this backend (dtype, GPU)
  *     cuda_conv_pick()        the heuristic choice among them (or the variant forced by cnn_cuda_conv_force_config)
- * The forward pass of F16/BF16 convolutions with C % 8 == 0 and K % 8 == 0 (and, with allow_tf32, of F32 ones
- * with C % 4 == 0, multiplied in TF32 on the mma.sync configs) goes instead to the fast kernels of
+ * The forward pass of F16/BF16 convolutions with C % 8 == 0 and K % 8 == 0 (and of F32 ones with C % 4 == 0 on
+ * the mma.sync configs: multiplied in TF32 with allow_tf32, else in fp32 FMA by the same programs compiled with
+ * FFMA=1, family conv2d_fprop_ffma) goes instead to the fast kernels of
  * conv2d_tc.cu (tc_configs, numbered after the generic variants), whose tile config and split-K are chosen per
  * layer shape by the autotuner (--tune, winners cached by tune.c) or, with --tune none, by a heuristic; so does
  * narrow first layers (C < 8) after a rewrite of their operands (narrow_fprop: space-to-depth for the stride-2
@@ -222,6 +223,14 @@ static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc", "conv2d_tc_spl
 enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4 };
 const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 5, CUDA_DT_ALL,
                                                  N_TC_MMA, def_fprop_tc, tc_name};
+/* the same programs with the multiply-adds in fp32 FMA (FFMA=1): F32 without allow_tf32 (true fp32) */
+static void def_fprop_ffma(int cfg, char *buf, size_t cap) {
+    def_fprop_tc(cfg, buf, cap);
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, " -DFFMA=1");
+}
+const cuda_family cuda_family_conv2d_fprop_ffma = {"conv2d_fprop_ffma", "conv2d_tc.cu", fprop_tc_entries, 5,
+                                                   CUDA_DT_F32, N_TC_MMA, def_fprop_ffma, tc_name};
 
 static const cuda_family *family_of(int pass, int v) {
     static const cuda_family *const fams[2][3] = {
@@ -254,7 +263,7 @@ static bool tc_usable(const cuda_be *cb, const tc_config *c) {
     const bool hopper = tc_hopper(c);
     if (c->ws && cb->no_ws) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
-    if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 runs on conv2d_tc.cu only */
+    if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 and FFMA run on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
 }
 
@@ -266,17 +275,25 @@ bool cnn_cuda_conv_config_usable(cnn_backend *be, int v) {
     if (v < N_VARIANTS) return be->act_dtype != CNN_DTYPE_F32; /* conv2d.cu's mma variants: F16/BF16 */
     const tc_config *c = &tc_configs[v - N_VARIANTS];
     if (!tc_usable(cb, c)) return false;
-    /* F32 activations: conv2d_tc.cu in TF32, only when asked for (--dtype tf32); wgmma is F16/BF16 here */
-    return be->act_dtype != CNN_DTYPE_F32 || (cb->allow_tf32 && !tc_hopper(c));
+    /* F32 activations: conv2d_tc.cu, in TF32 when asked for (--dtype tf32), else with fp32 FMA (FFMA=1); wgmma is
+     * F16/BF16 here */
+    return be->act_dtype != CNN_DTYPE_F32 || !tc_hopper(c);
+}
+
+/* the conv2d_tc.cu family a launch takes: F32 without allow_tf32 multiplies in fp32 FMA */
+static const cuda_family *tc_family(const cuda_be *cb) {
+    return cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32 ? &cuda_family_conv2d_fprop_ffma
+                                                                 : &cuda_family_conv2d_fprop_tc;
 }
 
 /* bytes of one activation element, and reduction elements per slice of a tensor-core config (a slice row is
  * bk*2 bytes: bk F16/BF16 elements, bk/2 F32 ones) */
 static int act_size(const cuda_be *cb) { return (int)cnn_dtype_size(cb->pub.act_dtype); }
 static int tc_ks(const cuda_be *cb, const tc_config *c) { return c->bk * 2 / act_size(cb); }
-/* the dtype as the tensor-core kernels compute it: "tf32" for F32 activations */
+/* the dtype as the tensor-core kernels compute it: "tf32" for F32 activations in TF32, "f32ffma" in fp32 FMA */
 static const char *tc_dtype_str(const cuda_be *cb) {
-    return cb->pub.act_dtype == CNN_DTYPE_F32 ? "tf32" : cuda_dtype_str(cb->pub.act_dtype);
+    if (cb->pub.act_dtype == CNN_DTYPE_F32) return cb->allow_tf32 ? "tf32" : "f32ffma";
+    return cuda_dtype_str(cb->pub.act_dtype);
 }
 
 /* GEMM view of a pass, in 64 bits (callers check the int range) */
@@ -439,7 +456,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_ASSERT(splits == 1);
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(tv), 0, &f));
     } else {
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_MAIN, &f));
+        CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, tv, TC_MAIN, &f));
     }
     conv_args a = make_args(cv, PASS_FPROP, tc_ks(cb, c));
     int64_t gm = a.gm, gn = a.gn, ktiles = a.ktiles_per_split, kps = cdiv(ktiles, splits);
@@ -449,7 +466,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     a.x = x, a.wt = w, a.out = y;
     if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
     if (splits > 1) {
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, tv, TC_SPLITK_EPILOGUE, &fe));
+        CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, tv, TC_SPLITK_EPILOGUE, &fe));
         void *ws;
         CNN_TRY(cuda_workspace(cb, (size_t)((int64_t)splits * gm * gn) * sizeof(float), &ws));
         a.ws = ws;
@@ -578,7 +595,7 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
         const tc_config *c = &tc_configs[cand[i].cfg];
         ids[i] = c->ws   ? cuda_program_id(&cuda_family_conv2d_fprop_ws, be->act_dtype, cand[i].cfg - FIRST_WS)
                  : c->wg ? cuda_program_id(&cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(cand[i].cfg))
-                         : cuda_program_id(&cuda_family_conv2d_fprop_tc, be->act_dtype, cand[i].cfg);
+                         : cuda_program_id(tc_family(cb), be->act_dtype, cand[i].cfg);
     }
     cuda_prepare_programs(cb, ids, nc);
     tc_tune_ctx t = {be, cv, ep, x, w, cand};
@@ -673,8 +690,8 @@ static cnn_status narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
     char what[200];
     if (kind == NARROW_S2D) {
         CUfunction fx, fw;
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_INPUT, &fx));
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_S2D_FILTER, &fw));
+        CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, 0, TC_S2D_INPUT, &fx));
+        CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, 0, TC_S2D_FILTER, &fw));
         conv_args a = make_args(cv, PASS_FPROP, 32);
         a.x = x, a.wt = w, a.out = xs;
         snprintf(what, sizeof what, "conv2d_s2d_input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
@@ -684,7 +701,7 @@ static cnn_status narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
         CNN_TRY(cuda_launch(cb, fw, what, cuda_grid_1d(cb, (long long)s.k * s.r * s.s * 16, 256), 1, 1, 256, 1, &a));
     } else {
         CUfunction fp;
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_tc, be->act_dtype, 0, TC_PAD_CHANNELS, &fp));
+        CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, 0, TC_PAD_CHANNELS, &fp));
         conv_args a = {0};
         a.n = cv->n, a.h = cv->h, a.w = cv->w, a.c = cv->c, a.x = x, a.out = xs; /* rows = N*H*W */
         snprintf(what, sizeof what, "conv2d_pad_channels input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);

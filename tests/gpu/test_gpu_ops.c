@@ -11,7 +11,8 @@
  * Each group runs in a forked child (the parent never touches CUDA), so a crash or a sticky device error in one
  * group is reported as that group's failure and the others still run.
  *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_tc group with F32
- *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does)
+ *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
+ *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc conv_first linear xent prep
  * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_TC_CONFIG=text: conv_tc runs only the tensor-core configs whose name contains it (a sanitizer run on
@@ -1139,7 +1140,8 @@ static void g_conv_configs(ctx *t) {
     if (!quick) conv_one(t, &big, -1, 2, 3900);
 }
 
-/* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16, C % 8 == 0, K % 8 == 0; and the stem, C <= 4 at
+/* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16 with C % 8 == 0, F32 with C % 4 == 0 in fp32 FMA or,
+ * as "tf32", in TF32; K % 8 == 0; and the stem, C <= 4 at
  * stride 2, through its space-to-depth rewrite; other C < 8 with the channels padded), each config forced and the heuristic, on odd shapes within their
  * preconditions; the dgrad/wgrad of these cases use the generic kernels. The first three run in quick mode. */
 static const conv_case conv_tc_cases[] = {
@@ -1169,13 +1171,14 @@ static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_confi
 static void g_conv_tc(ctx *t) {
     int first_tc = cnn_cuda_conv_config_count();
     while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
-    if ((t->dt == CNN_DTYPE_F32 && !t->tf32) || !cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
-        printf("SKIP conv_tc.%s: tensor-core kernels take F16/BF16 (or F32 in TF32) on sm_80+\n", t->dts);
+    if (!cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
+        printf("SKIP conv_tc.%s: the conv2d_tc.cu kernels need sm_80+\n", t->dts);
         return;
     }
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (t->tf32 && (strstr(cnn_cuda_conv_config_name(cfg), "wg") || strstr(cnn_cuda_conv_config_name(cfg), "ws"))) /* by design */
-            printf("# conv_tc.tf32: %s is a wgmma config; TF32 runs on the mma.sync ones\n", cnn_cuda_conv_config_name(cfg));
+        if (t->dt == CNN_DTYPE_F32 && (strstr(cnn_cuda_conv_config_name(cfg), "wg") || strstr(cnn_cuda_conv_config_name(cfg), "ws"))) /* by design */
+            printf("# conv_tc.%s: %s is a wgmma config; F32 (TF32 or fp32 FMA) runs on the mma.sync ones\n", t->dts,
+                   cnn_cuda_conv_config_name(cfg));
         else if (!cnn_cuda_conv_config_usable(t->gpu, cfg))
             printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has, or wgmma off sm_90a\n",
                    t->dts, cnn_cuda_conv_config_name(cfg));
