@@ -11,7 +11,8 @@ import report  # noqa: E402
 
 
 def newest(paths):
-    return max(paths, key=os.path.getmtime) if paths else None
+    """the latest by the date its name starts with (YYYY-MM-DD; a clone gives every file the same mtime), then mtime"""
+    return max(paths, key=lambda p: (os.path.basename(p)[:10], os.path.getmtime(p))) if paths else None
 
 
 def main():
