@@ -6,6 +6,7 @@
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
 #                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
+#                                        sanitize-f32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -128,6 +129,13 @@ if has fp32; then # true fp32 forward (conv2d_tc.cu with FFMA=1): the f32 op gro
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     stage sanitizer-f32-racecheck 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=tc128x128/ CNN_SYNC_DEBUG=1 "$SAN" \
         --tool racecheck --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
+fi
+if has sanitize-f32; then # every FFMA row (quick cases) under memcheck and racecheck
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+        stage "sanitizer-f32-$tool" 240 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+            --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
+    done
 fi
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
