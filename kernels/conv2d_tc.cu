@@ -110,23 +110,31 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
      * g + 8 of each m16 block, columns 2*t4 and 2*t4 + 1 of each n8 block), so the epilogue is the same. Per
      * 16-byte chunk (4 reduction elements) of a slice row: B's 2*NT8 columns as float4s, then A's rows one float4
      * at a time, 16 FFMA each. In a warp a chunk read touches 8 A rows or 4 B columns of one swizzled chunk
-     * position: distinct 16-byte bank groups, one wavefront. */
+     * position: distinct 16-byte bank groups, one wavefront.
+     * Addresses: the rows a lane reads differ by multiples of 8, which leave the swizzle term (conv_swz: (row/2)%4
+     * for 64-byte rows, row%8 for 128-byte ones) unchanged, so one chunk offset per chunk serves all of A's rows
+     * (and one per column parity all of B's) and every row's offset is a compile-time immediate. */
     const int g = lane >> 2, t4 = lane & 3;
+    auto swz_term = [](int row) { return BK == 32 ? (row >> 1) & 3 : row & 7; };
+    const int a_row = wm0 + g, b_row = wn0 + 2 * t4;
+    const int a_sw = swz_term(a_row), b_sw0 = swz_term(b_row), b_sw1 = swz_term(b_row + 1);
     auto compute_slice = [&](int stage) {
-        const float *As_ = As[stage];
-        const float *Bs_ = Bs[stage];
+        const float *Ar = As[stage] + a_row * SE;
+        const float *Br = Bs[stage] + b_row * SE;
 #pragma unroll 1 /* one chunk's operands live at a time: unrolled, the loads of every chunk are hoisted and spill */
         for (int kc = 0; kc < BK / 8; kc++) {
+            const int oa = (kc ^ a_sw) << 2, ob0 = (kc ^ b_sw0) << 2, ob1 = SE + ((kc ^ b_sw1) << 2);
             float4 bv[NT8][2];
 #pragma unroll
-            for (int j = 0; j < NT8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) bv[j][e] = *(const float4 *)&Bs_[swz(wn0 + j * 8 + 2 * t4 + e, kc)];
+            for (int j = 0; j < NT8; j++) {
+                bv[j][0] = *(const float4 *)&Br[j * 8 * SE + ob0];
+                bv[j][1] = *(const float4 *)&Br[j * 8 * SE + ob1];
+            }
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const float4 av = *(const float4 *)&As_[swz(wm0 + i * 16 + g + 8 * h, kc)];
+                    const float4 av = *(const float4 *)&Ar[(i * 16 + h * 8) * SE + oa];
 #pragma unroll
                     for (int j = 0; j < NT8; j++)
 #pragma unroll
