@@ -254,8 +254,10 @@ def run_gpu(args, base, impl, batch, dt, classes):
 
 
 def run_cudnn(args, base, batch, dt, model_name, device):
-    """One row per distinct conv shape: F.conv2d alone, NHWC, cudnn.benchmark."""
+    """One row per distinct conv shape: F.conv2d alone, NHWC, cudnn.benchmark; fp32 is true fp32 (TF32 off, which
+    is not PyTorch's default for cuDNN convolutions)."""
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
     shapes = {}
 
     def hook(mod, inp, out):

@@ -6,7 +6,7 @@
 #   tools/gpu_session.sh [stage...]      stages: build ops ops-conv ops-tc memcheck-tc zoo-bf16 zoo-tf32 sanitize-tc
 #                                        sanitize-tf32 e2e layers-r50 tune-full-r50 ops-first sanitize-first
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
-#                                        sanitize-f32
+#                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar suite
 #                                        (default: build ops e2e startup
@@ -260,6 +260,23 @@ if has ncu-r50; then # ncu on one ResNet-50 bf16 b256 forward (warm cache, so no
     done
     ncu --query-metrics --chip gh100 2>&1 | grep -i -E 'tensor|gmma|hmma' >"$LOGDIR/ncu-metrics.txt"
     cp "$LOGDIR/ncu-warm.log" "$LOGDIR/ncu-r50.log" "$OUT/" 2>/dev/null
+fi
+if has ncu-fp32; then # true fp32 (FFMA rows): ours per layer against cuDNN fp32 per layer (TF32 off), VGG-16 and
+    # ResNet-18 at b64; then ncu on the VGG-16 forward's FFMA launches (warm cache) and SASS stall samples of one
+    cache=/tmp/cnn-cache-ncu32
+    for m in vgg16 resnet18; do
+        stage "layers-fp32-$m" 150 bash -c "$BUILD/cnn bench --model $m --batch 64 --dtypes fp32 --layers --device cuda --cache-dir $cache --repeat 10 --warmup 3 >$LOGDIR/layers-fp32-$m.md"
+        stage "cudnn-fp32-$m" 150 bash -c "$PYTHON bench/pytorch_bench.py --model $m --batch 64 --dtype fp32 --impl cudnn --repeat 10 --warmup 3 >$LOGDIR/cudnn-fp32-$m.jsonl"
+        grep -E '^\| [0-9]+->' $LOGDIR/layers-fp32-$m.md | sed "s/^/# ours $m /"
+        $PYTHON -c 'import json,sys; [print("# cudnn", r["layer"], "%.4f ms %.1f TFLOP/s" % (r["ms_median"], r["tflops"])) for r in map(json.loads, open(sys.argv[1]))]' $LOGDIR/cudnn-fp32-$m.jsonl
+    done
+    bargs="bench --model vgg16 --batch 64 --dtypes fp32 --device cuda --cache-dir $cache"
+    stage ncu-fp32 200 ncu --kernel-name conv2d_fprop_tc --launch-count 13 --section SpeedOfLight --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section Occupancy \
+        --csv --page details "$BUILD/cnn" $bargs --repeat 1 --warmup 0
+    stage ncu-src-ffma 150 ncu --kernel-name conv2d_fprop_tc --launch-skip 3 --launch-count 1 --section SourceCounters \
+        --section WarpStateStats -f -o /tmp/ncu-src-ffma "$BUILD/cnn" $bargs --repeat 1 --warmup 0
+    ncu -i /tmp/ncu-src-ffma.ncu-rep --page source --csv --print-source sass >"$LOGDIR/ncu-src-ffma.csv" 2>&1
 fi
 if has check; then # the independent timer on the PyTorch rows of the committed results (another machine, same GPU type)
     stage check-timer 240 $PYTHON bench/gpu_checks.py check "$(ls bench/results/*H100*.json | head -n 1)"
