@@ -125,8 +125,11 @@ if has fp32; then # true fp32 forward (conv2d_tc.cu with FFMA=1): the f32 op gro
     done
     stage torch-fp32 200 bash -c "for m in resnet50 resnet18 vgg16; do $PYTHON bench/pytorch_bench.py --model \$m --batch 1,64,256 --dtype fp32 --impl eager-fp32 --repeat 10 --warmup 3; done >$LOGDIR/torch-fp32.jsonl"
     $PYTHON -c 'import json,sys; [print("# torch", r["model"], r["batch"], r["impl"], "%.3f ms" % r["ms_median"]) for r in map(json.loads, open(sys.argv[1]))]' $LOGDIR/torch-fp32.jsonl
+    stage layers-fp32-new 150 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-new $BUILD/cnn bench --model vgg16,resnet18 --batch 64 --dtypes fp32 --layers --device cuda --repeat 10 --warmup 3 >$LOGDIR/layers-fp32-new.md"
     stage golden-zoo-f32 240 env CNN_TEST_DEVICE=cuda CNN_TEST_THREADS=16 $PYTHON tests/golden/test_zoo_infer.py
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    stage sanitizer-f32-memcheck 150 env CNN_TEST_QUICK=1 CNN_SYNC_DEBUG=1 "$SAN" --tool memcheck --error-exitcode 1 \
+        --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
     stage sanitizer-f32-racecheck 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=tc128x128/ CNN_SYNC_DEBUG=1 "$SAN" \
         --tool racecheck --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
 fi

@@ -373,6 +373,10 @@ void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits) {
     CNN_ASSERT(splits >= -1);
     cuda_impl(be)->conv_force_splitk = splits;
 }
+void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode) {
+    CNN_ASSERT(mode >= -1 && mode <= 1);
+    cuda_impl(be)->winograd = mode;
+}
 
 /* ---- creation ----------------------------------------------------------------------------------------- */
 
@@ -481,6 +485,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
+    const char *wino = getenv("CNN_CONV_WINOGRAD");
+    cb->winograd = wino && strcmp(wino, "0") == 0 ? 0 : wino && strcmp(wino, "1") == 0 ? 1 : -1;
     cb->tune = opts->deterministic ? CNN_TUNE_NONE : opts->tune == CNN_TUNE_DEFAULT ? CNN_TUNE_FAST : opts->tune;
     return CNN_OK;
 }

@@ -641,6 +641,19 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     return CNN_OK;
 }
 
+bool cuda_conv_tc_usable(const cuda_be *cb) { return cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS); }
+
+cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                              const void *w, void *y) {
+    cuda_be *cb = cuda_impl(be);
+    CNN_ASSERT(tc_eligible(cb, cv, ep, x, w, y) || (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS));
+    CNN_TRY(check_problem(cv, PASS_FPROP));
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return cuda_conv2d_fprop(be, cv, ep, x, w, y);
+    int tv, splits;
+    CNN_TRY(tc_choose(be, cv, ep, x, w, &tv, &splits));
+    return tc_launch(be, cv, ep, x, w, y, tv, splits);
+}
+
 /* ---- narrow first layers (C < 8) on the tensor-core kernel, through rewritten operands ------------------------
  * The tensor-core kernel needs C % 8 == 0. Two rewrites make a first layer fit, both small kernels writing into
  * the operands workspace on every call (the filter may be training):
@@ -728,6 +741,10 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     }
     int narrow = narrow_kind(cb, cv, ep, y);
     if (narrow != NARROW_NONE) return narrow_fprop(be, cv, ep, x, w, y, narrow);
+    if (!(cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) && cuda_winograd_eligible(cb, cv, ep, x, w, y)) {
+        CNN_TRY(check_problem(cv, PASS_FPROP));
+        return cuda_winograd_fprop(be, cv, ep, x, w, y);
+    }
     if (tc_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(check_problem(cv, PASS_FPROP));
         int tv, splits;

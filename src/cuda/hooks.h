@@ -83,6 +83,9 @@ void cnn_cuda_conv_force_config(cnn_backend *be, int v);
 /* Split-K of the tensor-core forward kernels: -1 = the heuristic (splits when the output has too few tiles to
  * fill the GPU), 0 = never, s > 0 = s splits whenever the reduction has at least s slices. */
 void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
+/* Winograd F(2x2,3x3) for F32 3x3/1 convolutions (winograd.c): -1 the heuristic (default), 0 never, 1 wherever it
+ * applies. */
+void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode);
 /* The persistent tensor-core rows (names ending /p) launch as many CTAs as fit on the GPU, each looping over
  * output tiles; ctas > 0 caps that grid (a test makes each CTA take several tiles), 0 restores it. */
 void cnn_cuda_conv_force_grid(cnn_backend *be, int ctas);

@@ -159,7 +159,7 @@ typedef struct cuda_family {
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc,
     cuda_family_conv2d_fprop_ffma, cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_ws, cuda_family_conv2d_fprop_first,
-    cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep, cuda_family_optim;
+    cuda_family_winograd, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep, cuda_family_optim;
 
 /* Whether a family has programs for activation dtype dt. */
 bool cuda_family_has_dtype(const cuda_family *fam, cnn_dtype dt);
@@ -218,6 +218,7 @@ typedef struct cuda_be {
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
+    int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 heuristic, 0 never, 1 wherever it applies */
     int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */
     bool timing;              /* between time_begin and time_end */
     cnn_tune tune;            /* autotuning level (NONE, FAST or FULL) */
@@ -299,6 +300,16 @@ cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 /* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */
+/* The tensor-core forward path (conv2d_tc.cu; wgmma rows for F16/BF16 on sm_90a) of conv2d.c, for callers that
+ * run a GEMM as a 1x1 convolution (winograd.c): whether this backend has it, and tuned choice + launch. */
+bool cuda_conv_tc_usable(const cuda_be *cb);
+cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                              const void *w, void *y);
+/* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3) */
+bool cuda_winograd_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                            const void *w, const void *y);
+cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                               const void *w, void *y);
 bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
                          const void *y);
 cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,

@@ -43,6 +43,7 @@ typedef struct ctx {
     double tol;
     bool tf32;       /* F32 activations, convolutions in TF32 (allow_tf32): the tensor-core forward */
     double tol_cpu;  /* bound against the CPU backend when it differs from tol (0: tol) */
+    const char *tag; /* appended to conv test names (a path forced on), or NULL */
 } ctx;
 
 static const char *dt_str(cnn_dtype dt) {
@@ -1049,9 +1050,9 @@ static void conv_ref_wgrad(const cnn_conv2d *cv, const float *x, const float *dy
 }
 
 static void conv_name(char *buf, size_t cap, const char *pass, ctx *t, const cnn_conv2d *cv, int cfg, const char *extra) {
-    snprintf(buf, cap, "conv2d_%s.%s.n%d_c%d_h%d_w%d_k%d_r%d_s%d_st%dx%d_pad%dx%d.%s%s", pass, t->dts, cv->n, cv->c, cv->h,
-             cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w,
-             cfg < 0 ? "heuristic" : cnn_cuda_conv_config_name(cfg), extra);
+    snprintf(buf, cap, "conv2d_%s.%s.n%d_c%d_h%d_w%d_k%d_r%d_s%d_st%dx%d_pad%dx%d.%s%s%s", pass, t->dts, cv->n, cv->c,
+             cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w,
+             cfg < 0 ? "heuristic" : cnn_cuda_conv_config_name(cfg), extra, t->tag ? t->tag : "");
     for (char *p = buf; *p; p++)
         if (*p == '/') *p = '-';
 }
@@ -1165,6 +1166,33 @@ static const conv_case conv_tc_cases[] = {
     {1, 3, 10, 10, 24, 3, 3, 2, 1, 1, 1},    /* C = 3, stride 2x1: padded, not space-to-depth */
 };
 
+/* Winograd F(2x2, 3x3) (winograd.c, F32 without TF32), forced on: 3x3 stride-1 shapes with odd and even P and Q
+ * (a last tile half outside the output), padding 0, 1 and 2, batch 1, C = 8 and K = 8, every epilogue variant,
+ * with the heuristic's GEMM config and two forced ones; plus a shape whose batch is split into slices is left to
+ * the GPU run (it needs over 1 GB of workspace). */
+static const conv_case wino_cases[] = {
+    {1, 32, 7, 9, 8, 3, 3, 1, 1, 1, 1},     /* batch 1, H != W, odd P and Q, K = 8 */
+    {2, 8, 9, 7, 16, 3, 3, 1, 1, 1, 1},     /* C = 8 */
+    {2, 40, 6, 5, 24, 3, 3, 1, 1, 0, 0},    /* pad 0: P = 4, Q = 3 */
+    {3, 64, 5, 6, 72, 3, 3, 1, 1, 2, 2},    /* pad 2: P = 7, Q = 8 */
+    {2, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}, /* several GEMM tiles along C and K */
+};
+static void g_conv_winograd(ctx *t) {
+    cnn_cuda_conv_force_winograd(t->gpu, 1);
+    t->tag = ".winograd";
+    const int n = (int)(sizeof wino_cases / sizeof wino_cases[0]);
+    const int forced[] = {-1, 0, 3}; /* the heuristic, then tensor-core configs 0 and 3 (by index among them) */
+    int first_tc = cnn_cuda_conv_config_count();
+    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    for (int i = 0; i < (quick ? 3 : n); i++)
+        for (int f = 0; f < 3; f++) {
+            int cfg = forced[f] < 0 ? -1 : first_tc + forced[f];
+            conv_one(t, &wino_cases[i], cfg, i + f, 7000 + 10 * i + f);
+        }
+    t->tag = NULL;
+    cnn_cuda_conv_force_winograd(t->gpu, -1);
+}
+
 static const char *tc_only; /* CNN_TEST_TC_CONFIG */
 static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_config_name(cfg), tc_only) != NULL; }
 
@@ -1212,6 +1240,7 @@ static void g_conv_tc(ctx *t) {
                 conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
     cnn_cuda_conv_force_grid(t->gpu, 0);
+    if (t->dt == CNN_DTYPE_F32 && !t->tf32) g_conv_winograd(t);
 }
 
 /* ---- first layers (conv2d_first.cu) and the conv + max-pool op ---------------------------------------------

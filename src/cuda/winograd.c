@@ -1,0 +1,96 @@
+/* winograd.c -- launcher of kernels/winograd.cu: true fp32 3x3 stride-1 forward convolutions as Winograd
+ * F(2x2, 3x3). The filter, input and output transforms are that file's kernels; the 16 products summed over C
+ * are 16 GEMMs M[e] (T x K) = V[e] (T x C) * U[e]^T, each run as a 1x1 convolution over T "images" of one pixel
+ * on conv2d_tc.cu's FFMA programs (cuda_conv_tc_fprop: tuned and cached like any layer). 2.25x fewer multiplies
+ * than the direct convolution, for 4x the input and the output in memory (V and M) and a little rounding
+ * (every transform entry is 0, +-1 or +-1/2).
+ *
+ * Where: F32 activations without TF32, 3x3, stride 1, C % 4 == 0, K % 8 == 0, 16-byte aligned tensors, and by
+ * the heuristic only where the output is 8x8 to 28x28, C, K >= 64 (where cuDNN's fp32 rows run faster than a
+ * direct convolution can, perf-log step 23; at 7x7 a quarter of the 2x2 tiles' outputs would be wasted) and the
+ * batch has at least 1024 tiles; CNN_CONV_WINOGRAD=1 takes it for every such shape, =0 never
+ * (cnn_cuda_conv_force_winograd for tests). The batch is processed in slices so that V, U and M stay under
+ * WINO_WS_CAP bytes of workspace.
+ */
+#include "cuda/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const entries[] = {"winograd_filter", "winograd_input", "winograd_output"};
+enum { WINO_FILTER = 0, WINO_INPUT = 1, WINO_OUTPUT = 2 };
+
+static void defines(int cfg, char *buf, size_t cap) {
+    (void)cfg;
+    if (cap) buf[0] = 0;
+}
+
+const cuda_family cuda_family_winograd = {"winograd", "winograd.cu", entries, 3, CUDA_DT_F32, 1, defines, NULL};
+
+#define WINO_WS_CAP ((size_t)1 << 30)
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+bool cuda_winograd_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                            const void *w, const void *y) {
+    if (cb->pub.act_dtype != CNN_DTYPE_F32 || cb->allow_tf32 || cb->winograd == 0) return false;
+    if (!cuda_conv_tc_usable(cb)) return false; /* the GEMMs run on conv2d_tc.cu */
+    if (cv->r != 3 || cv->s != 3 || cv->stride_h != 1 || cv->stride_w != 1 || cv->c % 4 != 0 || cv->k % 8 != 0)
+        return false;
+    if (!aligned16(x) || !aligned16(w) || !aligned16(y) || (ep && ep->residual && !aligned16(ep->residual))) return false;
+    /* one image's V and M must fit the cap, or no slice of the batch would */
+    const size_t tiles1 = (size_t)((cv->p + 1) / 2) * ((cv->q + 1) / 2);
+    if (16 * tiles1 * (size_t)(cv->c + cv->k) * 4 + 16 * (size_t)cv->k * cv->c * 4 > WINO_WS_CAP) return false;
+    if (cb->winograd == 1) return true;
+    /* enough tiles that each of the 16 GEMMs fills the GPU: at batch 1 (196 tiles at 28x28) the 16 small launches
+     * took ResNet-50 from 0.70 to 1.42 ms (device call 56) */
+    return cv->p >= 8 && cv->q >= 8 && cv->p <= 28 && cv->q <= 28 && cv->c >= 64 && cv->k >= 64 &&
+           (long long)cv->n * tiles1 >= 1024;
+}
+
+cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                               const void *w, void *y) {
+    cuda_be *cb = cuda_impl(be);
+    const int tpn = (cv->p + 1) / 2, tqn = (cv->q + 1) / 2;
+    const size_t ubytes = 16 * (size_t)cv->k * cv->c * 4, per_image = 16 * (size_t)tpn * tqn * (cv->c + cv->k) * 4;
+    int nb = (int)((WINO_WS_CAP - ubytes) / per_image); /* images per slice */
+    if (nb > cv->n) nb = cv->n;
+    CNN_ASSERT(nb >= 1); /* cuda_winograd_eligible checked one image fits */
+    const size_t vbytes = 16 * (size_t)nb * tpn * tqn * cv->c * 4;
+    void *buf;
+    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, ubytes + nb * per_image, &buf));
+    float *u = buf, *v = (float *)((char *)buf + ubytes), *m = (float *)((char *)buf + ubytes + vbytes);
+    CUfunction ff, fi, fo;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_winograd, be->act_dtype, 0, WINO_FILTER, &ff));
+    CNN_TRY(cuda_kernel(cb, &cuda_family_winograd, be->act_dtype, 0, WINO_INPUT, &fi));
+    CNN_TRY(cuda_kernel(cb, &cuda_family_winograd, be->act_dtype, 0, WINO_OUTPUT, &fo));
+    char what[160];
+    conv_args a = {0};
+    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w, a.k = cv->k, a.r = 3, a.s = 3, a.p = cv->p, a.q = cv->q;
+    a.stride_h = a.stride_w = 1, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w, a.splits = 1;
+    a.wt = w, a.out = u;
+    snprintf(what, sizeof what, "winograd_filter k%d c%d", cv->k, cv->c);
+    CNN_TRY(cuda_launch(cb, ff, what, cuda_grid_1d(cb, (long long)cv->k * cv->c, 256), 1, 1, 256, 1, &a));
+    const size_t xs = (size_t)cv->h * cv->w * cv->c, ys = (size_t)cv->p * cv->q * cv->k; /* per image */
+    for (int n0 = 0; n0 < cv->n; n0 += nb) {
+        const int n = cv->n - n0 < nb ? cv->n - n0 : nb;
+        const long long tiles = (long long)n * tpn * tqn;
+        conv_args s = a;
+        s.n = n, s.x = (const float *)x + n0 * xs, s.out = v;
+        snprintf(what, sizeof what, "winograd_input n%d c%d h%d w%d pad %dx%d", n, cv->c, cv->h, cv->w, cv->pad_h,
+                 cv->pad_w);
+        CNN_TRY(cuda_launch(cb, fi, what, cuda_grid_1d(cb, tiles * (cv->c / 4), 256), 1, 1, 256, 1, &s));
+        /* the 16 GEMMs: a 1x1 convolution over `tiles` one-pixel images, no epilogue */
+        cnn_conv2d g = {.n = (int)tiles, .c = cv->c, .h = 1, .w = 1, .k = cv->k, .r = 1, .s = 1, .stride_h = 1,
+                        .stride_w = 1, .pad_h = 0, .pad_w = 0, .p = 1, .q = 1};
+        for (int e = 0; e < 16; e++)
+            CNN_TRY(cuda_conv_tc_fprop(be, &g, NULL, v + (size_t)e * tiles * cv->c, u + (size_t)e * cv->k * cv->c,
+                                       m + (size_t)e * tiles * cv->k));
+        s.x = m, s.out = (float *)y + n0 * ys;
+        s.scale = ep ? ep->scale : NULL, s.shift = ep ? ep->shift : NULL, s.relu = ep && ep->relu;
+        s.residual = ep && ep->residual ? (const float *)ep->residual + n0 * ys : NULL;
+        snprintf(what, sizeof what, "winograd_output n%d k%d p%d q%d", n, cv->k, cv->p, cv->q);
+        CNN_TRY(cuda_launch(cb, fo, what, cuda_grid_1d(cb, tiles * (cv->k / 4), 256), 1, 1, 256, 1, &s));
+    }
+    return CNN_OK;
+}
