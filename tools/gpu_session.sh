@@ -45,6 +45,11 @@ stage() { # name timeout command...: runs, logs to $LOGDIR/name.log, records PAS
     row "$name" "$verdict" $((SECONDS - t0)) "rc=$rc pass=$p fail=$f skip=$s"
 }
 has() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+ab_base() { # unpack and build the A/B base tree (tmp/ab-base.tgz: `git archive BASE`, carried, never committed)
+    rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar xzf tmp/ab-base.tgz -C /tmp/ab-base
+    stage ab-build-base 240 make -C /tmp/ab-base -j16 BUILD=build GIT_COMMIT=ab-base build/cnn
+}
+ab_bin() { if [ "$1" = base ]; then echo /tmp/ab-base/build/cnn; else echo "$BUILD/cnn"; fi; } # the arm's binary
 
 echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo none)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
@@ -95,17 +100,16 @@ if has ws-ab; then # the warp-specialised rows on (default) and off (CNN_CONV_WS
 fi
 if has ab; then # this tree against a base tree (tmp/ab-base.tgz: `git archive BASE`, carried, never committed), built
     # side by side; each arm with its own empty kernel cache; the whole forwards twice in the order base, new, base, new
-    rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar xzf tmp/ab-base.tgz -C /tmp/ab-base
-    stage ab-build-base 240 make -C /tmp/ab-base -j16 BUILD=build GIT_COMMIT=ab-base build/cnn
+    ab_base
     for arm in base new; do
-        bin=$BUILD/cnn; [ $arm = base ] && bin=/tmp/ab-base/build/cnn
+        bin=$(ab_bin $arm)
         rm -rf /tmp/cnn-cache-ab-$arm
         stage "ab-$arm-layers-r50" 150 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$LOGDIR/ab-$arm-layers-r50.md 2>/tmp/ab-$arm-tune.log"
         grep -h 'tuned fprop_tc' /tmp/ab-$arm-tune.log | sed 's/^/# /' >>"$LOGDIR/ab-$arm-layers-r50.md"
     done
     for rep in 1 2; do
         for arm in base new; do
-            bin=$BUILD/cnn; [ $arm = base ] && bin=/tmp/ab-base/build/cnn
+            bin=$(ab_bin $arm)
             stage "ab-$arm-whole-$rep" 200 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 >$LOGDIR/ab-$arm-whole-$rep.md 2>>/tmp/ab-$arm-tune.log"
             grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/ab-$arm-whole-$rep.md | sed "s/^/# $arm $rep /"
         done
@@ -114,10 +118,9 @@ fi
 if has fp32; then # true fp32 forward (conv2d_tc.cu with FFMA=1): the f32 op groups on the GPU, racecheck on one row, the
     # fp32 zoo against PyTorch float64, then base (tmp/ab-base.tgz) against this tree and PyTorch eager fp32, same run
     stage gpu-ops-f32 240 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f32 conv_tc conv linear graph
-    rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar xzf tmp/ab-base.tgz -C /tmp/ab-base
-    stage ab-build-base 240 make -C /tmp/ab-base -j16 BUILD=build GIT_COMMIT=ab-base build/cnn
+    ab_base
     for arm in base new; do
-        bin=$BUILD/cnn; [ $arm = base ] && bin=/tmp/ab-base/build/cnn
+        bin=$(ab_bin $arm)
         rm -rf /tmp/cnn-cache-ab-$arm
         stage "ab-$arm-fp32" 200 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32 --device cuda --repeat 10 --warmup 3 -v >$LOGDIR/ab-$arm-fp32.md 2>/tmp/ab-$arm-fp32.log"
         grep -h 'tuned fprop_tc' /tmp/ab-$arm-fp32.log | sed 's/^/# /' >>"$LOGDIR/ab-$arm-fp32.md"
