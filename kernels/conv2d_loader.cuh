@@ -12,10 +12,15 @@
 #ifndef CNN_KERNELS_CONV2D_LOADER_CUH
 #define CNN_KERNELS_CONV2D_LOADER_CUH
 
+/* the chunk XOR of a row: (row/2)%4 for 64-byte rows, row%8 for 128-byte rows (the same every 8 rows) */
+template <int BK_>
+__device__ __forceinline__ int conv_swz_term(int row) {
+    static_assert(BK_ == 32 || BK_ == 64, "slice rows of 64 or 128 bytes");
+    return BK_ == 32 ? (row >> 1) & 3 : row & 7;
+}
 template <int BK_>
 __device__ __forceinline__ int conv_swz(int row, int ch) {
-    static_assert(BK_ == 32 || BK_ == 64, "slice rows of 64 or 128 bytes");
-    return BK_ == 32 ? row * BK_ + ((ch ^ ((row >> 1) & 3)) << 3) : row * BK_ + ((ch ^ (row & 7)) << 3);
+    return row * BK_ + ((ch ^ conv_swz_term<BK_>(row)) << 3);
 }
 
 /* act_t index of row `row`, chunk `ch` of a stage whose rows are BK_*2 bytes */

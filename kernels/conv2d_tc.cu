@@ -111,13 +111,12 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
      * 16-byte chunk (4 reduction elements) of a slice row: B's 2*NT8 columns as float4s, then A's rows one float4
      * at a time, 16 FFMA each. In a warp a chunk read touches 8 A rows or 4 B columns of one swizzled chunk
      * position: distinct 16-byte bank groups, one wavefront.
-     * Addresses: the rows a lane reads differ by multiples of 8, which leave the swizzle term (conv_swz: (row/2)%4
-     * for 64-byte rows, row%8 for 128-byte ones) unchanged, so one chunk offset per chunk serves all of A's rows
+     * Addresses: the rows a lane reads differ by multiples of 8, which leave the swizzle term (conv_swz_term)
+     * unchanged, so one chunk offset per chunk serves all of A's rows
      * (and one per column parity all of B's) and every row's offset is a compile-time immediate. */
     const int g = lane >> 2, t4 = lane & 3;
-    auto swz_term = [](int row) { return BK == 32 ? (row >> 1) & 3 : row & 7; };
     const int a_row = wm0 + g, b_row = wn0 + 2 * t4;
-    const int a_sw = swz_term(a_row), b_sw0 = swz_term(b_row), b_sw1 = swz_term(b_row + 1);
+    const int a_sw = conv_swz_term<BK>(a_row), b_sw0 = conv_swz_term<BK>(b_row), b_sw1 = conv_swz_term<BK>(b_row + 1);
     auto compute_slice = [&](int stage) {
         const float *Ar = As[stage] + a_row * SE;
         const float *Br = Bs[stage] + b_row * SE;

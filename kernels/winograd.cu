@@ -10,7 +10,8 @@
  * (TP = ceil(P/2), TQ = ceil(Q/2)), tile t = (n*TP + tp)*TQ + tq covering outputs (2tp.., 2tq..) and inputs from
  * (2tp - pad_h, 2tq - pad_w); inputs outside the image are zero, outputs past P or Q are not written.
  * Every thread handles 4 consecutive channels as float4s (C % 4 == 0, K % 4 == 0, 16-byte aligned tensors; the
- * launcher checks). F32 only: the transforms are exact in binary except the halves of G, which are exact too.
+ * launcher checks). F32 only: every transform entry (0, +-1, +-1/2) is exact in binary; the sums they form round
+ * like any fp32 addition.
  * Fields (conv_args): n c h w k p q pad_h pad_w of the convolution; filter: wt -> out; input: x -> out; output:
  * x = M, out = y, scale shift residual relu as in conv2d_epilogue.cuh.
  */

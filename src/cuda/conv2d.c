@@ -641,14 +641,16 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     return CNN_OK;
 }
 
-bool cuda_conv_tc_usable(const cuda_be *cb) { return cnn_cuda_conv_config_usable((cnn_backend *)&cb->pub, N_VARIANTS); }
+bool cuda_conv_tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                           const void *w, const void *y) {
+    return tc_eligible(cb, cv, ep, x, w, y);
+}
 
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y) {
     cuda_be *cb = cuda_impl(be);
-    CNN_ASSERT(tc_eligible(cb, cv, ep, x, w, y) || (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS));
+    CNN_ASSERT(tc_eligible(cb, cv, ep, x, w, y));
     CNN_TRY(check_problem(cv, PASS_FPROP));
-    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) return cuda_conv2d_fprop(be, cv, ep, x, w, y);
     int tv, splits;
     CNN_TRY(tc_choose(be, cv, ep, x, w, &tv, &splits));
     return tc_launch(be, cv, ep, x, w, y, tv, splits);
@@ -741,7 +743,7 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     }
     int narrow = narrow_kind(cb, cv, ep, y);
     if (narrow != NARROW_NONE) return narrow_fprop(be, cv, ep, x, w, y, narrow);
-    if (!(cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS) && cuda_winograd_eligible(cb, cv, ep, x, w, y)) {
+    if (cuda_winograd_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(check_problem(cv, PASS_FPROP));
         return cuda_winograd_fprop(be, cv, ep, x, w, y);
     }

@@ -299,10 +299,11 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
-/* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */
 /* The tensor-core forward path (conv2d_tc.cu; wgmma rows for F16/BF16 on sm_90a) of conv2d.c, for callers that
- * run a GEMM as a 1x1 convolution (winograd.c): whether this backend has it, and tuned choice + launch. */
-bool cuda_conv_tc_usable(const cuda_be *cb);
+ * run a GEMM as a 1x1 convolution (winograd.c): whether it takes a problem (dtype and GPU, C and K, alignment, no
+ * generic config forced), and tuned choice + launch. */
+bool cuda_conv_tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                           const void *w, const void *y);
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y);
 /* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3) */
@@ -310,6 +311,7 @@ bool cuda_winograd_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_e
                             const void *w, const void *y);
 cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                                const void *w, void *y);
+/* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */
 bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
                          const void *y);
 cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,

@@ -5,7 +5,8 @@
  * than the direct convolution, for 4x the input and the output in memory (V and M) and a little rounding
  * (every transform entry is 0, +-1 or +-1/2).
  *
- * Where: F32 activations without TF32, 3x3, stride 1, C % 4 == 0, K % 8 == 0, 16-byte aligned tensors, and by
+ * Where: F32 activations without TF32, 3x3, stride 1, where conv2d_tc.cu takes the problem (C % 4 == 0,
+ * K % 8 == 0, 16-byte aligned tensors, no generic config forced), and by
  * the heuristic only where the output is 8x8 to 28x28, C, K >= 64 (where cuDNN's fp32 rows run faster than a
  * direct convolution can, perf-log step 23; at 7x7 a quarter of the 2x2 tiles' outputs would be wasted) and the
  * batch has at least 1024 tiles; CNN_CONV_WINOGRAD=1 takes it for every such shape, =0 never
@@ -29,15 +30,13 @@ const cuda_family cuda_family_winograd = {"winograd", "winograd.cu", entries, 3,
 
 #define WINO_WS_CAP ((size_t)1 << 30)
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 bool cuda_winograd_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                             const void *w, const void *y) {
     if (cb->pub.act_dtype != CNN_DTYPE_F32 || cb->allow_tf32 || cb->winograd == 0) return false;
-    if (!cuda_conv_tc_usable(cb)) return false; /* the GEMMs run on conv2d_tc.cu */
-    if (cv->r != 3 || cv->s != 3 || cv->stride_h != 1 || cv->stride_w != 1 || cv->c % 4 != 0 || cv->k % 8 != 0)
-        return false;
-    if (!aligned16(x) || !aligned16(w) || !aligned16(y) || (ep && ep->residual && !aligned16(ep->residual))) return false;
+    if (cv->r != 3 || cv->s != 3 || cv->stride_h != 1 || cv->stride_w != 1) return false;
+    /* what the GEMMs on conv2d_tc.cu need of the problem (F32: C % 4, K % 8, aligned tensors) holds for V, U and
+     * M too: their slabs start at multiples of 16 bytes */
+    if (!cuda_conv_tc_eligible(cb, cv, ep, x, w, y)) return false;
     /* one image's V and M must fit the cap, or no slice of the batch would */
     const size_t tiles1 = (size_t)((cv->p + 1) / 2) * ((cv->q + 1) / 2);
     if (16 * tiles1 * (size_t)(cv->c + cv->k) * 4 + 16 * (size_t)cv->k * cv->c * 4 > WINO_WS_CAP) return false;
