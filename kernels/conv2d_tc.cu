@@ -308,3 +308,19 @@ extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
         act8_store(out + o * 8, v); /* exact: the values are act_t already */
     }
 }
+
+/* conv2d_dgrad_filter: w (K, R, S, C) -> out (C, R, S, K), out[c][r][s][k] = w[k][R-1-r][S-1-s][c]: the filter of
+ * a stride-1 convolution's dgrad run as a forward convolution of dy (src/cuda/conv2d.c, dgrad_tc). One thread
+ * per output element. Fields: k r s c (w's), wt, out. */
+extern "C" __global__ void conv2d_dgrad_filter(const conv_args a) {
+    const act_t *w = (const act_t *)a.wt;
+    act_t *out = (act_t *)a.out;
+    const long long total = (long long)a.c * a.r * a.s * a.k;
+    for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
+        const int k = (int)(o % a.k);
+        const long long t = o / a.k;
+        const int s = (int)(t % a.s), r = (int)(t / a.s % a.r);
+        const long long c = t / a.s / a.r;
+        act_store(out, o, act_to_f32(w[((k * a.r + (a.r - 1 - r)) * a.s + (a.s - 1 - s)) * a.c + c]));
+    }
+}

@@ -8,7 +8,7 @@
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
-#                                        check hostvar suite
+#                                        check hostvar suite train-ab
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -115,6 +115,15 @@ if has ab; then # this tree against a base tree (tmp/ab-base.tgz: `git archive B
         done
     done
 fi
+if has train-ab; then # dgrad on the forward tensor-core kernels (on) against the generic kernels (off, CNN_CONV_DGRAD_TC=0):
+    # one binary, each arm with its own empty kernel cache, training steps of the suite's models
+    for arm in off on; do
+        v=0; [ $arm = on ] && v=1
+        rm -rf /tmp/cnn-cache-train-$arm
+        stage "train-$arm" 240 bash -c "export CNN_CONV_DGRAD_TC=$v CNN_CACHE_DIR=/tmp/cnn-cache-train-$arm; $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3; $BUILD/cnn bench --model resnet18 --stem cifar --batch 512 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3; $BUILD/cnn bench --model resnet50 --batch 64 --dtypes fp32 --mode train --device cuda --repeat 5 --warmup 2" 
+        grep -hE '^\| (resnet|vgg)[0-9]+' "$LOGDIR/train-$arm.log" | sed "s/^/# $arm /"
+    done
+fi
 if has fp32; then # true fp32 forward (conv2d_tc.cu with FFMA=1): the f32 op groups on the GPU, racecheck on one row, the
     # fp32 zoo against PyTorch float64, then base (tmp/ab-base.tgz) against this tree and PyTorch eager fp32, same run
     stage gpu-ops-f32 240 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f32 conv_tc conv linear graph
@@ -123,7 +132,7 @@ if has fp32; then # true fp32 forward (conv2d_tc.cu with FFMA=1): the f32 op gro
         bin=$(ab_bin $arm)
         rm -rf /tmp/cnn-cache-ab-$arm
         stage "ab-$arm-fp32" 200 bash -c "CNN_CACHE_DIR=/tmp/cnn-cache-ab-$arm $bin bench --model resnet50,resnet18,vgg16 --batch 1,64,256 --dtypes fp32 --device cuda --repeat 10 --warmup 3 -v >$LOGDIR/ab-$arm-fp32.md 2>/tmp/ab-$arm-fp32.log"
-        grep -h 'tuned fprop_tc' /tmp/ab-$arm-fp32.log | sed 's/^/# /' >>"$LOGDIR/ab-$arm-fp32.md"
+        grep -hE 'tuned fprop_(tc|algo)' /tmp/ab-$arm-fp32.log | sed 's/^/# /' >>"$LOGDIR/ab-$arm-fp32.md"
         grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/ab-$arm-fp32.md | sed "s/^/# $arm /"
     done
     stage torch-fp32 200 bash -c "for m in resnet50 resnet18 vgg16; do $PYTHON bench/pytorch_bench.py --model \$m --batch 1,64,256 --dtype fp32 --impl eager-fp32 --repeat 10 --warmup 3; done >$LOGDIR/torch-fp32.jsonl"

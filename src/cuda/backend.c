@@ -481,6 +481,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_first = first && strcmp(first, "0") == 0;
     const char *ws = getenv("CNN_CONV_WS");
     cb->no_ws = ws && strcmp(ws, "0") == 0;
+    const char *dgrad_tc = getenv("CNN_CONV_DGRAD_TC");
+    cb->no_dgrad_tc = dgrad_tc && strcmp(dgrad_tc, "0") == 0;
     cb->first_force_cfg = -1;
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;

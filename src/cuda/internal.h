@@ -212,6 +212,7 @@ typedef struct cuda_be {
     bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
     bool no_first;            /* CNN_CONV_FIRST=0: first layers take the rewritten-operand path (A/B timing) */
     bool no_ws;               /* CNN_CONV_WS=0: the warp-specialised conv rows are never used (A/B timing) */
+    bool no_dgrad_tc;         /* CNN_CONV_DGRAD_TC=0: dgrad always on the generic kernels (A/B timing) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
     bool capturing;
@@ -306,9 +307,10 @@ bool cuda_conv_tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_ep
                            const void *w, const void *y);
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y);
-/* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3) */
-bool cuda_winograd_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                            const void *w, const void *y);
+/* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3). _choose: whether a problem
+ * runs there (false where it cannot; forced, tuned against the direct kernels and cached, or the heuristic) */
+cnn_status cuda_winograd_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                                const void *w, const void *y, bool *use);
 cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                                const void *w, void *y);
 /* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */

@@ -1177,6 +1177,26 @@ static const conv_case wino_cases[] = {
     {3, 64, 5, 6, 72, 3, 3, 1, 1, 2, 2},    /* pad 2: P = 7, Q = 8 */
     {2, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}, /* several GEMM tiles along C and K */
 };
+static void g_conv_algo(ctx *t);
+/* dgrad of stride-1 convolutions on the forward tensor-core kernels (conv2d.c, dgrad_tc: the filter flipped and
+ * transposed, padding R-1-pad): padding 0 (a padding of R-1 in the rewritten problem), R-1 (none) and between,
+ * 5x5, H != W, batch 1, with and without accumulation, the tuned choice and one forced config; a strided conv
+ * beside them stays on the generic kernels. */
+static const conv_case dgrad_tc_cases[] = {
+    {1, 16, 9, 7, 24, 3, 3, 1, 1, 0, 0},  /* pad 0: the rewritten problem pads by 2 */
+    {2, 24, 6, 5, 16, 5, 5, 1, 1, 2, 2},  /* 5x5 pad 2 */
+    {2, 16, 5, 8, 32, 3, 3, 1, 1, 2, 2},  /* pad 2 = R - 1: the rewritten problem has none */
+    {3, 40, 7, 7, 8, 1, 1, 1, 1, 0, 0},   /* 1x1, K = 8 becomes the reduction */
+    {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1},  /* stride 2: the generic kernels */
+};
+static void g_dgrad_tc(ctx *t) {
+    int first_tc = cnn_cuda_conv_config_count();
+    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int n = (int)(sizeof dgrad_tc_cases / sizeof dgrad_tc_cases[0]);
+    for (int i = 0; i < n; i++)
+        for (int f = 0; f < 2; f++) /* the tuned choice, then the first tensor-core config forced */
+            conv_one(t, &dgrad_tc_cases[i], f ? first_tc : -1, 2 * i + f, 7600 + 10 * i + f);
+}
 static void g_conv_winograd(ctx *t) {
     cnn_cuda_conv_force_winograd(t->gpu, 1);
     t->tag = ".winograd";
@@ -1240,7 +1260,8 @@ static void g_conv_tc(ctx *t) {
                 conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
     cnn_cuda_conv_force_grid(t->gpu, 0);
-    if (t->dt == CNN_DTYPE_F32 && !t->tf32) g_conv_winograd(t);
+    g_dgrad_tc(t);
+    if (t->dt == CNN_DTYPE_F32 && !t->tf32) g_conv_winograd(t), g_conv_algo(t);
 }
 
 /* ---- first layers (conv2d_first.cu) and the conv + max-pool op ---------------------------------------------
@@ -1979,6 +2000,106 @@ static bool relu_works(ctx *t, cnn_backend *be, const char *name) {
     t->gpu = saved;
     t->cpu = saved_cpu;
     return ok;
+}
+
+/* ---- the tuned choice between Winograd and the direct kernels (winograd.c, F32) -----------------------------
+ * A 3x3/1 layer Winograd could take is timed both ways once and the winner cached under its "fprop_algo" key
+ * (cfg 0 direct, 1 Winograd); a cached choice is obeyed with nothing tuned: 19 launches for Winograd (filter,
+ * input, 16 GEMMs, output), at most 2 for the direct kernels. Every run is checked against float64. */
+static const conv_case algo_case = {2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1};
+#define ALGO_KEY "fprop_algo f32 n2 c64 h8 w8 k64 pad1x1 res|"
+
+static bool tune_file(const char *dir, char *path, size_t cap) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    struct dirent *e;
+    bool found = false;
+    while (!found && (e = readdir(d)))
+        if (strncmp(e->d_name, "tune-v", 6) == 0) snprintf(path, cap, "%s/%s", dir, e->d_name), found = true;
+    closedir(d);
+    return found;
+}
+
+/* one fprop of algo_case (scale, shift, residual, ReLU) on a backend over cache dir `dir`: verified; its
+ * launches and the shapes it tuned */
+static void algo_run(ctx *t, const char *dir, const char *name, long *launches, int *tuned) {
+    cnn_backend_opts o = {.device = "cuda", .act_dtype = CNN_DTYPE_F32, .cache_dir = dir};
+    cnn_backend *be = NULL, *saved = t->gpu;
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("algo: create");
+    t->gpu = be;
+    cnn_conv2d cv = conv_of(&algo_case);
+    int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * 9 * cv.c, ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+    arr x = arr_in(t, nx, true, 7400, -1, 1, 0), w = arr_in(t, nw, true, 7401, -0.5f, 0.5f, 0);
+    arr scale = arr_in(t, cv.k, false, 7402, 0.5f, 1.5f, 0), shift = arr_in(t, cv.k, false, 7403, -0.5f, 0.5f, 0);
+    arr res = arr_in(t, ny, true, 7404, -1, 1, 0), y = arr_out(t, ny, true, 0);
+    double *ry = dalloc(ny);
+    conv_ref_fprop(&cv, x.h, w.h, scale.h, shift.h, res.h, true, ry);
+    cnn_epilogue eg = {.scale = scale.g.p, .shift = shift.g.p, .residual = res.g.p, .relu = true};
+    cnn_cuda_stats s0, s1;
+    cnn_cuda_stats_get(be, &s0);
+    expect_ok(be->conv2d_fprop(be, &cv, &eg, x.g.p, w.g.p, y.g.p), name);
+    cnn_cuda_stats_get(be, &s1);
+    *launches = s1.launches - s0.launches, *tuned = be->n_tuned;
+    if (t->cpu) {
+        cnn_epilogue ec = {.scale = scale.c, .shift = shift.c, .residual = res.c, .relu = true};
+        cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &ec, x.c, w.c, y.c), name);
+    }
+    layout ly = {"NPQK", {cv.n, cv.p, cv.q, cv.k}};
+    arr *in[] = {&x, &w, &scale, &shift, &res};
+    verify(t, name, &y, ry, &ly, in, 5);
+    free(ry);
+    arr_free(t, &x), arr_free(t, &w), arr_free(t, &scale), arr_free(t, &shift), arr_free(t, &res), arr_free(t, &y);
+    cnn_backend_destroy(be);
+    t->gpu = saved;
+}
+
+/* the cache of dir `from` with the algo line set to cfg appended, in a new directory `to` */
+static bool algo_cache_with(const char *from, const char *to, int cfg) {
+    char src[1200], dst[1200], line[512];
+    if (!tune_file(from, src, sizeof src)) return false;
+    snprintf(dst, sizeof dst, "%s/%s", to, strrchr(src, '/') + 1);
+    FILE *f = fopen(src, "r"), *g = fopen(dst, "w");
+    bool ok = f && g;
+    while (ok && fgets(line, sizeof line, f)) fputs(line, g);
+    if (ok) fprintf(g, ALGO_KEY "%d|1|0.01000\n", cfg);
+    if (f) fclose(f);
+    if (g) ok = fclose(g) == 0 && ok;
+    return ok;
+}
+
+static void g_conv_algo(ctx *t) {
+    char d1[] = "/tmp/cnn-algo-XXXXXX", d2[] = "/tmp/cnn-algo-XXXXXX", d3[] = "/tmp/cnn-algo-XXXXXX";
+    if (!mkdtemp(d1) || !mkdtemp(d2) || !mkdtemp(d3)) {
+        check(false, "conv_algo.mkdtemp", "%s", strerror(errno));
+        return;
+    }
+    long launches;
+    int tuned;
+    /* empty cache: the choice is timed (with each side's own config) and stored */
+    algo_run(t, d1, "conv_algo.tuned.f32", &launches, &tuned);
+    char path[1200], line[512];
+    int cfg = -1;
+    FILE *f = tune_file(d1, path, sizeof path) ? fopen(path, "r") : NULL;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, ALGO_KEY, strlen(ALGO_KEY)) == 0) cfg = atoi(line + strlen(ALGO_KEY));
+    if (f) fclose(f);
+    check(tuned >= 2 && (cfg == 0 || cfg == 1), "conv_algo.timed_and_cached",
+          "%d shapes tuned, cached choice %d (%s)", tuned, cfg, f ? path : "no tuning file");
+    /* a cached choice, either way, is obeyed and nothing is tuned */
+    for (int c = 0; c < 2; c++) {
+        const char *dir = c ? d3 : d2;
+        char name[64];
+        snprintf(name, sizeof name, "conv_algo.cached_%s.f32", c ? "winograd" : "direct");
+        if (!algo_cache_with(d1, dir, c)) {
+            check(false, name, "cannot write the tuning cache in %s", dir);
+            continue;
+        }
+        algo_run(t, dir, name, &launches, &tuned);
+        snprintf(name, sizeof name, "conv_algo.cached_%s_obeyed", c ? "winograd" : "direct");
+        check(tuned == 0 && (c ? launches == 19 : launches >= 1 && launches <= 2), name, "%ld launches, %d tuned",
+              launches, tuned);
+    }
+    rm_dir(d1), rm_dir(d2), rm_dir(d3);
 }
 
 static void g_cache(ctx *t) {
