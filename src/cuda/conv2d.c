@@ -220,7 +220,9 @@ static void def_fprop_tc(int cfg, char *buf, size_t cap) {
 static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
 static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc",   "conv2d_tc_splitk_epilogue", "conv2d_s2d_input",
                                                "conv2d_s2d_filter", "conv2d_pad_channels",       "conv2d_dgrad_filter"};
-enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4, TC_DGRAD_FILTER = 5 };
+enum {
+    TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4, TC_DGRAD_FILTER = 5
+};
 const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 6, CUDA_DT_ALL,
                                                  N_TC_MMA, def_fprop_tc, tc_name};
 /* the same programs with the multiply-adds in fp32 FMA (FFMA=1): F32 without allow_tf32 (true fp32) */
@@ -777,7 +779,8 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
  * multiply in TF32 while dgrad has always been true fp32, CNN_CONV_DGRAD_TC=0) the generic kernels. */
 static bool dgrad_tc_problem(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
                              cnn_conv2d *s) {
-    if (cb->no_dgrad_tc || cb->allow_tf32 || cv->stride_h != 1 || cv->stride_w != 1 || cv->pad_h > cv->r - 1 || cv->pad_w > cv->s - 1)
+    if (cb->no_dgrad_tc || cb->allow_tf32 || cv->stride_h != 1 || cv->stride_w != 1 || cv->pad_h > cv->r - 1 ||
+        cv->pad_w > cv->s - 1)
         return false;
     *s = (cnn_conv2d){.n = cv->n, .c = cv->k, .h = cv->p, .w = cv->q, .k = cv->c, .r = cv->r, .s = cv->s,
                       .stride_h = 1, .stride_w = 1, .pad_h = cv->r - 1 - cv->pad_h, .pad_w = cv->s - 1 - cv->pad_w};

@@ -9,9 +9,9 @@
  * K % 8 == 0, 16-byte aligned tensors, no generic config forced). Whether a layer runs here or on the direct
  * kernels is a tuned choice: with tuning on (fast or full, not while a graph is being captured) both are timed,
  * each with its own tuned GEMM / tile config, and the winner is cached under the layer's "fprop_algo" key like
- * any tile config, for layers with C, K >= 32 and an output of 4x4 or more (below that the transforms' waste
- * and the 16 small launches cannot pay). Without tuning (--tune none, deterministic, a capture before the
- * layer was seen) the heuristic decides: outputs 8x8 to 28x28, C, K >= 64 (where cuDNN's fp32 rows run faster
+ * any tile config, for layers with C, K >= 32, an output of 4x4 or more and 1024 2x2 tiles or more in the batch
+ * (below that the transforms' waste and the 16 small launches cannot pay). Without tuning (--tune none,
+ * deterministic, a capture before the layer was seen) the heuristic decides: outputs 8x8 to 28x28, C, K >= 64 (where cuDNN's fp32 rows run faster
  * than a direct convolution can, perf-log step 23) and at least 1024 tiles in the batch (device call 56: at
  * batch 1 the 16 small GEMMs lost up to 2x). CNN_CONV_WINOGRAD=1 takes Winograd for every such shape, =0
  * never (cnn_cuda_conv_force_winograd for tests). The batch is processed in slices so that V, U and M stay
@@ -52,7 +52,12 @@ static bool heuristic(const cnn_conv2d *cv) {
     return cv->p >= 8 && cv->q >= 8 && cv->p <= 28 && cv->q <= 28 && cv->c >= 64 && cv->k >= 64 && tiles >= 1024;
 }
 
-static bool worth_timing(const cnn_conv2d *cv) { return cv->c >= 32 && cv->k >= 32 && cv->p >= 4 && cv->q >= 4; }
+/* below 1024 tiles the direct kernels won every layer timed (device call 57: all of batch 1, and 512->512 7x7 at
+ * batch 64), so no time is spent asking */
+static bool worth_timing(const cnn_conv2d *cv) {
+    const long long tiles = (long long)cv->n * ((cv->p + 1) / 2) * ((cv->q + 1) / 2);
+    return cv->c >= 32 && cv->k >= 32 && cv->p >= 4 && cv->q >= 4 && tiles >= 1024;
+}
 
 typedef struct algo_ctx {
     cnn_backend *be;

@@ -2006,8 +2006,8 @@ static bool relu_works(ctx *t, cnn_backend *be, const char *name) {
  * A 3x3/1 layer Winograd could take is timed both ways once and the winner cached under its "fprop_algo" key
  * (cfg 0 direct, 1 Winograd); a cached choice is obeyed with nothing tuned: 19 launches for Winograd (filter,
  * input, 16 GEMMs, output), at most 2 for the direct kernels. Every run is checked against float64. */
-static const conv_case algo_case = {2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1};
-#define ALGO_KEY "fprop_algo f32 n2 c64 h8 w8 k64 pad1x1 res|"
+static const conv_case algo_case = {16, 32, 16, 16, 32, 3, 3, 1, 1, 1, 1}; /* 1024 tiles: timed */
+#define ALGO_KEY "fprop_algo f32 n16 c32 h16 w16 k32 pad1x1 res|"
 
 static bool tune_file(const char *dir, char *path, size_t cap) {
     DIR *d = opendir(dir);
