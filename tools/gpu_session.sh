@@ -120,7 +120,7 @@ if has train-ab; then # dgrad on the forward tensor-core kernels (on) against th
     for arm in off on; do
         v=0; [ $arm = on ] && v=1
         rm -rf /tmp/cnn-cache-train-$arm
-        stage "train-$arm" 240 bash -c "export CNN_CONV_DGRAD_TC=$v CNN_CACHE_DIR=/tmp/cnn-cache-train-$arm; $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3; $BUILD/cnn bench --model resnet18 --stem cifar --batch 512 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3; $BUILD/cnn bench --model resnet50 --batch 64 --dtypes fp32 --mode train --device cuda --repeat 5 --warmup 2" 
+        stage "train-$arm" 240 bash -c "export CNN_CONV_DGRAD_TC=$v CNN_CACHE_DIR=/tmp/cnn-cache-train-$arm; $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3; $BUILD/cnn bench --model resnet18 --stem cifar --batch 512 --dtypes bf16 --mode train --device cuda --repeat 10 --warmup 3; $BUILD/cnn bench --model resnet50 --batch 64 --dtypes fp32 --mode train --device cuda --repeat 5 --warmup 2"
         grep -hE '^\| (resnet|vgg)[0-9]+' "$LOGDIR/train-$arm.log" | sed "s/^/# $arm /"
     done
 fi

@@ -643,11 +643,6 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     return CNN_OK;
 }
 
-bool cuda_conv_tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                           const void *w, const void *y) {
-    return tc_eligible(cb, cv, ep, x, w, y);
-}
-
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y) {
     cuda_be *cb = cuda_impl(be);
@@ -748,7 +743,7 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     if (tc_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(check_problem(cv, PASS_FPROP));
         bool wino; /* F32 3x3/1: Winograd where chosen (winograd.c), which runs its GEMMs on the same kernels */
-        CNN_TRY(cuda_winograd_choose(be, cv, ep, x, w, y, &wino));
+        CNN_TRY(cuda_winograd_choose(be, cv, ep, x, w, &wino));
         if (wino) return cuda_winograd_fprop(be, cv, ep, x, w, y);
         int tv, splits;
         CNN_TRY(tc_choose(be, cv, ep, x, w, &tv, &splits));

@@ -301,16 +301,14 @@ cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 /* The tensor-core forward path (conv2d_tc.cu; wgmma rows for F16/BF16 on sm_90a) of conv2d.c, for callers that
- * run a GEMM as a 1x1 convolution (winograd.c): whether it takes a problem (dtype and GPU, C and K, alignment, no
- * generic config forced), and tuned choice + launch. */
-bool cuda_conv_tc_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                           const void *w, const void *y);
+ * run a GEMM as a 1x1 convolution (winograd.c): tuned choice + launch of a problem it takes. */
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y);
-/* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3). _choose: whether a problem
- * runs there (false where it cannot; forced, tuned against the direct kernels and cached, or the heuristic) */
+/* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3). _choose, for a problem the
+ * tensor-core path takes: whether it runs there (false where it cannot; forced, tuned against the direct kernels
+ * and cached, or the heuristic) */
 cnn_status cuda_winograd_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                                const void *w, const void *y, bool *use);
+                                const void *w, bool *use);
 cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                                const void *w, void *y);
 /* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */

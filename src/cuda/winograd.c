@@ -34,14 +34,12 @@ const cuda_family cuda_family_winograd = {"winograd", "winograd.cu", entries, 3,
 
 #define WINO_WS_CAP ((size_t)1 << 30)
 
-/* what Winograd needs of a problem, whatever the choice */
-static bool applicable(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
-                       const void *y) {
+/* what Winograd needs of a problem, whatever the choice; the caller (conv2d.c) asks only for problems its
+ * tensor-core path takes (F32: C % 4, K % 8, aligned tensors, no generic config forced), which holds for the
+ * GEMMs over V, U and M too: their slabs start at multiples of 16 bytes */
+static bool applicable(const cuda_be *cb, const cnn_conv2d *cv) {
     if (cb->pub.act_dtype != CNN_DTYPE_F32 || cb->allow_tf32 || cb->winograd == 0) return false;
     if (cv->r != 3 || cv->s != 3 || cv->stride_h != 1 || cv->stride_w != 1) return false;
-    /* what the GEMMs on conv2d_tc.cu need of the problem (F32: C % 4, K % 8, aligned tensors) holds for V, U and
-     * M too: their slabs start at multiples of 16 bytes */
-    if (!cuda_conv_tc_eligible(cb, cv, ep, x, w, y)) return false;
     /* one image's V and M must fit the cap, or no slice of the batch would */
     const size_t tiles1 = (size_t)((cv->p + 1) / 2) * ((cv->q + 1) / 2);
     return 16 * tiles1 * (size_t)(cv->c + cv->k) * 4 + 16 * (size_t)cv->k * cv->c * 4 <= WINO_WS_CAP;
@@ -73,10 +71,10 @@ static cnn_status algo_launch(void *ctx, int i, void *y) { /* candidate 0: the d
 }
 
 cnn_status cuda_winograd_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                                const void *w, const void *y, bool *use) {
+                                const void *w, bool *use) {
     cuda_be *cb = cuda_impl(be);
     *use = false;
-    if (!applicable(cb, cv, ep, x, w, y)) return CNN_OK;
+    if (!applicable(cb, cv)) return CNN_OK;
     if (cb->winograd == 1) return *use = true, CNN_OK;
     *use = heuristic(cv);
     /* a forced tile config or split (tests) is there to run the direct kernels: no timing against them */
