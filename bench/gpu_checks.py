@@ -4,17 +4,19 @@
   peak   the GPU's measured matrix peak: an 8192^3 matrix product through torch.matmul (cuBLAS), bf16 and true fp32
          (TF32 off), CUDA events, median of 20 after warm-up, random data (never zeros). Records: impl
          "pytorch-matmul", mode "peak", tflops. The report divides achieved TFLOP/s by these.
-  check  an independent re-measurement of PyTorch rows of a results file: the same model, batch and precision,
-         rebuilt here and timed by torch.utils.benchmark.Timer.blocked_autorange (a wall clock around blocks of
-         back-to-back calls, synchronised at block ends, median per call over the blocks) instead of
+  check  a re-measurement of PyTorch rows of a results file in a fresh process, later: the same model, batch and
+         precision, rebuilt here and timed by torch.utils.benchmark.Timer.blocked_autorange (a wall clock around
+         blocks of back-to-back calls, synchronised at block ends, median per call over the blocks) instead of
          pytorch_bench.py's CUDA events between back-to-back calls. Rows: inference, eager fp32 / tf32 /
          channels_last and CUDA graph, every batch, at most 10 taken in turn from each kind. Records: impl
-         "check-<impl>", mode as checked, "ref_ms" (the row checked), "ratio" = ref_ms / ms_median, "timer";
+         "check-<impl>", mode as checked, "ref_ms" (the row checked), "ratio" = ref_ms / ms_median, "timer",
+         "host_probe_ms" (pytorch_bench.host_probe_ms just before timing) and "ref_host_probe_ms" (the row's);
          within 10% when 0.9 <= ratio <= 1.1.
-         Not triton's do_bench: it clears the L2 before every call, which is another configuration (the rows run
-         with a warm L2). Host-bound rows (eager at batch 1-16) varied by up to 40% between processes on the
-         H100 machine under either timer, pinned to one core or not (docs/perf-log.md, steps 15-17); report.py
-         marks ratios against rows the check does not confirm.
+         This is the reproducibility check; the timer check of every row is pytorch_bench.py's own `wall_ms`
+         (an independent timer interleaved with the events in the same process). Host-bound rows (eager at
+         batch 1-16) follow the host CPU's speed, which drifted up to 2x on the H100 machine within a process
+         and between processes (docs/perf-log.md, steps 15-17 and 26): the host probes show it. Not triton's
+         do_bench: it clears the L2 before every call, another configuration (the rows run with a warm L2).
 
   time   one configuration alone, no reference (the repeatability runs of tools/gpu_session.sh, stage hostvar).
 
@@ -26,7 +28,7 @@ import datetime, json, statistics, sys
 
 import torch
 
-from pytorch_bench import build  # the same model construction as the rows being checked
+from pytorch_bench import build, host_probe_ms  # the same model construction as the rows being checked
 
 
 def now():
@@ -94,21 +96,24 @@ def measure(r):
             stmt, glb = "g.replay()", {"g": g}
         else:
             stmt, glb = "m(x)", {"m": m, "x": x}
-        meas = tb.Timer(stmt=stmt, globals=glb).blocked_autorange(min_run_time=0.6)
+        probe = host_probe_ms()
+        meas = tb.Timer(stmt=stmt, globals=glb, num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=0.6)
     del m, x
     torch.cuda.empty_cache()
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    return meas.median * 1e3, len(meas.times)
+    return meas.median * 1e3, len(meas.times), probe
 
 
-def record(r, ms, blocks, ref_ms):
+def record(r, ms, blocks, probe, ref):
     rec = {"impl": "check-" + r["impl"][len("pytorch-"):], "model": r["model"], "input": r["input"],
            "batch": r["batch"], "dtype": r["dtype"], "mode": r["mode"], "device": torch.cuda.get_device_name(),
            "backend": "cuda", "ok": True, "ms_median": ms,
-           "timer": "torch.utils.benchmark blocked_autorange (median)", "blocks": blocks,
+           "timer": "torch.utils.benchmark blocked_autorange (median)", "blocks": blocks, "host_probe_ms": probe,
            "version": torch.__version__, "date": now(), "error": ""}
-    if ref_ms is not None:
-        rec["ref_ms"], rec["ratio"] = ref_ms, ref_ms / ms
+    if ref is not None:
+        rec["ref_ms"], rec["ratio"] = ref["ms_median"], ref["ms_median"] / ms
+        if "host_probe_ms" in ref:
+            rec["ref_host_probe_ms"] = ref["host_probe_ms"]
     return rec
 
 
@@ -122,16 +127,16 @@ def check(path):
             if lst and len(todo) < 10:
                 todo.append(lst.pop(0))
     for r in todo:
-        ms, blocks = measure(r)
-        print(json.dumps(record(r, ms, blocks, r["ms_median"])), flush=True)
+        ms, blocks, probe = measure(r)
+        print(json.dumps(record(r, ms, blocks, probe, r)), flush=True)
 
 
 def time_one(impl, model, batch, dtype, size):
     """one row, no reference: the repeatability runs (tools/gpu_session.sh, stage hostvar)"""
     r = {"impl": "pytorch-" + impl, "model": model, "input": "%dx%d" % (size, size), "batch": batch,
          "dtype": dtype, "mode": "infer"}
-    ms, blocks = measure(r)
-    print(json.dumps(record(r, ms, blocks, None)), flush=True)
+    ms, blocks, probe = measure(r)
+    print(json.dumps(record(r, ms, blocks, probe, None)), flush=True)
 
 
 if __name__ == "__main__":

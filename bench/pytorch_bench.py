@@ -12,10 +12,18 @@ Variants (--impl, comma list):
   cpu            float32 on the CPU with torch.set_num_threads(--threads)
 Timing: after warm-up (and compilation), --repeat runs issued back to back with a CUDA event after each, median
 of the per-run gaps (training steps likewise; `cnn bench` syncs after each of its training steps, which reads
-the loss); on the CPU a monotonic clock around each run.
+the loss); on the CPU a monotonic clock around each run. On the GPU the timed runs come in 4 blocks, each
+followed by as many runs timed by torch.utils.benchmark (a host clock, CUDA synchronised at both ends): an
+independent timer over the same configuration in the same stretch of time, recorded as `wall_ms`. Each row also
+records `host_probe_ms`, a fixed pure-Python loop timed just before it: the host CPU's speed at the time, which
+is what launch-bound rows (eager at small batch) follow.
 Output: one JSON object per line on stdout (schema: docs/BENCH.md).
+
+  pytorch_bench.py --model M --batch B[,B..] [--dtype D] [--mode M] [--impl I[,I..]] ...   one configuration group
+  pytorch_bench.py --jobs FILE [--repeat N --warmup N]    one group per line of FILE ('-': stdin), each line the
+                                                          options above; all in this one process (bench/run.sh)
 """
-import argparse, datetime, json, statistics, sys, time
+import argparse, datetime, importlib, json, shlex, statistics, sys, time
 
 import torch
 import torch.nn as nn
@@ -67,6 +75,37 @@ def time_cuda(fn, warmup, repeat):
     return [ev[i].elapsed_time(ev[i + 1]) for i in range(repeat)]
 
 
+def time_cuda_checked(fn, warmup, repeat, rounds=4):
+    """time_cuda's per-run gaps over `repeat` runs, taken in `rounds` blocks; after each block as many runs timed
+    by torch.utils.benchmark (Timer.timeit: a host clock read with CUDA synchronised before it, at both ends of
+    the block; per run = block / runs). Both timers see the same host and GPU state, so where the host's speed
+    drifts (it did, up to 2x, on the H100 machine: docs/perf-log.md step 26) they drift together and their
+    agreement tests the timing itself. Returns (event ms per run, timer ms per run of each block)."""
+    import torch.utils.benchmark as tb
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # the process's own thread count (Timer would otherwise set 1 while it times); timeit(k) runs 2 untimed calls first
+    timer = tb.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    per = max(1, -(-repeat // rounds))
+    ev, wall, left = [], [], repeat
+    while left > 0:
+        k = min(per, left)
+        ev += time_cuda(fn, 0, k)
+        wall.append(timer.timeit(k).median * 1e3)
+        left -= k
+    return ev, wall
+
+
+def host_probe_ms():
+    """A fixed pure-Python loop (no torch), timed: the host CPU's speed right now (bench/hostvar.py)."""
+    t = time.perf_counter()
+    acc = 0
+    for i in range(300000):
+        acc += i * i % 7
+    return (time.perf_counter() - t) * 1e3
+
+
 def time_cpu(fn, warmup, repeat):
     for _ in range(warmup):
         fn()
@@ -99,9 +138,9 @@ def row(args, impl, model_name, batch, dtype, mode, ms, gflop, setup_s, device, 
     print(json.dumps(r), flush=True)
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--stem", default="imagenet", choices=["imagenet", "cifar"])
     ap.add_argument("--num-classes", type=int, default=None)
     ap.add_argument("--batch", default="32", help="comma list")
@@ -112,7 +151,35 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--jobs", default=None, help="file of option lines, one configuration group each ('-': stdin)")
+    return ap
+
+
+def main():
+    ap = parser()
     args = ap.parse_args()
+    if args.jobs is None:
+        if not args.model:
+            ap.error("--model (or --jobs) is required")
+        run_group(args)
+        return 0
+    lines = (sys.stdin if args.jobs == "-" else open(args.jobs)).read().splitlines()
+    groups = []
+    for n, line in enumerate(lines, 1):  # parse every line first: a typo fails before anything runs
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        g = ap.parse_args(shlex.split(line), namespace=argparse.Namespace(repeat=args.repeat, warmup=args.warmup,
+                                                                          threads=args.threads))
+        if not g.model or g.jobs:
+            ap.error(f"{args.jobs}:{n}: a job line needs --model and no --jobs")
+        groups.append(g)
+    for g in groups:
+        run_group(g)
+    return 0
+
+
+def run_group(args):
+    """Every (batch, impl) of one configuration group, one record each."""
     size = args.input_size or ("32" if args.stem == "cifar" else "224")
     args.h, args.w = (int(v) for v in size.split("x")) if "x" in size else (int(size), int(size))
     classes = args.num_classes or (10 if args.stem == "cifar" else 1000)
@@ -130,24 +197,27 @@ def main():
             try:
                 if impl == "cpu":
                     torch.set_num_threads(args.threads)
+                    probe = host_probe_ms()
                     ms, peak = run_cpu(args, base, batch, classes), 0
                     row(args, impl, model_name, batch, "fp32", args.mode, ms, gflop, time.perf_counter() - t0,
-                        "cpu", 0, {"threads": args.threads})
+                        "cpu", 0, {"threads": args.threads, "host_probe_ms": probe})
                     continue
                 if impl == "cudnn":
                     run_cudnn(args, base, batch, dt, model_name, device)
                     continue
                 torch.cuda.reset_peak_memory_stats()
-                ms, setup = run_gpu(args, base, impl, batch, dt, classes)
+                ms, setup, extra = run_gpu(args, base, impl, batch, dt, classes)
                 dname = {"eager-fp32": "fp32", "eager-tf32": "tf32"}.get(impl, args.dtype)
                 row(args, impl, model_name, batch, dname, args.mode, ms, gflop, setup, device,
-                    torch.cuda.max_memory_allocated())
+                    torch.cuda.max_memory_allocated(), extra)
             except Exception as e:  # a failed configuration is a row with its error, not a crash
                 row(args, impl, model_name, batch, args.dtype, args.mode, [], gflop, time.perf_counter() - t0, device,
                     0, error=f"{type(e).__name__}: {e}"[:300])
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = False
                 torch.backends.cudnn.allow_tf32 = False
+                if impl.startswith("compile"):  # drop compiled graphs and their CUDA-graph pools before the next row
+                    importlib.import_module("torch._dynamo").reset()
                 if cuda:
                     torch.cuda.empty_cache()
 
@@ -218,8 +288,7 @@ def run_gpu(args, base, impl, batch, dt, classes):
             def fn():
                 with torch.no_grad():
                     return model(x)
-        torch.cuda.synchronize()
-        return time_cuda(fn, args.warmup, args.repeat), time.perf_counter() - t0
+        return timed(fn, args, t0)
     # training step
     y = torch.randint(0, classes, (batch,), device="cuda")
     model.train()
@@ -249,8 +318,18 @@ def run_gpu(args, base, impl, batch, dt, classes):
         fn = step
         for _ in range(3):
             fn()
+    return timed(fn, args, t0)
+
+
+def timed(fn, args, t0):
+    """(event ms per run, setup s = t0 to the end of the warm-up, extra record fields) of a GPU row."""
+    for _ in range(args.warmup):
+        fn()
     torch.cuda.synchronize()
-    return time_cuda(fn, args.warmup, args.repeat), time.perf_counter() - t0
+    setup = time.perf_counter() - t0
+    probe = host_probe_ms()
+    ms, wall = time_cuda_checked(fn, 0, args.repeat)
+    return ms, setup, {"wall_ms": statistics.median(wall), "wall_blocks": len(wall), "host_probe_ms": probe}
 
 
 def run_cudnn(args, base, batch, dt, model_name, device):

@@ -30,25 +30,41 @@ out=bench/results/$date-$gpu.json
 tmp=$(mktemp)
 log=bench/results/$date-$gpu.log
 : >"$log"
+steps=$(mktemp)
+timed() { # name command...: runs it, logs its start and duration (the suite must stay under 8 minutes on a GPU)
+    local name=$1 s=$SECONDS rc; shift
+    echo "# [$((SECONDS - t0)) s] $name" >>"$log"
+    "$@"
+    rc=$?
+    echo "$((SECONDS - s)) s  $name" >>"$steps"
+    return $rc
+}
 ours() { # model stem batches dtype mode [extra]
     local stem=$2
-    "$CNN" bench --model "$1" --stem "$stem" --batch "$3" --dtype "$4" --mode "$5" --device $DEV --repeat "$REPEAT" \
-        --warmup "$WARMUP" -o jsonl ${6:-} 2>>"$log" >>"$tmp" || echo "cnn bench $* failed (see $log)" >&2
+    timed "cnn $*" "$CNN" bench --model "$1" --stem "$stem" --batch "$3" --dtype "$4" --mode "$5" --device $DEV \
+        --repeat "$REPEAT" --warmup "$WARMUP" -o jsonl ${6:-} 2>>"$log" >>"$tmp" || echo "cnn bench $* failed (see $log)" >&2
 }
-theirs() { # model stem batches dtype mode impls
-    "$PYTHON" bench/pytorch_bench.py --model "$1" --stem "$2" --batch "$3" --dtype "$4" --mode "$5" --impl "$6" \
-        --repeat "$REPEAT" --warmup "$WARMUP" 2>>"$log" >>"$tmp" || echo "pytorch_bench $* failed (see $log)" >&2
+jobs=$(mktemp)
+theirs() { # model stem batches dtype mode impls: one line of the PyTorch side's job list, run by theirs_run
+    echo "--model $1 --stem $2 --batch $3 --dtype $4 --mode $5 --impl $6" >>"$jobs"
+}
+theirs_run() { # the job list in one process (one import of torch, one CUDA context, instead of one per line)
+    timed "pytorch_bench.py: $(wc -l <"$jobs") job lines" "$PYTHON" bench/pytorch_bench.py --jobs "$jobs" \
+        --repeat "$REPEAT" --warmup "$WARMUP" 2>>"$log" >>"$tmp" || echo "pytorch_bench.py --jobs failed (see $log)" >&2
+    : >"$jobs"
 }
 t0=$SECONDS
 if [ $DEV = cuda ]; then
     compile=compile; [ $MAXAT = 1 ] && compile=compile,compile-max
     # the GPU's measured matrix peak (cuBLAS bf16 and true fp32), for "% of peak" in the report
-    "$PYTHON" bench/gpu_checks.py peak 2>>"$log" >>"$tmp" || echo "gpu_checks.py peak failed (see $log)" >&2
+    timed peak "$PYTHON" bench/gpu_checks.py peak 2>>"$log" >>"$tmp" || echo "gpu_checks.py peak failed (see $log)" >&2
     # cold start: an empty kernel cache, so setup_s is compilation (+ tuning, graph capture) from nothing; -v puts
     # each compilation and tuning (with its time) into the log
     cold=$(mktemp -d)
-    "$CNN" bench --model resnet50 --batch 256 --dtype bf16 --device cuda --repeat 5 --warmup 2 --cache-dir "$cold" -v \
-        -o jsonl 2>>"$log" | sed 's/^{/{"cache":"cold",/' >>"$tmp" || echo "cold-start bench failed" >&2
+    timed cold-start "$CNN" bench --model resnet50 --batch 256 --dtype bf16 --device cuda --repeat 5 --warmup 2 \
+        --cache-dir "$cold" -v -o jsonl 2>>"$log" >"$cold.jsonl" || echo "cold-start bench failed" >&2
+    sed 's/^{/{"cache":"cold",/' "$cold.jsonl" >>"$tmp"
+    rm -f "$cold.jsonl"
     rm -rf "$cold"
     # inference, fp32 (true fp32 on both sides), tf32 (fp32 tensors, convolutions in TF32 on both sides) and bf16
     for dt in fp32 tf32 bf16; do
@@ -74,6 +90,7 @@ if [ $DEV = cuda ]; then
     theirs resnet18 cifar 512 bf16 train eager-cl,graph
     # per-layer: cuDNN alone on every distinct ResNet-50 conv shape at batch 256
     theirs resnet50 imagenet 256 bf16 infer cudnn
+    theirs_run
 else
     ours resnet18 imagenet 32 fp32 infer
     ours resnet18 cifar 64 fp32 train
@@ -81,11 +98,12 @@ else
     theirs resnet18 imagenet 32 fp32 infer cpu
     theirs resnet18 cifar 64 fp32 train cpu
     theirs resnet50 imagenet 8 fp32 infer cpu
+    theirs_run
 fi
 "$PYTHON" -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; json.dump(rows, open(sys.argv[2],"w"), indent=1)' "$tmp" "$out"
 rm -f "$tmp"
 if [ $DEV = cuda ]; then # an independent re-measurement of PyTorch rows (torch.utils.benchmark), appended to the results
-    "$PYTHON" bench/gpu_checks.py check "$out" 2>>"$log" >"$out.check" || echo "gpu_checks.py check failed" >&2
+    timed check "$PYTHON" bench/gpu_checks.py check "$out" 2>>"$log" >"$out.check" || echo "gpu_checks.py check failed" >&2
     "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); r += [json.loads(l) for l in open(sys.argv[2]) if l.strip()]; json.dump(r, open(sys.argv[1],"w"), indent=1)' "$out" "$out.check"
     rm -f "$out.check"
 fi
@@ -93,4 +111,6 @@ cmd="bench/run.sh$( [ $QUICK = 1 ] && echo ' --quick')"
 "$PYTHON" bench/report.py "$out" --out-md "${out%.json}.md" --svg-dir "bench/results/plots-$date-$gpu" \
     --title "cnn.c vs PyTorch on $gpu ($date)" --command "$cmd"
 "$PYTHON" bench/make_benchmarks_md.py bench/results >BENCHMARKS.md
-echo "suite took $((SECONDS - t0)) s; records in $out, report ${out%.json}.md, BENCHMARKS.md regenerated"
+{ echo "# step times (s), longest first:"; sort -rn "$steps" | sed 's/^/#   /'; } | tee -a "$log"
+rm -f "$steps" "$jobs"
+echo "suite took $((SECONDS - t0)) s; records in $out, report ${out%.json}.md, BENCHMARKS.md regenerated" | tee -a "$log"

@@ -8,7 +8,7 @@
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
-#                                        check hostvar suite train-ab
+#                                        check hostvar cudnn-kernels suite train-ab
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -296,14 +296,13 @@ fi
 if has check; then # the independent timer on the PyTorch rows of the committed results (another machine, same GPU type)
     stage check-timer 240 $PYTHON bench/gpu_checks.py check "$(ls bench/results/*H100*.json | head -n 1)"
 fi
-if has hostvar; then # issue 4: do host-bound eager rows repeat between processes, unpinned and pinned to one core?
-    core=$(( $(nproc) - 1 ))
-    for pin in none core$core; do
-        pre=""; [ $pin = none ] || pre="taskset -c $core"
-        for rep in 1 2 3; do
-            stage "hostvar-$pin-$rep" 90 bash -c "$pre $PYTHON bench/pytorch_bench.py --model resnet50 --batch 1 --dtype fp32 --mode infer --impl eager-fp32 --repeat 20 --warmup 5 | sed 's/^/# bench /'; $pre $PYTHON bench/gpu_checks.py time eager-fp32 resnet50 1 fp32 | sed 's/^/# check /'"
-        done
-    done
+if has hostvar; then # issue 4: where host-bound eager rows' spread comes from (bench/hostvar.py: fresh, forked, in-process)
+    stage hostvar-r50-fp32 200 bash -c "$PYTHON bench/hostvar.py eager-fp32 resnet50 1 | sed 's/^/# /'"
+    stage hostvar-r18-cl 150 bash -c "$PYTHON bench/hostvar.py eager-cl resnet18 1 | sed 's/^/# /'"
+fi
+if has cudnn-kernels; then # issue 5: which kernels cuDNN runs per ResNet-50 conv shape (bf16 b256), read by torch.profiler
+    stage cudnn-kernels 150 bash -c "$PYTHON bench/cudnn_kernels.py resnet50 256 bf16 >$OUT/cudnn-kernels.jsonl"
+    $PYTHON -c 'import json,sys; [print("# %-26s %s %.1f us" % (r["layer"], r["kernels"][0]["name"][:110], r["kernels"][0]["us_per_call"])) for r in map(json.loads, open(sys.argv[1])) if r["kernels"]]' $OUT/cudnn-kernels.jsonl
 fi
 if has suite; then
     stage bench-suite 590 bench/run.sh

@@ -203,7 +203,8 @@ missing = []
 for o, v in pairs:
     want = f'| {o["model"]} | {o["input"]} | {o["batch"]} | {o["mode"]} | {o["dtype"]} | {o["ms_median"]:.3f} |'
     ratio = f'**{v["ms_median"] / o["ms_median"]:.2f}x**'
-    if not any(l.startswith(want) and f'| {v["impl"]} |' in l and l.rstrip().endswith(f"| {ratio} |") for l in lines):
+    tail = re.compile(re.escape(f"| {ratio}") + r"( [†‡])* \|$")  # a ratio may carry the report's marks
+    if not any(l.startswith(want) and f'| {v["impl"]} |' in l and tail.search(l.rstrip()) for l in lines):
         missing.append(f'{o["model"]} b{o["batch"]} {o["dtype"]} {o["mode"]} vs {v["impl"]}: {ratio}')
 verdict(not missing, "report.ratio_values", "; ".join(missing) or f"{len(pairs)} ratios")
 verdict("out of memory" in md and "pytorch-compile" in md, "report.failed_listed")
@@ -213,8 +214,16 @@ want_pct = f'{r64["tflops"]:.1f} ({100 * r64["tflops"] / 785.4:.0f}%)'
 verdict(any(l.startswith("| resnet50 | 224x224 | 64 | infer | bf16 |") and want_pct in l for l in lines),
         "report.percent_of_peak", want_pct)
 verdict(any(l.startswith("| resnet50 | 64 | bf16 | 6.25 | 2.00 |") for l in lines), "report.cold_start_row")
-verdict(any(l.startswith("| resnet50 | 64 | bf16 | pytorch-eager-cl | 17.500 | 17.000 | 1.029 | yes |") for l in lines),
-        "report.independent_check_row")
+verdict(any(l.startswith("| resnet50 | 64 | bf16 | pytorch-eager-cl | 17.500 | 17.000 | 1.029 | yes | 25.0 / 24.1 |")
+            for l in lines), "report.fresh_process_row")
+# every rival row's own second timer (wall_ms): its ratio, the count that agree, and the mark on a row that does not
+verdict("| resnet50 | 64 | infer | bf16 | pytorch-eager-cl | 17.500 | 17.200 | 1.017 | yes | 25.0 |" in lines
+        and "| resnet50 | 1 | infer | bf16 | pytorch-graph | 0.880 | 0.870 | 1.011 | yes | 31.5 |" in lines
+        and "| resnet50 | 1 | infer | bf16 | pytorch-eager-cl | 2.310 | 2.900 | 0.797 | **no** | 40.2 |" in lines
+        and "2 of 3 rows within 10%." in lines, "report.timer_check_rows")
+b1 = [l for l in lines if l.startswith("| resnet50 | 224x224 | 1 | infer | bf16 |")]
+verdict(any("| pytorch-eager-cl |" in l and "‡" in l for l in b1) and not any("| pytorch-graph |" in l and "‡" in l for l in b1)
+        and any(l.startswith("‡ ") for l in lines), "report.timer_disagreement_marked", b1)
 # per layer: our conv steps per distinct shape (median) against pytorch-cudnn's conv rows of the same shape
 mine = {}
 for r in ok:
@@ -271,4 +280,35 @@ fi
 rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/tune2.err")" -eq 1 ] && pass tune.bad_batch "$(cat "$TMP/tune2.err")" \
     || fail tune.bad_batch "exit $rc: $(head -c 300 "$TMP/tune2.err")"
+# ---- (d) bench/pytorch_bench.py --jobs (bench/run.sh's PyTorch side, one process): every line's records, in
+# order, in the documented schema with the host probe; a bad line fails before anything runs
+if "$PYTHON" -c 'import torch, torchvision' 2>/dev/null; then
+    printf '%s\n' '# two groups, run in order' '--model resnet18 --stem cifar --batch 1,2 --impl cpu' '' \
+        '--model vgg11 --input-size 32 --batch 1 --impl cpu --repeat 1' |
+        "$PYTHON" "$ROOT/bench/pytorch_bench.py" --jobs - --repeat 2 --warmup 1 >"$TMP/torch.jsonl" 2>"$TMP/torch.err" \
+        && pass torchbench.jobs_runs || fail torchbench.jobs_runs "$(tail -c 400 "$TMP/torch.err")"
+    pycheck torchbench.records "$ROOT/docs/BENCH.md" "$TMP/torch.jsonl" <<'PYEOF'
+import json, math, sys
+def verdict(ok, name, detail=""):
+    print(f"{'PASS' if ok else 'FAIL'}|{name}|{str(detail)[:300]}")
+rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+got = [(r["model"], r["batch"], r["repeat"]) for r in rows]
+verdict(got == [("resnet18-cifar", 1, 2), ("resnet18-cifar", 2, 2), ("vgg11", 1, 1)], "torchbench.order_and_options", got)
+need = ("impl", "model", "input", "batch", "dtype", "mode", "device", "backend", "ok", "ms_median", "ms_min", "ms_max",
+        "images_per_s", "gflop_per_batch", "tflops", "setup_s", "repeat", "warmup", "version", "date", "error",
+        "host_probe_ms")
+docs = open(sys.argv[1]).read()
+bad = [f"{r['model']} b{r['batch']}: {f}" for r in rows for f in need if f not in r or f"`{f}`" not in docs]
+verdict(not bad, "torchbench.fields", "; ".join(bad) or f"{len(need)} fields in {len(rows)} records")
+verdict(all(r["ok"] and r["impl"] == "pytorch-cpu" and r["ms_median"] > 0 and math.isfinite(r["host_probe_ms"])
+            and r["host_probe_ms"] > 0 for r in rows), "torchbench.values", [(r["ms_median"], r["host_probe_ms"]) for r in rows])
+PYEOF
+    printf '%s\n' '--model resnet18 --stem cifar --batch 1 --impl cpu' '--model resnet18 --bacth 2' |
+        "$PYTHON" "$ROOT/bench/pytorch_bench.py" --jobs - >"$TMP/torch2.jsonl" 2>"$TMP/torch2.err"
+    rc=$?
+    [ $rc -eq 2 ] && [ ! -s "$TMP/torch2.jsonl" ] && grep -q 'unrecognized arguments: --bacth' "$TMP/torch2.err" \
+        && pass torchbench.bad_job_line "exit 2, nothing run" || fail torchbench.bad_job_line "exit $rc: $(tail -c 300 "$TMP/torch2.err")"
+else
+    skip torchbench.jobs "PyTorch + torchvision not importable by $PYTHON"
+fi
 finish

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""cudnn_kernels.py — which kernels cuDNN runs for each distinct conv shape of a model (the rival of issue 5's
+per-layer comparison), read with torch.profiler, so our kernel designs can be set against the ones that win.
+
+For every distinct Conv2d of the model (shapes found as pytorch_bench.py --impl cudnn finds them), F.conv2d on
+random NHWC data with cudnn.benchmark on (TF32 off for fp32), warmed up, then 20 profiled calls. Prints one JSON
+line per shape: {"layer", "count", "kernels": [{"name", "calls", "us_per_call"}...]} with every device kernel the
+profiler saw, names cut to 200 characters (cuDNN's names carry the tile shape, the warpgroup layout and whether
+it is an xmma/TMA kernel).
+
+usage: cudnn_kernels.py [MODEL [BATCH [DTYPE]]]     (default resnet50 256 bf16)
+"""
+import json, os, sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_bench import build  # noqa: E402  (the same model construction as the benchmark rows)
+
+
+def main():
+    model, batch, dtype = (sys.argv[1:] + ["resnet50", "256", "bf16"][len(sys.argv) - 1:])[:3]
+    batch = int(batch)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    base = build(model, 1000, "imagenet")
+    shapes = {}
+
+    def hook(mod, inp, out):
+        key = (mod.in_channels, mod.out_channels, inp[0].shape[2], inp[0].shape[3], mod.kernel_size[0],
+               mod.stride[0], mod.padding[0])
+        shapes[key] = shapes.get(key, 0) + 1
+
+    hooks = [m.register_forward_hook(hook) for m in base.modules() if isinstance(m, nn.Conv2d)]
+    with torch.no_grad():
+        base.eval()(torch.zeros(1, 3, 224, 224))
+    for hk in hooks:
+        hk.remove()
+    from torch.profiler import ProfilerActivity, profile
+    for (c, k, h, w, r, s, p), count in shapes.items():
+        x = torch.randn(batch, c, h, w, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
+        wt = torch.randn(k, c, r, r, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            for _ in range(10):
+                F.conv2d(x, wt, stride=s, padding=p)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    F.conv2d(x, wt, stride=s, padding=p)
+                torch.cuda.synchronize()
+        kern = {}
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                e = kern.setdefault(ev.name[:200], [0, 0.0])
+                e[0] += 1
+                e[1] += ev.time_range.elapsed_us()  # a device event's own span
+        ks = [{"name": n, "calls": v[0], "us_per_call": v[1] / 20} for n, v in sorted(kern.items(), key=lambda t: -t[1][1])]
+        print(json.dumps({"layer": f"{c}->{k} {h}x{w} {r}x{r}/{s} p{p}", "count": count, "batch": batch,
+                          "dtype": dtype, "kernels": ks}), flush=True)
+        del x, wt
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
