@@ -12,9 +12,10 @@ Variants (--impl, comma list):
   cpu            float32 on the CPU with torch.set_num_threads(--threads)
 Timing: after warm-up (and compilation), --repeat runs issued back to back with a CUDA event after each, median
 of the per-run gaps (training steps likewise; `cnn bench` syncs after each of its training steps, which reads
-the loss); on the CPU a monotonic clock around each run. On the GPU the timed runs come in 4 blocks, each
-followed by as many runs timed by torch.utils.benchmark (a host clock, CUDA synchronised at both ends): an
-independent timer over the same configuration in the same stretch of time, recorded as `wall_ms`. Each row also
+the loss); on the CPU a monotonic clock around each run. On the GPU a row shorter than 0.5 s in all gets more
+runs (up to 400), and the timed runs come in 4 blocks (8 from 40 runs), each followed by as many runs timed by
+torch.utils.benchmark (a host clock, CUDA synchronised at both ends): an independent timer over the same
+configuration in the same stretch of time, recorded as `wall_ms`. Each row also
 records `host_probe_ms`, a fixed pure-Python loop timed just before it: the host CPU's speed at the time, which
 is what launch-bound rows (eager at small batch) follow.
 Output: one JSON object per line on stdout (schema: docs/BENCH.md).
@@ -23,7 +24,7 @@ Output: one JSON object per line on stdout (schema: docs/BENCH.md).
   pytorch_bench.py --jobs FILE [--repeat N --warmup N]    one group per line of FILE ('-': stdin), each line the
                                                           options above; all in this one process (bench/run.sh)
 """
-import argparse, datetime, importlib, json, shlex, statistics, sys, time
+import argparse, datetime, importlib, json, math, shlex, statistics, sys, time
 
 import torch
 import torch.nn as nn
@@ -321,15 +322,28 @@ def run_gpu(args, base, impl, batch, dt, classes):
     return timed(fn, args, t0)
 
 
+MIN_TIMED_S = 0.5  # a short GPU row runs at least this long under the events (and as long again under the 2nd timer)
+
+
 def timed(fn, args, t0):
-    """(event ms per run, setup s = t0 to the end of the warm-up, extra record fields) of a GPU row."""
+    """(event ms per run, setup s = t0 to the end of the warm-up, extra record fields) of a GPU row. Rows shorter
+    than MIN_TIMED_S / --repeat get more runs (at most 400) in 8 blocks: launch-bound rows swing between runs with
+    the host CPU's speed (a 4.3 / 9.8 ms p10 / p90 within 20 runs, docs/perf-log.md step 26), so 20 runs of 5 ms
+    would time a tenth of a second of it."""
     for _ in range(args.warmup):
         fn()
     torch.cuda.synchronize()
     setup = time.perf_counter() - t0
+    t = time.perf_counter()
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    per = max((time.perf_counter() - t) / 2, 1e-6)
+    runs = max(args.repeat, min(400, math.ceil(MIN_TIMED_S / per)))
     probe = host_probe_ms()
-    ms, wall = time_cuda_checked(fn, 0, args.repeat)
-    return ms, setup, {"wall_ms": statistics.median(wall), "wall_blocks": len(wall), "host_probe_ms": probe}
+    ms, wall = time_cuda_checked(fn, 0, runs, 4 if runs < 40 else 8)
+    return ms, setup, {"repeat": runs, "wall_ms": statistics.median(wall), "wall_blocks": len(wall),
+                       "host_probe_ms": probe}
 
 
 def run_cudnn(args, base, batch, dt, model_name, device):
