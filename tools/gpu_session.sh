@@ -305,7 +305,7 @@ if has cudnn-kernels; then # issue 5: which kernels cuDNN runs per ResNet-50 con
     $PYTHON -c 'import json,sys; [print("# %-26s %s %.1f us" % (r["layer"], r["kernels"][0]["name"][:110], r["kernels"][0]["us_per_call"])) for r in map(json.loads, open(sys.argv[1])) if r["kernels"]]' $OUT/cudnn-kernels.jsonl
 fi
 if has suite; then
-    stage bench-suite 590 bench/run.sh
+    stage bench-suite 540 bench/run.sh
     tar czf "$OUT/results.tgz" bench/results BENCHMARKS.md 2>/dev/null
 fi
 
