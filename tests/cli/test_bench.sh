@@ -229,9 +229,15 @@ mine = {}
 for r in ok:
     if r["mode"] == "layer" and r["kind"] == "conv":
         mine.setdefault((r["model"], r["batch"], r["dtype"], r["layer"]), []).append(r["ms_median"])
-cud = [r for r in ok if r["impl"] == "pytorch-cudnn" and r["mode"] == "conv"]
+cud = {}  # the fastest pytorch-cudnn row of each shape (the suite times cuDNN in two processes)
+for r in ok:
+    if r["impl"] == "pytorch-cudnn" and r["mode"] == "conv":
+        k = (r["model"], r["batch"], r["dtype"], r["layer"])
+        if k not in cud or r["ms_median"] < cud[k]["ms_median"]:
+            cud[k] = r
+verdict(sum(1 for r in ok if r["impl"] == "pytorch-cudnn") > len(cud), "report.fixture_has_repeated_cudnn_rows")
 bad, n = [], 0
-for c in cud:
+for c in cud.values():
     ms = mine.get((c["model"], c["batch"], c["dtype"], c["layer"]))
     if not ms:
         continue
