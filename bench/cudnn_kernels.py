@@ -2,7 +2,7 @@
 """cudnn_kernels.py — which kernels cuDNN runs for each distinct conv shape of a model (the rival of issue 5's
 per-layer comparison), read with torch.profiler, so our kernel designs can be set against the ones that win.
 
-For every distinct Conv2d of the model (shapes found as pytorch_bench.py --impl cudnn finds them), F.conv2d on
+For every distinct Conv2d of the model (pytorch_bench.conv_shapes, as --impl cudnn finds them), F.conv2d on
 random NHWC data with cudnn.benchmark on (TF32 off for fp32), warmed up, then 20 profiled calls. Prints one JSON
 line per shape: {"layer", "count", "kernels": [{"name", "calls", "us_per_call"}...]} with every device kernel the
 profiler saw, names cut to 200 characters (cuDNN's names carry the tile shape, the warpgroup layout and whether
@@ -13,11 +13,10 @@ usage: cudnn_kernels.py [MODEL [BATCH [DTYPE]]]     (default resnet50 256 bf16)
 import json, os, sys
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_bench import build  # noqa: E402  (the same model construction as the benchmark rows)
+from pytorch_bench import build, conv_shapes  # noqa: E402  (the same models and shapes as the benchmark rows)
 
 
 def main():
@@ -26,21 +25,8 @@ def main():
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
-    base = build(model, 1000, "imagenet")
-    shapes = {}
-
-    def hook(mod, inp, out):
-        key = (mod.in_channels, mod.out_channels, inp[0].shape[2], inp[0].shape[3], mod.kernel_size[0],
-               mod.stride[0], mod.padding[0])
-        shapes[key] = shapes.get(key, 0) + 1
-
-    hooks = [m.register_forward_hook(hook) for m in base.modules() if isinstance(m, nn.Conv2d)]
-    with torch.no_grad():
-        base.eval()(torch.zeros(1, 3, 224, 224))
-    for hk in hooks:
-        hk.remove()
     from torch.profiler import ProfilerActivity, profile
-    for (c, k, h, w, r, s, p), count in shapes.items():
+    for (c, k, h, w, r, s, p), count in conv_shapes(build(model, 1000, "imagenet"), 224, 224).items():
         x = torch.randn(batch, c, h, w, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
         wt = torch.randn(k, c, r, r, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
         with torch.no_grad():

@@ -18,7 +18,7 @@
          and between processes (docs/perf-log.md, steps 15-17 and 26): the host probes show it. Not triton's
          do_bench: it clears the L2 before every call, another configuration (the rows run with a warm L2).
 
-  time   one configuration alone, no reference (the repeatability runs of tools/gpu_session.sh, stage hostvar).
+  time   one configuration alone, no reference (by hand, for repeatability runs; bench/hostvar.py does more).
 
 usage: gpu_checks.py peak
        gpu_checks.py check RESULTS.json
@@ -132,7 +132,7 @@ def check(path):
 
 
 def time_one(impl, model, batch, dtype, size):
-    """one row, no reference: the repeatability runs (tools/gpu_session.sh, stage hostvar)"""
+    """one row, no reference (repeatability runs by hand)"""
     r = {"impl": "pytorch-" + impl, "model": model, "input": "%dx%d" % (size, size), "batch": batch,
          "dtype": dtype, "mode": "infer"}
     ms, blocks, probe = measure(r)

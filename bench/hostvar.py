@@ -3,7 +3,8 @@
 
 Eager ResNet-50 at batch 1 is bound by the host's launch rate, and on the lent H100 machine it read anything
 from 3.3 to 7.9 ms per call in different processes (docs/perf-log.md, steps 15-17). This separates the
-candidate causes, one eager configuration timed many ways:
+candidate causes, one eager configuration timed many ways (what it found: perf-log step 26, the host CPU's own
+speed varies up to 2.4x and launch-bound rows follow it):
 
   inproc   ROUNDS rounds in this process, 1 s apart: does it drift within one process?
   fresh    PROCS fresh interpreters (import torch each): the spread between processes
@@ -39,14 +40,6 @@ def core_and_mhz():
         return cpu, mhz
     except (OSError, ValueError, IndexError):
         return -1, None
-
-
-def py_loop_ms():
-    t = time.perf_counter()
-    s = 0
-    for i in range(300000):
-        s += i * i % 7
-    return (time.perf_counter() - t) * 1e3
 
 
 def launch_us():
@@ -92,8 +85,8 @@ def setup(impl, model, batch):
 
 def measure(fn, how, i):
     import torch
-    from pytorch_bench import time_cuda
-    py = py_loop_ms()
+    from pytorch_bench import host_probe_ms, time_cuda
+    py = host_probe_ms()  # pytorch_bench.py's host probe, the same loop
     lu = launch_us()
     cpu, mhz = core_and_mhz()
     st0 = steal_jiffies()

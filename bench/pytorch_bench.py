@@ -199,7 +199,7 @@ def run_group(args):
                 if impl == "cpu":
                     torch.set_num_threads(args.threads)
                     probe = host_probe_ms()
-                    ms, peak = run_cpu(args, base, batch, classes), 0
+                    ms = run_cpu(args, base, batch, classes)
                     row(args, impl, model_name, batch, "fp32", args.mode, ms, gflop, time.perf_counter() - t0,
                         "cpu", 0, {"threads": args.threads, "host_probe_ms": probe})
                     continue
@@ -326,10 +326,10 @@ MIN_TIMED_S = 0.5  # a short GPU row runs at least this long under the events (a
 
 
 def timed(fn, args, t0):
-    """(event ms per run, setup s = t0 to the end of the warm-up, extra record fields) of a GPU row. Rows shorter
-    than MIN_TIMED_S / --repeat get more runs (at most 400) in 8 blocks: launch-bound rows swing between runs with
-    the host CPU's speed (a 4.3 / 9.8 ms p10 / p90 within 20 runs, docs/perf-log.md step 26), so 20 runs of 5 ms
-    would time a tenth of a second of it."""
+    """(event ms per run, setup s = t0 to the end of the warm-up, extra record fields) of a GPU row. A row whose
+    --repeat runs would take less than MIN_TIMED_S gets more runs (at most 400; the second timer's blocks go from 4
+    to 8 at 40 runs): launch-bound rows swing between runs with the host CPU's speed (4.3 / 9.8 ms p10 / p90
+    within 20 runs, docs/perf-log.md step 27), and 20 runs of 5 ms would time a tenth of a second of that."""
     for _ in range(args.warmup):
         fn()
     torch.cuda.synchronize()
@@ -346,11 +346,8 @@ def timed(fn, args, t0):
                        "host_probe_ms": probe}
 
 
-def run_cudnn(args, base, batch, dt, model_name, device):
-    """One row per distinct conv shape: F.conv2d alone, NHWC, cudnn.benchmark; fp32 is true fp32 (TF32 off, which
-    is not PyTorch's default for cuDNN convolutions)."""
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
+def conv_shapes(model, h, w):
+    """{(C, K, H, W, R, stride, pad): how many Conv2d layers of the model have it}, from a 1-image CPU forward."""
     shapes = {}
 
     def hook(mod, inp, out):
@@ -358,12 +355,20 @@ def run_cudnn(args, base, batch, dt, model_name, device):
                mod.stride[0], mod.padding[0])
         shapes[key] = shapes.get(key, 0) + 1
 
-    hooks = [m.register_forward_hook(hook) for m in base.modules() if isinstance(m, nn.Conv2d)]
+    hooks = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Conv2d)]
     with torch.no_grad():
-        base.eval()(torch.zeros(1, 3, args.h, args.w))
+        model.eval()(torch.zeros(1, 3, h, w))
     for hk in hooks:
         hk.remove()
-    for (c, k, h, w, r, s, p), count in shapes.items():
+    return shapes
+
+
+def run_cudnn(args, base, batch, dt, model_name, device):
+    """One row per distinct conv shape: F.conv2d alone, NHWC, cudnn.benchmark; fp32 is true fp32 (TF32 off, which
+    is not PyTorch's default for cuDNN convolutions)."""
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    for (c, k, h, w, r, s, p), count in conv_shapes(base, args.h, args.w).items():
         x = torch.randn(batch, c, h, w, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
         wt = torch.randn(k, c, r, r, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
         with torch.no_grad():

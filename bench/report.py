@@ -126,6 +126,10 @@ class Chart:
             return None
         yticks = _nice_ticks(0, max(vals) * 1.1)
         ytop = yticks[-1]
+        # the first group's label, rotated -30 degrees and anchored at its end, reaches left of its group by about
+        # its length x 6 px (font-size 10) x cos 30: widen the left margin so it is not cut off
+        gw0 = (self.w - self.ml - self.mr) / max(1, len(groups))
+        self.ml = max(self.ml, int(len(str(groups[0][0])) * 6.0 * 0.87 - gw0 / 2) + 8)
         pw, ph = self.w - self.ml - self.mr, self.h - self.mt - self.mb
 
         def ymap(y):

@@ -5,7 +5,10 @@
 #
 # Runs `cnn bench` and bench/pytorch_bench.py over the standard suite (docs/BENCH.md), writes
 # bench/results/<date>-<gpu>.json (all records), bench/results/<date>-<gpu>.md + plots, and regenerates
-# BENCHMARKS.md from that JSON. On a machine without a GPU it runs the CPU section instead.
+# BENCHMARKS.md from that JSON. On a machine without a GPU it runs the CPU section instead. The PyTorch side runs
+# as one job list in one process (pytorch_bench.py --jobs), cuDNN's per-layer rows in two more (the report takes
+# the faster per shape), then gpu_checks.py re-runs some rows in a fresh process. Each step's duration goes to
+# the log and a summary at the end (the suite must stay under 8 minutes; docs/perf-log.md step 27 has its times).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
