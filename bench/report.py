@@ -202,7 +202,7 @@ def per_layer(ok, records, svg_dir):
                  "`+maxpool`), the median over the layers of one shape. Rival: the same convolution alone "
                  "(`pytorch_bench.py --impl cudnn`, F.conv2d NHWC, cudnn.benchmark), the fastest of its rows for "
                  "that shape: `bench/run.sh` times cuDNN in two processes, each with its own algorithm choice, "
-                 "because one choice was now and then several times slower than usual (docs/perf-log.md, step 26). "
+                 "because one choice was now and then several times slower than usual (docs/perf-log.md, step 27). "
                  "ratio = rival ms / ours: > 1 means we are faster.", ""], []
     for model, batch, dtype in configs:
         mine = defaultdict(list)
@@ -330,6 +330,7 @@ def report(records, svg_dir, title, command):
                        f'| {c["model"]} | {c["batch"]} | {c["dtype"]} | {c.get("setup_s", 0):.2f} | – |')
         out += ["", "setup = model build, kernel compilation (NVRTC) or cache loads, autotuning, graph capture and the "
                 "warm-up runs before timing.", ""]
+
     def probe(r, k="host_probe_ms"):
         return f'{r[k]:.1f}' if r.get(k) else "–"
     if timed:
@@ -344,7 +345,7 @@ def report(records, svg_dir, title, command):
         agree = sum(1 for r in timed if 0.9 <= r["ms_median"] / r["wall_ms"] <= 1.1)
         out += ["", f"{agree} of {len(timed)} rows within 10%.", "",
                 "Each PyTorch row is timed twice in `bench/pytorch_bench.py`, in the same process over the same "
-                "stretch of time: its runs in 4 blocks with a CUDA event after each run (the published `events ms`, "
+                "stretch of time: its runs in 4 or 8 blocks with a CUDA event after each run (the published `events ms`, "
                 "median per run), each block followed by as many runs timed by `torch.utils.benchmark.Timer.timeit` "
                 "(a host clock, CUDA synchronised at both ends; median over the blocks); ratio = events / "
                 "torch.utils.benchmark. host probe = a fixed pure-Python loop timed just before the row: the host "
