@@ -2,7 +2,8 @@
 # test_bench.sh — `cnn bench` on the CPU writes the records docs/BENCH.md documents (every field, its type,
 # images/s = batch / ms), --layers adds one record per step of the eval forward (every conv of the model, with
 # its torchvision name and shape string), and bench/report.py renders a hand-written fixture of records into a
-# markdown report whose ratios follow from the fixture and SVG plots that parse as XML and have axis labels.
+# markdown report whose ratios follow from the fixture and SVG plots that parse as XML and have axis labels;
+# bench/pytorch_bench.py --jobs (the suite's PyTorch side) writes the documented records, in order, on the CPU.
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 FIXTURE=$ROOT/tests/fixtures/bench_fixture.jsonl
@@ -286,6 +287,7 @@ fi
 rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/tune2.err")" -eq 1 ] && pass tune.bad_batch "$(cat "$TMP/tune2.err")" \
     || fail tune.bad_batch "exit $rc: $(head -c 300 "$TMP/tune2.err")"
+
 # ---- (d) bench/pytorch_bench.py --jobs (bench/run.sh's PyTorch side, one process): every line's records, in
 # order, in the documented schema with the host probe; a bad line fails before anything runs
 if "$PYTHON" -c 'import torch, torchvision' 2>/dev/null; then
