@@ -334,6 +334,24 @@ template <int N> __device__ __forceinline__ void cp_async_wait(void) {
  * completion (n = 0, 1, ...) passes parity n & 1, and is only unambiguous while completion n - 1 is known to
  * have happened (the caller's protocol must ensure it). The emulator keeps
  * {expected, pending, phase} in the barrier's 8 bytes and yields to the other fibers while it waits. */
+#ifndef __CUDA_ARCH__
+/* the emulator's barrier: v[0] = expected | pending arrivals << 16, v[1] = completed phases (low 11 bits) |
+ * transaction bytes still expected << 11. A phase completes when both its arrivals and its bytes are in (as on
+ * the GPU); more bytes completed than were announced is a broken kernel. */
+static inline void emu_mbar_update(unsigned long long *bar, unsigned arrivals, unsigned tx_add, unsigned tx_done) {
+    unsigned v[2];
+    memcpy(v, bar, 8);
+    unsigned expected = v[0] & 0xffffu, pending = (v[0] >> 16) - arrivals, phase = v[1] & 0x7ffu, tx = v[1] >> 11;
+    tx += tx_add;
+    if (tx < tx_done) __trap();
+    tx -= tx_done;
+    if (pending == 0 && tx == 0) pending = expected, phase = (phase + 1u) & 0x7ffu;
+    v[0] = expected | (pending << 16);
+    v[1] = phase | (tx << 11);
+    memcpy(bar, v, 8);
+    emu_rt_ptr->events++;
+}
+#endif
 __device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
 #ifdef __CUDA_ARCH__
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
@@ -346,13 +364,7 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long *bar) {
 #ifdef __CUDA_ARCH__
     asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_u32(bar)) : "memory");
 #else
-    unsigned v[2];
-    memcpy(v, bar, 8);
-    unsigned expected = v[0] & 0xffffu, pending = (v[0] >> 16) - 1u;
-    if (pending == 0) pending = expected, v[1]++;
-    v[0] = expected | (pending << 16);
-    memcpy(bar, v, 8);
-    emu_rt_ptr->events++;
+    emu_mbar_update(bar, 1u, 0u, 0u);
 #endif
 }
 __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity) {
@@ -371,6 +383,61 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned pari
         if ((v[1] & 1u) != (parity & 1u)) return; /* the phase of that parity has completed */
         emu_rt_ptr->yield();
     }
+#endif
+}
+
+/* ---- the tensor memory accelerator (TMA, sm_90): bulk copies global -> shared that complete on an mbarrier ----
+ * mbar_arrive_expect_tx(bar, bytes): one arrival that also announces `bytes` more to land on bar's phase, which
+ * then completes only when the copies carrying them have. tma_load_tile_2d copies the box of a tiled tensor map
+ * whose inner coordinate is c0, outer c1; tma_load_im2col_4d copies Pixels-per-Column rows of Channels-per-Pixel
+ * channels from an NHWC tensor map in im2col mode: from pixel (w, h) of image n, the filter base, walking the
+ * map's bounding box, each row at filter tap (w + off_w, h + off_h), channels c .. (kernels/conv2d_ws.cu).
+ * Elements outside the tensor land as zeros, and the box's full byte count completes on the barrier either way.
+ * `map` is the address of a conv_tma_map in the kernel's parameter space (__grid_constant__). The emulator
+ * (tests/gpu/emu) copies synchronously from its own encoding of the map (emu_tmap.h), swizzling by box row. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+#elif defined(__CUDA_ARCH__)
+    (void)bar, (void)bytes;
+    __trap();
+#else
+    emu_mbar_update(bar, 1u, bytes, 0u);
+#endif
+}
+__device__ __forceinline__ void tma_load_tile_2d(const void *map, void *dst, unsigned long long *bar, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+#elif defined(__CUDA_ARCH__)
+    (void)map, (void)dst, (void)bar, (void)c0, (void)c1;
+    __trap();
+#else
+    const int coord[4] = {c0, c1, 0, 0};
+    emu_mbar_update(bar, 0u, 0u, emu_tma_load((const emu_tensor_map *)map, (unsigned char *)dst, coord, 0, 0));
+#endif
+}
+__device__ __forceinline__ void tma_load_im2col_4d(const void *map, void *dst, unsigned long long *bar, int c, int w,
+                                                   int h, int n, unsigned short off_w, unsigned short off_h) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(smem_u32(bar)), "h"(off_w), "h"(off_h)
+                 : "memory");
+#elif defined(__CUDA_ARCH__)
+    (void)map, (void)dst, (void)bar, (void)c, (void)w, (void)h, (void)n, (void)off_w, (void)off_h;
+    __trap();
+#else
+    const int coord[4] = {c, w, h, n};
+    emu_mbar_update(bar, 0u, 0u, emu_tma_load((const emu_tensor_map *)map, (unsigned char *)dst, coord, off_w, off_h));
+#endif
+}
+/* bring a tensor map into the copy engine's cache ahead of its first use (a hint) */
+__device__ __forceinline__ void tma_prefetch_map(const void *map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+#else
+    (void)map;
 #endif
 }
 

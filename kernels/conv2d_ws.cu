@@ -27,7 +27,14 @@
  * read from L2 once per CTA instead of once per tile, which for a 1x1 conv over 256 channels is as many bytes
  * as the activations (ResNet-50's short-reduction convs are bound by L2 throughput). The host launches it only
  * where ktiles slices of B and the ring fit in shared memory.
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, ACT.
+ * TMA=1 (the `/t` rows, for C % 64 == 0): the producer is one thread that issues, per slice, one tensor-memory-
+ * accelerator copy of the A slice (the map of x in im2col mode: BM output pixels' rows at one filter tap, 64
+ * channels, zeros where the tap falls in the padding or past the last image) and one of the B slice (the filter
+ * as a K x R*S*C matrix, tiled), both in the 128-byte swizzle, completing on full[s] with their byte count
+ * (mbarrier expect_tx) instead of 128 arrivals: no address arithmetic, no per-chunk copies and no proxy fence
+ * on the producer side, and the consumers keep more registers. The maps come in the parameter space beside the
+ * problem (conv_tma_args, encoded per launch by the host).
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -49,6 +56,9 @@
 #ifndef BRES
 #define BRES 0
 #endif
+#ifndef TMA
+#define TMA 0
+#endif
 #if BRES
 #define STAGE_ELEMS (BM * BK) /* a ring stage: an A slice; the B slices follow the ring */
 #else
@@ -65,7 +75,11 @@
  * in without spills, test_nvrtc: its 64-bit origin and two coordinates per A row grow with BM) and the two
  * consumers take exactly that: setmaxnreg.inc waits until the registers are free, so the sums must balance. */
 #define ENTRY_REGS 168
+#if TMA /* one thread issuing bulk copies: the fewest registers that leave its loop unspilled */
+#define PRODUCER_REGS 40
+#else
 #define PRODUCER_REGS (BM == 64 ? (BRES ? 80 : 64) : 88)
+#endif
 #define CONSUMER_REGS ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) / 2) & ~7)
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT * ENTRY_REGS <= 65536,
               "registers handed back cover the registers taken");
@@ -86,7 +100,12 @@ __device__ __forceinline__ void regs_raise(void) {
 #endif
 }
 
+#if TMA
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const __grid_constant__ conv_tma_args targs) {
+    const conv_args &a = targs.a;
+#else
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_args a) {
+#endif
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
 #else /* the emulator: static is per block; BRES: room for the largest B the host sends */
@@ -123,12 +142,54 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     const int total = my_tiles * ktiles; /* slices of this CTA, over all its tiles (host: < 2^31) */
     if (total > 0 && dynamic_smem_bytes() < need) __trap(); /* every stage is reached (and every B slice) */
 
+    const unsigned loaders = TMA ? 1u : 128u; /* arrivals that complete a full[] or bfull phase */
     if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 128), mbar_init(&empty[s], 4);
-        mbar_init(&turn[0], 4), mbar_init(&turn[1], 4), mbar_init(&bfull, 128);
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], loaders), mbar_init(&empty[s], 4);
+        mbar_init(&turn[0], 4), mbar_init(&turn[1], 4), mbar_init(&bfull, loaders);
     }
     __syncthreads();
 
+#if TMA
+    if (role == 0) { /* ---- the producer: thread 0 issues every copy ---- */
+        regs_lower();
+        if (tid != 0) return;
+        tma_prefetch_map(&targs.a_map);
+        tma_prefetch_map(&targs.b_map);
+        int m0 = 0, n0 = 0, img = 0, hb = 0, wb = 0; /* the tile's origin; its first pixel's filter base */
+        int kt = 0, tile = 0, c0 = 0, tr = 0, ts = 0; /* the slice: channels c0.., filter tap (tr, ts) */
+#if BRES
+        if (total > 0) { /* the column block's filter rows, every slice, once */
+            tile_origin(0, m0, n0);
+            mbar_arrive_expect_tx(&bfull, (unsigned)(ktiles * BN * BK * 2));
+            for (int k = 0; k < ktiles; k++) tma_load_tile_2d(&targs.b_map, Bs[k], &bfull, k * BK, n0);
+        }
+#endif
+        for (int g = 0; g < total; g++) {
+            const int s = g % STAGES;
+            if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
+            if (kt == 0) {
+                tile_origin(tile, m0, n0);
+                const int pq = a.p * a.q;
+                img = m0 / pq;
+                const int p = (m0 - img * pq) / a.q, q = m0 - img * pq - p * a.q;
+                hb = p * a.stride_h - a.pad_h, wb = q * a.stride_w - a.pad_w;
+                c0 = 0, tr = 0, ts = 0;
+            }
+            mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2));
+            tma_load_im2col_4d(&targs.a_map, As[s], &full[s], c0, wb, hb, img, (unsigned short)ts, (unsigned short)tr);
+#if !BRES
+            tma_load_tile_2d(&targs.b_map, Bs[s], &full[s], kt * BK, n0);
+#endif
+            c0 += BK; /* the host launches TMA rows only where C % 64 == 0: a slice is one filter tap */
+            if (c0 == a.c) {
+                c0 = 0;
+                if (++ts == a.s) ts = 0, tr++;
+            }
+            if (++kt == ktiles) kt = 0, tile++;
+        }
+        return;
+    }
+#else
     if (role == 0) { /* ---- the producer ---- */
         regs_lower();
         conv_tile_loader<BM, BN, BK, 128> ld;
@@ -176,6 +237,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         for (int g = total - DEPTH > 0 ? total - DEPTH : 0; g < total; g++) mbar_arrive(&full[g % STAGES]);
         return;
     }
+#endif
 
     /* ---- a consumer: tiles role-1, role+1, ... of this CTA ---- */
     regs_raise();

@@ -33,6 +33,24 @@ typedef struct conv_args {
     const void *residual;    /* fprop epilogue (N,P,Q,K) act or NULL */
 } conv_args;
 
+/* The TMA rows of conv2d_ws.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
+ * 128 opaque bytes aligned to 64, encoded on the host by the driver (cuTensorMapEncodeIm2col for x,
+ * cuTensorMapEncodeTiled for the filter as a K x R*S*C matrix; src/cuda/conv2d.c) and read by the copy engine
+ * from the kernel's parameter space (__grid_constant__). */
+#ifdef __cplusplus
+#define CNN_ALIGN64 alignas(64)
+#else
+#define CNN_ALIGN64 _Alignas(64)
+#endif
+typedef struct conv_tma_map {
+    CNN_ALIGN64 unsigned long long v[16];
+} conv_tma_map;
+typedef struct conv_tma_args {
+    conv_tma_map a_map;      /* x (N, H, W, C) in im2col mode: BM pixels x 64 channels per copy, 128-byte swizzle */
+    conv_tma_map b_map;      /* wt (K, R*S*C) tiled: BN rows x 64 elements per copy, 128-byte swizzle */
+    conv_args a;
+} conv_tma_args;
+
 /* Elementwise and layout ops (pointwise.cu). */
 typedef struct pw_args {
     long long count;         /* elements */

@@ -66,46 +66,54 @@ typedef struct tc_config {
                    * its own bm x bn tile (BK 64, persistent grid, no split-K) */
     bool bres;    /* ws with the filter's column block resident in shared memory (BRES=1): only where all its
                    * slices fit (bres_fits), otherwise its twin without /b runs */
+    bool tma;     /* ws whose producer is one thread issuing TMA copies (TMA=1, the /t rows): only where the
+                   * problem fits the tensor maps (tma_fits: C % 64 == 0 among others), otherwise its twin
+                   * without /t runs */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false},
-    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true},
-    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false},
+    /* the same with TMA copies (the producer one thread, the consumers with more registers) */
+    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true},
+    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true},
+    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true},
+    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 5   /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 9   /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -204,7 +212,8 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d", c->bm, c->bn, c->stages, c->bres ? 1 : 0);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d", c->bm, c->bn, c->stages, c->bres ? 1 : 0,
+             c->tma ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -264,6 +273,7 @@ static int64_t tc_smem(const tc_config *c) { return tc_launch_smem(c, c->stages,
 static bool tc_usable(const cuda_be *cb, const tc_config *c) {
     const bool hopper = tc_hopper(c);
     if (c->ws && cb->no_ws) return false;
+    if (c->tma && cb->no_tma) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
     if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 and FFMA run on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
@@ -314,12 +324,32 @@ static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t
     const int64_t smem = tc_launch_smem(c, c->stages, gk);
     return smem <= cb->smem_optin && smem <= 227 * 1024 && cdiv(gn, c->bn) <= cb->sm_count;
 }
-/* the ws row without /b of the same tile, which runs what a B-resident row cannot */
-static int bres_twin(int tv) {
+/* the ws row of the same tile with (bres, tma) as given: a B-resident row's twin without /b runs what it cannot,
+ * a TMA row's twin without /t likewise */
+static int ws_twin(int tv, bool bres, bool tma) {
     for (int i = FIRST_WS; i < N_TC; i++)
-        if (!tc_configs[i].bres && tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn) return i;
-    CNN_ASSERT(!"a B-resident row without a twin");
+        if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].bm == tc_configs[tv].bm &&
+            tc_configs[i].bn == tc_configs[tv].bn)
+            return i;
+    CNN_ASSERT(!"a warp-specialised row without its twin");
     return -1;
+}
+
+/* whether the TMA rows' tensor maps describe a forward problem: x (N, H, W, C) in im2col mode, 64 channels of one
+ * filter tap per slice (C % 64 == 0), the bounding box's corners and the tap offsets within what a 4-D im2col map
+ * encodes (corners in [-128, 127], offsets in [0, 255]), traversal strides of at most 8, the filter's rows whole
+ * 16-byte multiples (cuTensorMapEncodeIm2col / cuTensorMapEncodeTiled) */
+static void tma_corners(const cnn_conv2d *cv, int lo[2], int hi[2]) {
+    lo[0] = -cv->pad_w, lo[1] = -cv->pad_h; /* the first output pixel's filter base */
+    hi[0] = (cv->q - 1) * cv->stride_w - cv->pad_w - (cv->w - 1); /* the last one's, from the far edge */
+    hi[1] = (cv->p - 1) * cv->stride_h - cv->pad_h - (cv->h - 1);
+}
+static bool tma_fits(const cnn_conv2d *cv) {
+    int lo[2], hi[2];
+    tma_corners(cv, lo, hi);
+    for (int i = 0; i < 2; i++)
+        if (lo[i] < -128 || lo[i] > 127 || hi[i] < -128 || hi[i] > 127) return false;
+    return cv->c % 64 == 0 && cv->r <= 256 && cv->s <= 256 && cv->stride_h <= 8 && cv->stride_w <= 8;
 }
 
 int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int *out, int cap) {
@@ -441,6 +471,33 @@ static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t 
     return splits < 1 ? 1 : (int)splits;
 }
 
+/* the tensor maps of a TMA row's launch (tma_fits holds): x as an NHWC tensor in im2col mode, BM pixels x 64
+ * channels per copy, traversal strides the conv's, the bounding box the filter bases of the output pixels; the
+ * filter as a K x R*S*C matrix, BN rows x 64 per copy; both in the 128-byte swizzle that wgmma's descriptors read
+ * (conv2d_wgmma.cuh), zeros outside */
+static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *cv, const void *x, const void *w,
+                             conv_tma_args *t) {
+    _Static_assert(sizeof(conv_tma_map) == sizeof(CUtensorMap) && _Alignof(conv_tma_map) >= 64, "a CUtensorMap");
+    const CUtensorMapDataType dt =
+        cb->pub.act_dtype == CNN_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const cuuint64_t e = 2, xdim[4] = {(cuuint64_t)cv->c, (cuuint64_t)cv->w, (cuuint64_t)cv->h, (cuuint64_t)cv->n};
+    const cuuint64_t xstride[3] = {xdim[0] * e, xdim[0] * xdim[1] * e, xdim[0] * xdim[1] * xdim[2] * e};
+    const cuuint32_t xtrav[4] = {1, (cuuint32_t)cv->stride_w, (cuuint32_t)cv->stride_h, 1};
+    int lo[2], hi[2];
+    tma_corners(cv, lo, hi);
+    CU_TRY(cu.TensorMapEncodeIm2col((CUtensorMap *)&t->a_map, dt, 4, (void *)x, xdim, xstride, lo, hi, (cuuint32_t)c->bk,
+                                    (cuuint32_t)c->bm, xtrav, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           "cuTensorMapEncodeIm2col (the input of a TMA conv)");
+    const cuuint64_t gk = (cuuint64_t)cv->r * cv->s * cv->c, wdim[2] = {gk, (cuuint64_t)cv->k}, wstride[1] = {gk * e};
+    const cuuint32_t box[2] = {(cuuint32_t)c->bk, (cuuint32_t)c->bn}, wtrav[2] = {1, 1};
+    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)&t->b_map, dt, 2, (void *)w, wdim, wstride, box, wtrav,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           "cuTensorMapEncodeTiled (the filter of a TMA conv)");
+    return CNN_OK;
+}
+
 static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                             const void *w, void *y, int tv, int splits) {
     cuda_be *cb = cuda_impl(be);
@@ -449,8 +506,9 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (c->bres) {
         int64_t gm0, gn0, gk0;
         gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
-        if (!bres_fits(cb, c, gn0, gk0)) c = &tc_configs[tv = bres_twin(tv)];
+        if (!bres_fits(cb, c, gn0, gk0)) c = &tc_configs[tv = ws_twin(tv, false, c->tma)];
     }
+    if (c->tma && !tma_fits(cv)) c = &tc_configs[tv = ws_twin(tv, c->bres, false)];
     if (c->ws) {
         CNN_ASSERT(splits == 1);
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_ws, be->act_dtype, tv - FIRST_WS, 0, &f));
@@ -502,7 +560,16 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
         snprintf(what + strlen(what), sizeof what - strlen(what), " persistent grid %lld", (long long)grid);
     }
-    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
+    if (c->tma) {
+        conv_tma_args t;
+        memset(&t, 0, sizeof t);
+        CNN_TRY(tma_encode(cb, c, cv, x, w, &t));
+        t.a = a;
+        CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
+        cb->stats.tma_launches++;
+    } else {
+        CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
+    }
     if (splits > 1) {
         size_t len = strlen(what);
         snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
@@ -534,6 +601,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
         order[i] = i, score[i] = !tc_usable(cb, &tc_configs[i]) ? -1.0
                                : (tc_configs[i].persist || tc_configs[i].ws) && cb->tune != CNN_TUNE_FULL ? -1.0
                                : tc_configs[i].bres && !bres_fits(cb, &tc_configs[i], gn, gk) ? -1.0
+                               : tc_configs[i].tma && !tma_fits(cv) ? -1.0
                                : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
@@ -561,10 +629,12 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
                 out[n++] = (tc_cand){twin, 1};
         }
     /* fast: every warp-specialised row too (its own programs; the heuristic has no measured speed for them), the
-     * B-resident ones where the filter's column block fits; only where the output has two tiles per SM at
+     * B-resident ones where the filter's column block fits, the TMA ones where the problem fits their tensor maps
+     * (elsewhere each would run its twin again); only where the output has two tiles per SM at
      * least (a CTA's two consumers alternate over its tiles: on fewer, one of them idles) */
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
         if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)) &&
+            (!tc_configs[i].tma || tma_fits(cv)) &&
             cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= 2LL * cb->sm_count)
             out[n++] = (tc_cand){i, 1};
     return n;

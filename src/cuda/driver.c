@@ -1,6 +1,6 @@
 /* driver.c -- run-time loading of the CUDA driver API: dlopen("libcuda.so.1"), then every symbol of
  * CUDA_DRIVER_SYMBOLS (internal.h) through cuGetProcAddress with a pinned ABI version, falling back to dlsym of
- * the exported versioned name. Nothing is linked, so a binary built with CUDA 13 headers runs (on the CPU) on a
+ * the exported versioned name (and of CUDA_DRIVER_OPTIONAL, left NULL where the driver lacks them). Nothing is linked, so a binary built with CUDA 13 headers runs (on the CPU) on a
  * machine without a driver and uses any driver recent enough to provide these ABIs (CUDA 11.4+).
  */
 #include "cuda/internal.h"
@@ -64,6 +64,11 @@ static void load(void) {
     memcpy(&cu.field, &p, sizeof p);
     CUDA_DRIVER_SYMBOLS(CUDA_DRIVER_RESOLVE)
 #undef CUDA_DRIVER_RESOLVE
+#define CUDA_DRIVER_RESOLVE_OPTIONAL(field, sym, ver, newer, exported)                                        \
+    p = resolve(lib, gp2, gp1, #sym, ver, newer, exported);                                                   \
+    memcpy(&cu.field, &p, sizeof p);
+    CUDA_DRIVER_OPTIONAL(CUDA_DRIVER_RESOLVE_OPTIONAL)
+#undef CUDA_DRIVER_RESOLVE_OPTIONAL
     /* the library stays loaded for the life of the process */
     load_status = CNN_OK;
 }

@@ -64,6 +64,7 @@ typedef struct cnn_cuda_stats {
     long disk_stores;    /* entries written */
     long module_loads;   /* cuModuleLoadData calls */
     long launches;
+    long tma_launches;   /* of them, convolutions whose operands came by TMA (conv2d_ws.cu's /t rows) */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);

@@ -70,9 +70,16 @@
     X(OccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0,         \
       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
+/* The same for symbols a driver may lack: NULL there, and what needs them is not used (the TMA rows of the conv
+ * forward, which need a CUDA 12.0 driver). */
+#define CUDA_DRIVER_OPTIONAL(X)                                                                               \
+    X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
+    X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")
+
 typedef struct cuda_driver {
 #define CUDA_DRIVER_FIELD(field, sym, ver, newer, exported) PFN_##sym##_v##ver field;
     CUDA_DRIVER_SYMBOLS(CUDA_DRIVER_FIELD)
+    CUDA_DRIVER_OPTIONAL(CUDA_DRIVER_FIELD)
 #undef CUDA_DRIVER_FIELD
 } cuda_driver;
 
@@ -212,6 +219,8 @@ typedef struct cuda_be {
     bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
     bool no_first;            /* CNN_CONV_FIRST=0: first layers take the rewritten-operand path (A/B timing) */
     bool no_ws;               /* CNN_CONV_WS=0: the warp-specialised conv rows are never used (A/B timing) */
+    bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
+                               * tensor-map encoders */
     bool no_dgrad_tc;         /* CNN_CONV_DGRAD_TC=0: dgrad always on the generic kernels (A/B timing) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;

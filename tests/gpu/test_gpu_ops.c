@@ -1259,6 +1259,33 @@ static void g_conv_tc(ctx *t) {
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 6); /* B-resident: 3 or 2 CTAs per column block */
                 conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
+    /* the TMA rows where their tensor maps apply (C % 64 == 0), quick mode too: the im2col map's bounding box,
+     * traversal strides and filter-tap offsets over batch 1, H != W, R != S, strides 2x1 and 2, pads 0 to 3, a
+     * 7x7/2, rows past the last image (the map's zeros) and K ragged; one CTA, then three looping over the tiles.
+     * Each must have run by TMA (the backend counts those launches), not through its twin. */
+    static const conv_case tma_cases[] = {
+        {1, 64, 9, 13, 72, 5, 3, 2, 1, 2, 1},   /* batch 1, H != W, 5x3, stride 2x1, pad 2x1 */
+        {3, 64, 7, 7, 40, 7, 7, 2, 2, 3, 3},    /* 7x7/2 pad 3: tap offsets to 6, the box wider than the image */
+        {2, 128, 6, 11, 136, 3, 3, 1, 1, 0, 0}, /* pad 0: the box inside the image; K ragged past 128 */
+        {2, 64, 13, 11, 64, 1, 1, 2, 2, 0, 0},  /* 1x1/2 over odd sizes */
+    };
+    for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++) {
+        const char *nm = cnn_cuda_conv_config_name(cfg);
+        const size_t len = strlen(nm);
+        if (len < 2 || strcmp(nm + len - 2, "/t") != 0 || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg))
+            continue;
+        for (int i = 0; i < (int)(sizeof tma_cases / sizeof tma_cases[0]); i++) {
+            cnn_cuda_conv_force_grid(t->gpu, i % 2 ? 3 : 1);
+            cnn_cuda_stats st0, st1;
+            cnn_cuda_stats_get(t->gpu, &st0);
+            conv_one(t, &tma_cases[i], cfg, cfg + i, 6500 + 10 * cfg + i);
+            cnn_cuda_stats_get(t->gpu, &st1);
+            char name[160];
+            snprintf(name, sizeof name, "conv_tc.%s.tma_launched.%s.case%d", t->dts, nm, i);
+            check(st1.tma_launches > st0.tma_launches, name, "TMA launches %ld -> %ld (none: its twin ran)",
+                  st0.tma_launches, st1.tma_launches);
+        }
+    }
     cnn_cuda_conv_force_grid(t->gpu, 0);
     g_dgrad_tc(t);
     if (t->dt == CNN_DTYPE_F32 && !t->tf32) g_conv_winograd(t), g_conv_algo(t);

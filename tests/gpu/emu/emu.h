@@ -12,6 +12,8 @@
 #include <string.h>
 #include <type_traits>
 
+#include "emu_tmap.h"
+
 #define __global__ [[gnu::used]]
 #define __device__
 #define __host__
@@ -20,6 +22,7 @@
 #define __shared__ static
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
 
 struct emu_dim3 {
     unsigned x, y, z;
@@ -145,7 +148,9 @@ static inline void emu_mma_m16n8k8_tf32(float *d, const unsigned *a, const unsig
 
 /* exporting a kernel: emu_call_<name>(args) and emu_size_<name>() for the fake driver */
 template <class A> static void emu_invoke(void (*f)(A), const void *p) {
-    f(*(const typename std::remove_cv<A>::type *)p);
+    typename std::remove_cv<A>::type a; /* the launch's bytes, copied to an object aligned as the struct wants */
+    memcpy((void *)&a, p, sizeof a);
+    f(a);
 }
 template <class A> static size_t emu_argsize(void (*)(A)) { return sizeof(typename std::remove_cv<A>::type); }
 #define EMU_EXPORT(f)                                                                                          \

@@ -10,7 +10,7 @@
  *     deadlock            (threads wait at different kinds of rendezvous, or spin on mbarriers -- they yield
  *                         to the scheduler -- while no arrival happens in a whole round)
  * Stream capture records launches, copies and memsets, with copies of the kernel arguments, and a graph replays
- * them. Kernel timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory
+ * them. Tensor maps (TMA) are encoded in the emulator's own form (emu_tmap.h) and copied synchronously. Kernel timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory
  * errors reported by ASan/UBSan. Test infrastructure only.
  */
 #include <cuda.h>
@@ -550,6 +550,74 @@ static CUresult e_GraphLaunch(CUgraphExec e, CUstream) {
 static CUresult e_GraphExecDestroy(CUgraphExec e) { delete (graph *)e; return CUDA_SUCCESS; }
 static CUresult e_GraphDestroy(CUgraph g) { delete (graph *)g; return CUDA_SUCCESS; }
 
+/* Tensor maps (emu_tmap.h): the driver's documented limits are checked, as the driver checks them, so a launcher
+ * that asks for a map the GPU would refuse fails here too. Only what the engine asks for is supported. */
+static CUresult tmap_common(emu_tensor_map *m, CUtensorMapDataType dt, cuuint32_t rank, void *addr, const cuuint64_t *dim,
+                            const cuuint64_t *stride, const cuuint32_t *estride, CUtensorMapInterleave il,
+                            CUtensorMapSwizzle sw, CUtensorMapFloatOOBfill oob) {
+    memset(m, 0, sizeof *m);
+    const int elem = dt == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 || dt == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 ? 2
+                     : dt == CU_TENSOR_MAP_DATA_TYPE_FLOAT32                                          ? 4
+                                                                                                      : 0;
+    if (!elem || rank < 2 || rank > 4 || !addr || ((uintptr_t)addr & 15) || il != CU_TENSOR_MAP_INTERLEAVE_NONE ||
+        (sw != CU_TENSOR_MAP_SWIZZLE_NONE && sw != CU_TENSOR_MAP_SWIZZLE_128B) || oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncode: unsupported type, rank, address, interleave, swizzle or fill");
+    m->elem = (uint8_t)elem, m->rank = (uint8_t)rank, m->swizzle128 = sw == CU_TENSOR_MAP_SWIZZLE_128B;
+    m->base = (const unsigned char *)addr;
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (dim[i] == 0 || dim[i] > (1ull << 32) || estride[i] == 0 || estride[i] > 8)
+            return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncode: a dimension or traversal stride out of range");
+        m->dim[i] = (uint32_t)dim[i], m->estride[i] = estride[i];
+        if (i + 1 < rank) {
+            if (stride[i] % 16 || stride[i] >= (1ull << 40))
+                return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncode: a global stride not a multiple of 16 below 2^40");
+            m->stride[i] = stride[i];
+        }
+    }
+    return CUDA_SUCCESS;
+}
+static CUresult e_TensorMapEncodeTiled(CUtensorMap *tm, CUtensorMapDataType dt, cuuint32_t rank, void *addr,
+                                       const cuuint64_t *dim, const cuuint64_t *stride, const cuuint32_t *box,
+                                       const cuuint32_t *estride, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+    emu_tensor_map m;
+    if (rank != 2) return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the emulator models rank 2 only");
+    CUresult r = tmap_common(&m, dt, rank, addr, dim, stride, estride, il, sw, oob);
+    if (r) return r;
+    for (int i = 0; i < 2; i++) {
+        if (box[i] == 0 || box[i] > 256 || estride[i] != 1)
+            return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: a box dimension outside 1..256 (or strided)");
+        m.box[i] = box[i];
+    }
+    if ((box[0] * m.elem) % 16 || (m.swizzle128 && box[0] * m.elem != 128))
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: inner box not 16-byte whole (128 bytes with the 128-byte swizzle)");
+    m.kind = EMU_TMAP_TILED;
+    memcpy(tm, &m, sizeof m);
+    return CUDA_SUCCESS;
+}
+static CUresult e_TensorMapEncodeIm2col(CUtensorMap *tm, CUtensorMapDataType dt, cuuint32_t rank, void *addr,
+                                        const cuuint64_t *dim, const cuuint64_t *stride, const int *lower,
+                                        const int *upper, cuuint32_t cpp, cuuint32_t ppc, const cuuint32_t *estride,
+                                        CUtensorMapInterleave il, CUtensorMapSwizzle sw, CUtensorMapL2promotion,
+                                        CUtensorMapFloatOOBfill oob) {
+    emu_tensor_map m;
+    if (rank != 4) return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeIm2col: the emulator models rank 4 (NHWC) only");
+    CUresult r = tmap_common(&m, dt, rank, addr, dim, stride, estride, il, sw, oob);
+    if (r) return r;
+    for (int i = 0; i < 2; i++) {
+        if (lower[i] < -128 || lower[i] > 127 || upper[i] < -128 || upper[i] > 127)
+            return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeIm2col: a bounding-box corner outside [-128, 127] (rank 4)");
+        m.lower[i] = lower[i], m.upper[i] = upper[i];
+    }
+    if (cpp == 0 || cpp > 256 || ppc == 0 || ppc > 1024 || (cpp * m.elem) % 16 || (m.swizzle128 && cpp * m.elem != 128))
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeIm2col: channels per pixel or pixels per column out of range");
+    if ((int64_t)dim[1] - 1 + upper[0] < lower[0] || (int64_t)dim[2] - 1 + upper[1] < lower[1])
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeIm2col: an empty bounding box");
+    m.cpp = (uint16_t)cpp, m.ppc = (uint16_t)ppc, m.kind = EMU_TMAP_IM2COL;
+    memcpy(tm, &m, sizeof m);
+    return CUDA_SUCCESS;
+}
+
 static const struct {
     const char *name;
     void *fn;
@@ -562,7 +630,7 @@ static const struct {
     E(EventDestroy), E(EventRecord), E(EventSynchronize), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
     E(ModuleGetFunction), E(FuncGetAttribute), E(FuncSetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
     E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
-    E(OccupancyMaxActiveBlocksPerMultiprocessor),
+    E(OccupancyMaxActiveBlocksPerMultiprocessor), E(TensorMapEncodeTiled), E(TensorMapEncodeIm2col),
 #undef E
 };
 

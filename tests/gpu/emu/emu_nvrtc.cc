@@ -127,6 +127,7 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int nopts, const char *const 
     h = fnv(h, cxx);
     h = fnv(h, extra);
     h = fnv(h, read_file(EMU_DIR "/emu.h"));
+    h = fnv(h, read_file(EMU_DIR "/emu_tmap.h"));
     char key[32];
     snprintf(key, sizeof key, "%016llx", h);
     std::string dir = work + "/" + key, so = dir + "/kernels.so";

@@ -33,7 +33,7 @@ for lib in nvrtc cuda; do
     src=$EMU/emu_$lib.cc
     dst=$OUT/lib$lib.so
     [ $lib = cuda ] && dst=$OUT/libcuda.so.1
-    if [ ! -f "$dst" ] || [ "$src" -nt "$dst" ] || [ "$EMU/emu.h" -nt "$dst" ]; then
+    if [ ! -f "$dst" ] || [ "$src" -nt "$dst" ] || [ "$EMU/emu.h" -nt "$dst" ] || [ "$EMU/emu_tmap.h" -nt "$dst" ]; then
         $CXX $FLAGS ${SAN:-} -DEMU_DIR="\"$EMU\"" -o "$dst" "$src" -ldl || { echo "FAIL gpu-emu: cannot build $dst"; exit 1; }
     fi
 done
