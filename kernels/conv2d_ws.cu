@@ -19,7 +19,7 @@
  *     through 1 KB of shared memory per warp of its own, ahead of the ring (not the stage of the tile's last
  *     slice: the consumer would then hold that stage over its epilogue, which only an mbarrier would order
  *     against the producer's next copy into it).
- * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns; BK = 64.
+ * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns (or 64 with TMA); BK = 64.
  * BRES=1 (B resident), for short reductions: each CTA owns one column block of BN output channels for the
  * whole launch (the grid is a multiple of the column blocks; CTA b takes column b % n_tiles and every
  * (gridDim.x / n_tiles)-th row block), so the producer copies that block's filter rows, all ktiles slices of
@@ -84,7 +84,7 @@
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT * ENTRY_REGS <= 65536,
               "registers handed back cover the registers taken");
 static_assert(MB >= 1 && BM == 64 * MB, "BM: whole m64 blocks");
-static_assert(BN == 128 || BN == 256, "wgmma n128 or n256");
+static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (n64: TMA rows, no cp.async loader)");
 static_assert(MB * NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");

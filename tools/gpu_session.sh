@@ -169,6 +169,7 @@ if has tma; then # the TMA rows (conv2d_ws.cu TMA=1): every case forced (bf16; f
         grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/tma-$arm-whole.md | sed "s/^/# $arm /"
     done
     grep -h 'tuned fprop_tc' /tmp/tma-on-tune.log | grep -c '/t ' | sed 's/^/# layers whose tuned winner is a TMA row: /'
+    stage tma-cudnn-r50 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/tma-cudnn-r50.jsonl"
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do
         stage "sanitizer-tma-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/t CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \

@@ -109,11 +109,14 @@ static const tc_config tc_configs[] = {
     {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true},
     {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true},
     {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true},
+    /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
+     * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
+    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 9   /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 10  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -325,11 +328,15 @@ static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t
     return smem <= cb->smem_optin && smem <= 227 * 1024 && cdiv(gn, c->bn) <= cb->sm_count;
 }
 /* the ws row of the same tile with (bres, tma) as given: a B-resident row's twin without /b runs what it cannot,
- * a TMA row's twin without /t likewise */
+ * a TMA row's twin without /t likewise; a TMA row without such a twin falls back to the persistent wgmma row of
+ * its tile (conv2d_wg.cu) */
 static int ws_twin(int tv, bool bres, bool tma) {
     for (int i = FIRST_WS; i < N_TC; i++)
         if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].bm == tc_configs[tv].bm &&
             tc_configs[i].bn == tc_configs[tv].bn)
+            return i;
+    for (int i = N_TC_MMA + N_TC_WG; i < FIRST_WS && !tma; i++)
+        if (tc_configs[i].persist && tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
             return i;
     CNN_ASSERT(!"a warp-specialised row without its twin");
     return -1;

@@ -1282,7 +1282,7 @@ static void g_conv_tc(ctx *t) {
             cnn_cuda_stats_get(t->gpu, &st1);
             char name[160];
             snprintf(name, sizeof name, "conv_tc.%s.tma_launched.%s.case%d", t->dts, nm, i);
-            check(st1.tma_launches > st0.tma_launches, name, "TMA launches %ld -> %ld (none: its twin ran)",
+            check(st1.tma_launches > st0.tma_launches, name, "TMA launches %ld before, %ld after (equal: its twin ran)",
                   st0.tma_launches, st1.tma_launches);
         }
     }
