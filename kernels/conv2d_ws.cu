@@ -20,6 +20,12 @@
  *     slice: the consumer would then hold that stage over its epilogue, which only an mbarrier would order
  *     against the producer's next copy into it).
  * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns (or 64 with TMA); BK = 64.
+ * COOP=1 (cooperative, the `/c` rows; TMA rows only): the two consumers share each tile instead of alternating:
+ * the CTA's tile is BM x BN and consumer i multiplies its rows [i * BM/2, (i + 1) * BM/2) against the whole B
+ * slice, so a stage carries one B slice for twice the rows (a 128x256 tile: 48 KB of operands per 64 x 256 x 128
+ * multiply-adds, against 40 KB for a 64x256 consumer tile's half as many), at the cost of the epilogue: both
+ * consumers run theirs at once while the producer fills the ring with the next tile's first slices. Both
+ * release every stage (empty[] completes on 8 warps' arrivals) and no turns are taken.
  * BRES=1 (B resident), for short reductions: each CTA owns one column block of BN output channels for the
  * whole launch (the grid is a multiple of the column blocks; CTA b takes column b % n_tiles and every
  * (gridDim.x / n_tiles)-th row block), so the producer copies that block's filter rows, all ktiles slices of
@@ -34,7 +40,7 @@
  * (mbarrier expect_tx) instead of 128 arrivals: no address arithmetic, no per-chunk copies and no proxy fence
  * on the producer side, and the consumers keep more registers. The maps come in the parameter space beside the
  * problem (conv_tma_args, encoded per launch by the host).
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, ACT.
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -51,7 +57,11 @@
 
 #define BK 64
 #define NT 384             /* producer warpgroup + two consumer warpgroups */
-#define MB (BM / 64)       /* m64 blocks per consumer tile */
+#ifndef COOP
+#define COOP 0
+#endif
+#define CBM (COOP ? BM / 2 : BM) /* rows a consumer multiplies: all of its tile's, or its half of the shared one */
+#define MB (CBM / 64)            /* m64 blocks per consumer */
 #define NT8 (BN / 8)
 #ifndef BRES
 #define BRES 0
@@ -83,7 +93,8 @@
 #define CONSUMER_REGS ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) / 2) & ~7)
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT * ENTRY_REGS <= 65536,
               "registers handed back cover the registers taken");
-static_assert(MB >= 1 && BM == 64 * MB, "BM: whole m64 blocks");
+static_assert(MB >= 1 && CBM == 64 * MB, "BM: whole m64 blocks per consumer");
+static_assert(!COOP || (TMA && !BRES), "cooperative rows: TMA copies, B in the ring");
 static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (n64: TMA rows, no cp.async loader)");
 static_assert(MB * NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
@@ -144,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 
     const unsigned loaders = TMA ? 1u : 128u; /* arrivals that complete a full[] or bfull phase */
     if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], loaders), mbar_init(&empty[s], 4);
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], loaders), mbar_init(&empty[s], COOP ? 8 : 4);
         mbar_init(&turn[0], 4), mbar_init(&turn[1], 4), mbar_init(&bfull, loaders);
     }
     __syncthreads();
@@ -239,32 +250,33 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     }
 #endif
 
-    /* ---- a consumer: tiles role-1, role+1, ... of this CTA ---- */
+    /* ---- a consumer: tiles role-1, role+1, ... of this CTA (cooperative: every tile, rows of its half) ---- */
     regs_raise();
     const int me = role - 1;
+    const int row_off = COOP ? me * CBM : 0; /* the consumer's first row within the tile */
     float acc[MB][NT8][4];
 #if BRES
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
-    for (int i = me, j = 0; i < my_tiles; i += 2, j++) {
+    for (int i = COOP ? 0 : me, j = 0; i < my_tiles; i += COOP ? 1 : 2, j++) {
         if (a.residual) { /* what this tile's epilogue will add, into L2 while the mainloop runs (a hint) */
             int pm0, pn0;
             tile_origin(i, pm0, pn0);
 #pragma unroll
-            for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, pm0 + b * 64 + warp * 16, pn0, lane);
+            for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, pm0 + row_off + b * 64 + warp * 16, pn0, lane);
         }
         /* the other consumer has issued every slice of tile i - 1 (its completion number j - 1 + me) */
-        if (i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
+        if (!COOP && i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
         acc_zero(acc);
         for (int kt = 0; kt < ktiles; kt++) {
             const int g = i * ktiles + kt, s = g % STAGES;
             mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
-            wg_multiply_slice<MB, BN>(acc, As[s], Bs[BRES ? kt : s], warp, lane);
+            wg_multiply_slice<MB, BN>(acc, As[s] + row_off * BK, Bs[BRES ? kt : s], warp, lane);
             wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
             if (kt > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
         }
-        if (lane == 0) mbar_arrive(&turn[me]); /* the next tile's consumer may start issuing */
+        if (!COOP && lane == 0) mbar_arrive(&turn[me]); /* the next tile's consumer may start issuing */
         wg_wait_all();
         acc_fence_all(acc);
         if (lane == 0) mbar_arrive(&empty[(i * ktiles + ktiles - 1) % STAGES]);
@@ -272,6 +284,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         tile_origin(i, m0, n0);
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
 #pragma unroll
-        for (int b = 0; b < MB; b++) tile_epilogue_smem<NT8>(a, acc[b], m0 + b * 64 + warp * 16, n0, lane, scr);
+        for (int b = 0; b < MB; b++)
+            tile_epilogue_smem<NT8>(a, acc[b], m0 + row_off + b * 64 + warp * 16, n0, lane, scr);
     }
 }

@@ -8,7 +8,7 @@
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
-#                                        check hostvar cudnn-kernels suite train-ab tma
+#                                        check hostvar cudnn-kernels suite train-ab tma coop
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -156,26 +156,31 @@ if has sanitize-f32; then # every FFMA row (quick cases) under memcheck and race
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
     done
 fi
-if has tma; then # the TMA rows (conv2d_ws.cu TMA=1): every case forced (bf16; f16 quick), then on (default) against off
-    # (CNN_CONV_TMA=0), each arm with its own empty cache, per layer and whole, and the sanitizers on them (quick)
-    stage gpu-tma-bf16 200 env CNN_TEST_TC_CONFIG=/t CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
-    stage gpu-tma-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/t CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
-    for arm in off on; do
-        env="CNN_CACHE_DIR=/tmp/cnn-cache-tma-$arm"; [ $arm = off ] && env="$env CNN_CONV_TMA=0"
-        rm -rf /tmp/cnn-cache-tma-$arm
-        stage "tma-$arm-layers-r50" 150 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$OUT/tma-$arm-layers-r50.md 2>/tmp/tma-$arm-tune.log"
-        grep -h 'tuned fprop_tc' /tmp/tma-$arm-tune.log | sed 's/^/# /' >>"$OUT/tma-$arm-layers-r50.md"
-        stage "tma-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch 64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$OUT/tma-$arm-whole.md 2>>/tmp/tma-$arm-tune.log"
-        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/tma-$arm-whole.md | sed "s/^/# $arm /"
-    done
-    grep -h 'tuned fprop_tc' /tmp/tma-on-tune.log | grep -c '/t ' | sed 's/^/# layers whose tuned winner is a TMA row: /'
-    stage tma-cudnn-r50 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/tma-cudnn-r50.jsonl"
+# rows_ab TAG FILTER OFFVAR: the conv_tc rows whose names contain FILTER, every case forced (bf16; f16 quick), under
+# memcheck, racecheck and synccheck (quick); then one binary with those rows off (OFFVAR=0) against on, each arm
+# with its own empty cache, ResNet-50 per layer and three models whole; cuDNN's convs alone in the same call
+rows_ab() {
+    local tag=$1 filter=$2 offvar=$3 arm env tool SAN
+    stage gpu-$tag-bf16 200 env CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
+    stage gpu-$tag-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do
-        stage "sanitizer-tma-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/t CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
+        stage "sanitizer-$tag-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
     done
-fi
+    for arm in off on; do
+        env="CNN_CACHE_DIR=/tmp/cnn-cache-$tag-$arm"; [ $arm = off ] && env="$env $offvar=0"
+        rm -rf /tmp/cnn-cache-$tag-$arm
+        stage "$tag-$arm-layers-r50" 150 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$OUT/$tag-$arm-layers-r50.md 2>/tmp/$tag-$arm-tune.log"
+        grep -h 'tuned fprop_tc' /tmp/$tag-$arm-tune.log | sed 's/^/# /' >>"$OUT/$tag-$arm-layers-r50.md"
+        stage "$tag-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch 64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$OUT/$tag-$arm-whole.md 2>>/tmp/$tag-$arm-tune.log"
+        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/$tag-$arm-whole.md | sed "s/^/# $arm /"
+    done
+    grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | grep -c -- "$filter" | sed "s|^|# layers whose tuned winner is a $filter row: |"
+    stage $tag-cudnn-r50 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/$tag-cudnn-r50.jsonl"
+}
+if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
+if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do

@@ -11,7 +11,8 @@
  * CNN_SYNC_DEBUG=1 (synchronise and check after every launch, naming the kernel that failed), CNN_CONV_MMA=0
  * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
  * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_CONV_WS=0 (no warp-specialised
- * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_COMPILE_THREADS (nvrtc.c).
+ * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_CONV_COOP=0 (none of their cooperative
+ * rows), CNN_COMPILE_THREADS (nvrtc.c).
  */
 #include "cuda/internal.h"
 
@@ -483,6 +484,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_ws = ws && strcmp(ws, "0") == 0;
     const char *tma = getenv("CNN_CONV_TMA");
     cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
+    const char *coop = getenv("CNN_CONV_COOP");
+    cb->no_coop = coop && strcmp(coop, "0") == 0;
     const char *dgrad_tc = getenv("CNN_CONV_DGRAD_TC");
     cb->no_dgrad_tc = dgrad_tc && strcmp(dgrad_tc, "0") == 0;
     cb->first_force_cfg = -1;
@@ -571,6 +574,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     if (cb->no_ws) cnn_log(1, "cnn: CNN_CONV_WS=0: no warp-specialised convolution kernels");
     if (cb->no_tma && !cb->no_ws)
         cnn_log(1, "cnn: %s: no TMA convolution kernels", cu.TensorMapEncodeIm2col ? "CNN_CONV_TMA=0" : "the driver has no tensor-map encoder");
+    if (cb->no_coop && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_COOP=0: no cooperative convolution kernels");
     if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set: forward convolutions in TF32 on the tensor cores (sm_80+, C %% 4 == 0, K %% 8 == 0); backward passes and linear layers in exact fp32");
     *out = be;
     return CNN_OK;

@@ -69,54 +69,62 @@ typedef struct tc_config {
     bool tma;     /* ws whose producer is one thread issuing TMA copies (TMA=1, the /t rows): only where the
                    * problem fits the tensor maps (tma_fits: C % 64 == 0 among others), otherwise its twin
                    * without /t runs */
+    bool coop;    /* ws TMA row whose two consumers share each bm x bn tile, half its rows each (COOP=1, the /c
+                   * rows), where the others alternate over tiles; its fallback where the maps do not apply is
+                   * the persistent wgmma row of the same tile */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false},
-    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false},
-    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false},
     /* the same with TMA copies (the producer one thread, the consumers with more registers) */
-    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true},
-    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true},
-    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true},
-    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true},
+    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false},
+    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false},
+    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false},
+    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false},
     /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
      * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
-    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true},
+    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false},
+    /* cooperative (both consumers on one tile, m64n256 or 2 x m64n128 each): per stage one B slice for twice
+     * the rows of a consumer's tile, for the long reductions (3x3 convs) where the copies into shared memory,
+     * not the epilogue, bound the mainloop */
+    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true},
+    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 10  /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 12  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -215,8 +223,8 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d", c->bm, c->bn, c->stages, c->bres ? 1 : 0,
-             c->tma ? 1 : 0);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d", c->bm, c->bn, c->stages,
+             c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -277,6 +285,7 @@ static bool tc_usable(const cuda_be *cb, const tc_config *c) {
     const bool hopper = tc_hopper(c);
     if (c->ws && cb->no_ws) return false;
     if (c->tma && cb->no_tma) return false;
+    if (c->coop && cb->no_coop) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
     if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 and FFMA run on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
@@ -332,8 +341,8 @@ static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t
  * its tile (conv2d_wg.cu) */
 static int ws_twin(int tv, bool bres, bool tma) {
     for (int i = FIRST_WS; i < N_TC; i++)
-        if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].bm == tc_configs[tv].bm &&
-            tc_configs[i].bn == tc_configs[tv].bn)
+        if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].coop == tc_configs[tv].coop &&
+            tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
             return i;
     for (int i = N_TC_MMA + N_TC_WG; i < FIRST_WS && !tma; i++)
         if (tc_configs[i].persist && tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
@@ -638,11 +647,12 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     /* fast: every warp-specialised row too (its own programs; the heuristic has no measured speed for them), the
      * B-resident ones where the filter's column block fits, the TMA ones where the problem fits their tensor maps
      * (elsewhere each would run its twin again); only where the output has two tiles per SM at
-     * least (a CTA's two consumers alternate over its tiles: on fewer, one of them idles) */
+     * least (a CTA's two consumers alternate over its tiles: on fewer, one of them idles), one for the
+     * cooperative rows (both consumers on each tile) */
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
         if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)) &&
             (!tc_configs[i].tma || tma_fits(cv)) &&
-            cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= 2LL * cb->sm_count)
+            cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= (tc_configs[i].coop ? 1LL : 2LL) * cb->sm_count)
             out[n++] = (tc_cand){i, 1};
     return n;
 }

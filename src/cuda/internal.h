@@ -221,6 +221,7 @@ typedef struct cuda_be {
     bool no_ws;               /* CNN_CONV_WS=0: the warp-specialised conv rows are never used (A/B timing) */
     bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
                                * tensor-map encoders */
+    bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
     bool no_dgrad_tc;         /* CNN_CONV_DGRAD_TC=0: dgrad always on the generic kernels (A/B timing) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
