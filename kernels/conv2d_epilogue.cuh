@@ -7,6 +7,12 @@
  *                          memory per warp (the kernels lend it from a stage no copy or multiply uses by then).
  *                          It replaced a transpose by lane shuffles whose lane-dependent register selects cost
  *                          ~150 instructions per 8 outputs (ncu, docs/perf-log.md step 21)
+ *   tile_epilogue_rows     the same for conv2d_ws.cu (F16/BF16): scale/shift, residual and ReLU applied in the
+ *                          accumulator layout (the residual brought into it through the scratch), each pair
+ *                          rounded into one word of act_t, and the warp's MB x m16 x (NT8*8) tile passed through
+ *                          the 1 KB as act_t, 8 rows x 64 channels at a time: about half the instructions per
+ *                          output of tile_epilogue_smem (ncu: the 1x1 convs spent two thirds of their consumer
+ *                          samples there, perf-log step 30)
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
@@ -125,5 +131,97 @@ __device__ __forceinline__ void tile_epilogue_smem(const conv_args &a, const flo
         }
     }
 }
+
+#if ACT != ACT_F32
+/* The scratch of tile_epilogue_rows: 8 rows x 64 channels of act_t (128 bytes a row), 16-byte groups swizzled
+ * by row (group q of row r at q ^ f(r), f(r) = 4*(r%2) + r/2) so that both the lanes' 4-byte writes (row g, the
+ * word 2*t4 of n8 tile j: one group of each row per instruction) and their 16-byte reads (row lane/4, groups
+ * lane%4 and lane%4 + 4: two rows per 8-lane phase, f of the two differing in bit 2) hit 32 distinct banks. */
+__device__ __forceinline__ int epi_row_word(int r, int q, int e) {
+    return r * 32 + ((q ^ (((r & 1) << 2) | (r >> 1))) << 2) + e;
+}
+
+/* A warp's MB m16 blocks (rows mrow + 64 b + ...) x NT8*8 columns from nbase: y = relu?(acc * scale + shift +
+ * residual) in the accumulator layout, rounded once, in passes of 8 rows x 64 channels through the scratch. Per
+ * 64-column chunk the lane's scale/shift pairs (two columns per n8 tile) are loaded once for every block and
+ * half. Per pass, with a residual: each lane loads the residual's 8-channel vectors it will store (row lane/4,
+ * groups lane%4 and lane%4 + 4; AHEAD passes ahead, so the loads of AHEAD + 1 passes are in flight) and writes them to
+ * the scratch, where each lane then reads its accumulator-layout words, adds, rounds and writes them back; then
+ * every lane reads 8 channels back for one 16-byte store (128 contiguous bytes per row per pass). A lane stores
+ * exactly the vectors it loaded, after loading them, so y may alias the residual. scr: 1 KB, 16-byte aligned,
+ * this warp's alone. Rows past gm and 8-channel groups past gn (K % 8 == 0) are neither loaded nor stored.
+ * RES: whether a.residual is set (the kernel dispatches on it, so that without one none of the residual code
+ * is compiled in: with a runtime test instead, the tuned 1x1 convs without a residual were 10-25% slower,
+ * perf-log step 31). */
+template <int MB, int NT8, int AHEAD, bool RES>
+__device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const float (&acc)[MB][NT8][4], int mrow,
+                                                   int nbase, int lane, float *scr) {
+    static_assert(NT8 % 8 == 0, "chunks of eight n8 tiles");
+    constexpr int NP = NT8 / 8 * MB * 2; /* passes: (chunk, block, half) */
+    act_t *y = (act_t *)a.out;
+    const act_t *res = (const act_t *)a.residual;
+    unsigned *w = (unsigned *)scr;
+    const int g = lane >> 2, t4 = lane & 3, r = lane >> 2;
+    auto row_of = [&](int p) { return mrow + (p / 2 % MB) * 64 + (p % 2) * 8 + r; };
+    auto col_of = [&](int p, int k) { return nbase + p / (2 * MB) * 64 + ((lane & 3) + 4 * k) * 8; };
+    uint4 rv[AHEAD + 1][2]; /* [pass % (AHEAD + 1)][k] (unused without RES) */
+    auto load_res = [&](int p) {
+        const int m = row_of(p);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int n = col_of(p, k);
+            rv[p % (AHEAD + 1)][k] = uint4{0u, 0u, 0u, 0u};
+            if (m < a.gm && n < a.gn) rv[p % (AHEAD + 1)][k] = *(const uint4 *)(res + (long long)m * a.gn + n);
+        }
+    };
+    if (RES)
+#pragma unroll
+        for (int p = 0; p < AHEAD && p < NP; p++) load_res(p);
+#pragma unroll
+    for (int c = 0; c < NT8 / 8; c++) {
+        float2 sc[8], sh[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int n = nbase + c * 64 + j * 8 + 2 * t4;
+            const bool ok = n < a.gn;
+            sc[j] = a.scale && ok ? *(const float2 *)(a.scale + n) : make_float2(1.0f, 1.0f);
+            sh[j] = a.shift && ok ? *(const float2 *)(a.shift + n) : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int b = 0; b < MB; b++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int p = (c * MB + b) * 2 + h;
+                if (RES && p + AHEAD < NP) load_res(p + AHEAD);
+                __syncwarp(); /* the previous pass's reads are done */
+                if (RES) {
+#pragma unroll
+                    for (int k = 0; k < 2; k++) *(uint4 *)(w + epi_row_word(r, (lane & 3) + 4 * k, 0)) = rv[p % (AHEAD + 1)][k];
+                    __syncwarp();
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int wi = epi_row_word(g, j, t4);
+                    float v0 = acc[b][c * 8 + j][2 * h] * sc[j].x + sh[j].x;
+                    float v1 = acc[b][c * 8 + j][2 * h + 1] * sc[j].y + sh[j].y;
+                    if (RES) {
+                        const unsigned u = w[wi];
+                        v0 += act_to_f32((act_t)(u & 0xffffu)), v1 += act_to_f32((act_t)(u >> 16));
+                    }
+                    if (a.relu) v0 = v0 > 0.0f ? v0 : 0.0f, v1 = v1 > 0.0f ? v1 : 0.0f;
+                    w[wi] = act2_pack(v0, v1);
+                }
+                __syncwarp();
+                const int m = row_of(p);
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    const int n = col_of(p, k);
+                    const uint4 u = *(const uint4 *)(w + epi_row_word(r, (lane & 3) + 4 * k, 0));
+                    if (m < a.gm && n < a.gn) *(uint4 *)(y + (long long)m * a.gn + n) = u;
+                }
+            }
+    }
+}
+#endif
 
 #endif

@@ -15,8 +15,8 @@
  *     other consumer has issued every slice of the tile before (turn[]), so the two mainloops alternate and,
  *     as a consequence, a consumer only ever waits for a stage's next completion: every earlier slice has been
  *     waited for by one of them (mbar_wait's parity is then unambiguous). A consumer prefetches its tile's
- *     residual into L2 before its mainloop, and runs the epilogue (conv2d_epilogue.cuh's tile_epilogue_smem)
- *     through 1 KB of shared memory per warp of its own, ahead of the ring (not the stage of the tile's last
+ *     residual into L2 before its mainloop, and runs the epilogue (conv2d_epilogue.cuh's tile_epilogue_rows;
+ *     tile_epilogue_smem for a residual on the cp.async rows) through 1 KB of shared memory per warp of its own, ahead of the ring (not the stage of the tile's last
  *     slice: the consumer would then hold that stage over its epilogue, which only an mbarrier would order
  *     against the producer's next copy into it).
  * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns (or 64 with TMA); BK = 64.
@@ -283,8 +283,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         int m0, n0;
         tile_origin(i, m0, n0);
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
+        if (!a.residual) {
+            tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+        } else if (TMA) { /* residual loads two passes ahead: the TMA rows' consumers have the registers */
+            tile_epilogue_rows<MB, NT8, 2, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+        } else { /* the cp.async rows' consumers have fewer (both epilogues in one program would spill) */
 #pragma unroll
-        for (int b = 0; b < MB; b++)
-            tile_epilogue_smem<NT8>(a, acc[b], m0 + row_off + b * 64 + warp * 16, n0, lane, scr);
+            for (int b = 0; b < MB; b++)
+                tile_epilogue_smem<NT8>(a, acc[b], m0 + row_off + b * 64 + warp * 16, n0, lane, scr);
+        }
     }
 }

@@ -8,7 +8,7 @@
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
-#                                        check hostvar cudnn-kernels suite train-ab tma coop
+#                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -181,6 +181,12 @@ rows_ab() {
 }
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
+if has ws-tests; then # every warp-specialised row forced on every case (bf16; f16 quick cases), then cuDNN's convs
+    # alone per ResNet-50 shape (bf16 b256), for the same call's per-layer comparison
+    stage gpu-ws-bf16 240 env CNN_TEST_TC_CONFIG=ws/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
+    stage gpu-ws-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=ws/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
+    stage cudnn-r50 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/cudnn-r50.jsonl"
+fi
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do
