@@ -145,11 +145,12 @@ __device__ __forceinline__ int epi_row_word(int r, int q, int e) {
  * residual) in the accumulator layout, rounded once, in passes of 8 rows x 64 channels through the scratch. Per
  * 64-column chunk the lane's scale/shift pairs (two columns per n8 tile) are loaded once for every block and
  * half. Per pass, with a residual: each lane loads the residual's 8-channel vectors it will store (row lane/4,
- * groups lane%4 and lane%4 + 4; AHEAD passes ahead, so the loads of AHEAD + 1 passes are in flight) and writes them to
- * the scratch, where each lane then reads its accumulator-layout words, adds, rounds and writes them back; then
- * every lane reads 8 channels back for one 16-byte store (128 contiguous bytes per row per pass). A lane stores
- * exactly the vectors it loaded, after loading them, so y may alias the residual. scr: 1 KB, 16-byte aligned,
- * this warp's alone. Rows past gm and 8-channel groups past gn (K % 8 == 0) are neither loaded nor stored.
+ * groups lane%4 and lane%4 + 4; AHEAD passes ahead, so the loads of AHEAD + 1 passes are in flight) and writes
+ * them to the scratch, where each lane then reads its accumulator-layout words, adds, rounds and writes them
+ * back; then every lane reads 8 channels back for one 16-byte store (128 contiguous bytes per row per pass). A
+ * lane stores exactly the vectors it loaded, after loading them, so y may alias the residual. scr: 1 KB, 16-byte
+ * aligned, this warp's alone. Rows past gm and 8-channel groups past gn (K % 8 == 0) are neither loaded nor
+ * stored.
  * RES: whether a.residual is set (the kernel dispatches on it, so that without one none of the residual code
  * is compiled in: with a runtime test instead, the tuned 1x1 convs without a residual were 10-25% slower,
  * perf-log step 31). */
@@ -196,7 +197,8 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                 __syncwarp(); /* the previous pass's reads are done */
                 if (RES) {
 #pragma unroll
-                    for (int k = 0; k < 2; k++) *(uint4 *)(w + epi_row_word(r, (lane & 3) + 4 * k, 0)) = rv[p % (AHEAD + 1)][k];
+                    for (int k = 0; k < 2; k++)
+                        *(uint4 *)(w + epi_row_word(r, (lane & 3) + 4 * k, 0)) = rv[p % (AHEAD + 1)][k];
                     __syncwarp();
                 }
 #pragma unroll

@@ -16,9 +16,9 @@
  *     as a consequence, a consumer only ever waits for a stage's next completion: every earlier slice has been
  *     waited for by one of them (mbar_wait's parity is then unambiguous). A consumer prefetches its tile's
  *     residual into L2 before its mainloop, and runs the epilogue (conv2d_epilogue.cuh's tile_epilogue_rows;
- *     tile_epilogue_smem for a residual on the cp.async rows) through 1 KB of shared memory per warp of its own, ahead of the ring (not the stage of the tile's last
- *     slice: the consumer would then hold that stage over its epilogue, which only an mbarrier would order
- *     against the producer's next copy into it).
+ *     tile_epilogue_smem for a residual on the cp.async rows) through 1 KB of shared memory per warp of its
+ *     own, ahead of the ring (not the stage of the tile's last slice: the consumer would then hold that stage
+ *     over its epilogue, which only an mbarrier would order against the producer's next copy into it).
  * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns (or 64 with TMA); BK = 64.
  * COOP=1 (cooperative, the `/c` rows; TMA rows only): the two consumers share each tile instead of alternating:
  * the CTA's tile is BM x BN and consumer i multiplies its rows [i * BM/2, (i + 1) * BM/2) against the whole B
