@@ -162,9 +162,11 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
     act_t *y = (act_t *)a.out;
     const act_t *res = (const act_t *)a.residual;
     unsigned *w = (unsigned *)scr;
-    const int g = lane >> 2, t4 = lane & 3, r = lane >> 2;
-    auto row_of = [&](int p) { return mrow + (p / 2 % MB) * 64 + (p % 2) * 8 + r; };
-    auto col_of = [&](int p, int k) { return nbase + p / (2 * MB) * 64 + ((lane & 3) + 4 * k) * 8; };
+    /* g: the lane's row in both roles (accumulator row g; read-back row lane/4); t4: its word of an n8 tile when
+     * writing, its first 16-byte group (t4 and t4 + 4) when reading back */
+    const int g = lane >> 2, t4 = lane & 3;
+    auto row_of = [&](int p) { return mrow + (p / 2 % MB) * 64 + (p % 2) * 8 + g; };
+    auto col_of = [&](int p, int k) { return nbase + p / (2 * MB) * 64 + (t4 + 4 * k) * 8; };
     uint4 rv[AHEAD + 1][2]; /* [pass % (AHEAD + 1)][k] (unused without RES) */
     auto load_res = [&](int p) {
         const int m = row_of(p);
@@ -198,7 +200,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                 if (RES) {
 #pragma unroll
                     for (int k = 0; k < 2; k++)
-                        *(uint4 *)(w + epi_row_word(r, (lane & 3) + 4 * k, 0)) = rv[p % (AHEAD + 1)][k];
+                        *(uint4 *)(w + epi_row_word(g, t4 + 4 * k, 0)) = rv[p % (AHEAD + 1)][k];
                     __syncwarp();
                 }
 #pragma unroll
@@ -218,7 +220,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
 #pragma unroll
                 for (int k = 0; k < 2; k++) {
                     const int n = col_of(p, k);
-                    const uint4 u = *(const uint4 *)(w + epi_row_word(r, (lane & 3) + 4 * k, 0));
+                    const uint4 u = *(const uint4 *)(w + epi_row_word(g, t4 + 4 * k, 0));
                     if (m < a.gm && n < a.gn) *(uint4 *)(y + (long long)m * a.gn + n) = u;
                 }
             }

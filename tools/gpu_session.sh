@@ -156,13 +156,22 @@ if has sanitize-f32; then # every FFMA row (quick cases) under memcheck and race
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype f32 conv_tc
     done
 fi
-# rows_ab TAG FILTER OFFVAR: the conv_tc rows whose names contain FILTER, every case forced (bf16; f16 quick), under
-# memcheck, racecheck and synccheck (quick); then one binary with those rows off (OFFVAR=0) against on, each arm
-# with its own empty cache, ResNet-50 per layer and three models whole; cuDNN's convs alone in the same call
+# rows_tests TAG FILTER: the conv_tc rows whose names contain FILTER, every case forced (bf16; f16 quick cases)
+rows_tests() {
+    stage gpu-$1-bf16 240 env CNN_TEST_TC_CONFIG=$2 CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
+    stage gpu-$1-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$2 CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
+}
+# cudnn_r50 NAME: cuDNN's convs alone per ResNet-50 shape (bf16 b256) into $OUT/NAME.jsonl, for a per-layer
+# comparison within the same call
+cudnn_r50() {
+    stage $1 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/$1.jsonl"
+}
+# rows_ab TAG FILTER OFFVAR: rows_tests, the same rows under memcheck, racecheck and synccheck (quick); then one
+# binary with those rows off (OFFVAR=0) against on, each arm with its own empty cache, ResNet-50 per layer and
+# three models whole; cuDNN's convs alone in the same call
 rows_ab() {
     local tag=$1 filter=$2 offvar=$3 arm env tool SAN
-    stage gpu-$tag-bf16 200 env CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
-    stage gpu-$tag-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
+    rows_tests $tag $filter
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do
         stage "sanitizer-$tag-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
@@ -177,16 +186,11 @@ rows_ab() {
         grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/$tag-$arm-whole.md | sed "s/^/# $arm /"
     done
     grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | grep -c -- "$filter" | sed "s|^|# layers whose tuned winner is a $filter row: |"
-    stage $tag-cudnn-r50 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/$tag-cudnn-r50.jsonl"
+    cudnn_r50 $tag-cudnn-r50
 }
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
-if has ws-tests; then # every warp-specialised row forced on every case (bf16; f16 quick cases), then cuDNN's convs
-    # alone per ResNet-50 shape (bf16 b256), for the same call's per-layer comparison
-    stage gpu-ws-bf16 240 env CNN_TEST_TC_CONFIG=ws/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
-    stage gpu-ws-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=ws/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
-    stage cudnn-r50 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/cudnn-r50.jsonl"
-fi
+if has ws-tests; then rows_tests ws ws/; cudnn_r50 cudnn-r50; fi # every warp-specialised row; cuDNN per layer
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck synccheck; do

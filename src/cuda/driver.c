@@ -1,7 +1,8 @@
 /* driver.c -- run-time loading of the CUDA driver API: dlopen("libcuda.so.1"), then every symbol of
  * CUDA_DRIVER_SYMBOLS (internal.h) through cuGetProcAddress with a pinned ABI version, falling back to dlsym of
- * the exported versioned name (and of CUDA_DRIVER_OPTIONAL, left NULL where the driver lacks them). Nothing is linked, so a binary built with CUDA 13 headers runs (on the CPU) on a
- * machine without a driver and uses any driver recent enough to provide these ABIs (CUDA 11.4+).
+ * the exported versioned name (and of CUDA_DRIVER_OPTIONAL, left NULL where the driver lacks them). Nothing is
+ * linked, so a binary built with CUDA 13 headers runs (on the CPU) on a machine without a driver and uses any
+ * driver recent enough to provide these ABIs (CUDA 11.4+).
  */
 #include "cuda/internal.h"
 

@@ -10,8 +10,9 @@
  *     deadlock            (threads wait at different kinds of rendezvous, or spin on mbarriers -- they yield
  *                         to the scheduler -- while no arrival happens in a whole round)
  * Stream capture records launches, copies and memsets, with copies of the kernel arguments, and a graph replays
- * them. Tensor maps (TMA) are encoded in the emulator's own form (emu_tmap.h) and copied synchronously. Kernel timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory
- * errors reported by ASan/UBSan. Test infrastructure only.
+ * them. Tensor maps (TMA) are encoded in the emulator's own form (emu_tmap.h) and copied synchronously. Kernel
+ * timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory errors
+ * reported by ASan/UBSan. Test infrastructure only.
  */
 #include <cuda.h>
 
