@@ -8,7 +8,11 @@ line per shape: {"layer", "count", "kernels": [{"name", "calls", "us_per_call"}.
 profiler saw, names cut to 200 characters (cuDNN's names carry the tile shape, the warpgroup layout and whether
 it is an xmma/TMA kernel).
 
-usage: cudnn_kernels.py [MODEL [BATCH [DTYPE]]]     (default resnet50 256 bf16)
+usage: cudnn_kernels.py [--ncu] [MODEL [BATCH [DTYPE]]]     (default resnet50 256 bf16)
+
+--ncu: no torch.profiler; after the warm-up, one call per shape between cudaProfilerStart and cudaProfilerStop,
+for `ncu --profile-from-start off` to measure cuDNN's kernels with the counters it reads on ours (the layer
+order is printed on stderr, one line per shape, so the report's launches can be matched to shapes).
 """
 import json, os, sys
 
@@ -20,7 +24,9 @@ from pytorch_bench import build, conv_shapes  # noqa: E402  (the same models and
 
 
 def main():
-    model, batch, dtype = (sys.argv[1:] + ["resnet50", "256", "bf16"][len(sys.argv) - 1:])[:3]
+    args = [a for a in sys.argv[1:] if a != "--ncu"]
+    ncu = len(args) != len(sys.argv) - 1
+    model, batch, dtype = (args + ["resnet50", "256", "bf16"][len(args):])[:3]
     batch = int(batch)
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     torch.backends.cudnn.benchmark = True
@@ -33,6 +39,15 @@ def main():
             for _ in range(10):
                 F.conv2d(x, wt, stride=s, padding=p)
             torch.cuda.synchronize()
+            if ncu:
+                print(f"ncu: {c}->{k} {h}x{w} {r}x{r}/{s} p{p}", file=sys.stderr, flush=True)
+                torch.cuda.cudart().cudaProfilerStart()
+                F.conv2d(x, wt, stride=s, padding=p)
+                torch.cuda.synchronize()
+                torch.cuda.cudart().cudaProfilerStop()
+                del x, wt
+                torch.cuda.empty_cache()
+                continue
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(20):
                     F.conv2d(x, wt, stride=s, padding=p)

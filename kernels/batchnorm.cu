@@ -15,6 +15,7 @@
 
 /* mode 0: P0 = sum x;  mode 1: P0 = sum (x - mean)^2;  mode 2: P0 = sum dy, P1 = sum dy * (x - mean) * invstd */
 extern "C" __global__ void chan_partial(const red_args a) {
+    pdl_enter();
     __shared__ double sh0[RED_TY][RED_TX + 1], sh1[RED_TY][RED_TX + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * RED_TX + tx;
@@ -66,12 +67,14 @@ __device__ __forceinline__ double chunk_sum(const red_args &a, int which, int c)
 
 /* channel_sum: fout[c] = sum of the chunks (mode 0 partials) */
 extern "C" __global__ void chan_sum_finalize(const red_args a) {
+    pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c < a.c) a.fout[c] = (float)chunk_sum(a, 0, c);
 }
 
 /* mean[c] = sum x / M (mode 0 partials) */
 extern "C" __global__ void bn_mean_finalize(const red_args a) {
+    pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c < a.c) a.mean[c] = (float)(chunk_sum(a, 0, c) / (double)a.m);
 }
@@ -79,6 +82,7 @@ extern "C" __global__ void bn_mean_finalize(const red_args a) {
 /* From the mode 1 partials: biased variance for normalisation, invstd = 1/sqrt(var + eps); running statistics
  * (1-momentum)*old + momentum*batch with the unbiased variance var*M/(M-1). */
 extern "C" __global__ void bn_var_finalize(const red_args a) {
+    pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= a.c) return;
     double var = chunk_sum(a, 0, c) / (double)a.m, mom = a.momentum;
@@ -90,6 +94,7 @@ extern "C" __global__ void bn_var_finalize(const red_args a) {
 
 /* From the mode 2 partials: dbeta = sum dy, dgamma = sum dy*xhat, and the coefficients of dx in double. */
 extern "C" __global__ void bn_bwd_finalize(const red_args a) {
+    pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= a.c) return;
     double sdy = chunk_sum(a, 0, c), sdyx = chunk_sum(a, 1, c);
@@ -107,6 +112,7 @@ extern "C" __global__ void bn_bwd_finalize(const red_args a) {
 
 /* y = (x - mean) * invstd * gamma + beta */
 extern "C" __global__ void bn_apply(const red_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x;
     act_t *y = (act_t *)a.out;
     FOR_MC(a, i, c) {
@@ -119,6 +125,7 @@ extern "C" __global__ void bn_apply(const red_args a) {
 /* dx (+)= gamma*invstd * (dy - mean dy - xhat * mean dy*xhat), in double: for small M the bracket cancels
  * almost completely and float32 would lose the result's leading digits (the CPU backend computes the same way) */
 extern "C" __global__ void bn_bwd_apply(const red_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     act_t *dx = (act_t *)a.out;
     FOR_MC(a, i, c) {
@@ -132,6 +139,7 @@ extern "C" __global__ void bn_bwd_apply(const red_args a) {
 
 /* y = relu?(x * scale + shift + residual); scale NULL = 1, shift NULL = 0, residual NULL = none */
 extern "C" __global__ void scale_shift(const red_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
     act_t *y = (act_t *)a.out;
     FOR_MC(a, i, c) {

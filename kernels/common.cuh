@@ -318,6 +318,18 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
     (void)p;
 #endif
 }
+/* pdl_enter(): the first statement of every kernel (tests/unit/test_nvrtc.c checks). On sm_90+ the backend launches
+ * kernels with programmatic stream serialization (src/cuda/backend.c, CNN_PDL=0 turns it off), so a kernel's
+ * launch and the placing of its CTAs may start while the kernel before it in the stream finishes its last CTAs;
+ * griddepcontrol.wait holds every thread until that kernel has completed and its writes are visible, so nothing
+ * of this kernel's own work overlaps it. No kernel calls griddepcontrol.launch_dependents: the next kernel is
+ * released as this one's CTAs exit (triggering at entry made ResNet-50 bf16 at batch 16 9% slower: perf-log
+ * step 35). Elsewhere (an older GPU, a launch without the attribute, the emulator) it does nothing. */
+__device__ __forceinline__ void pdl_enter(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit(void) {
 #ifdef __CUDA_ARCH__
     asm volatile("cp.async.commit_group;");

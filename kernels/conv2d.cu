@@ -117,6 +117,7 @@ __device__ __forceinline__ arow make_arow(const conv_args &a, int m) {
 }
 
 extern "C" __global__ void __launch_bounds__(NT) CONV_ENTRY(const conv_args a) {
+    pdl_enter();
 #if MMA
     __shared__ __align__(16) act_t As[BM][BK + 8]; /* [m][k]: A fragments are k-pairs of a row */
     __shared__ __align__(16) act_t Bs[BN][BK + 8]; /* [n][k]: B ("col") fragments are k-pairs of a column */
@@ -410,6 +411,7 @@ extern "C" __global__ void __launch_bounds__(NT) CONV_ENTRY(const conv_args a) {
 #if PASS == 2
 /* dw = sum over the splits of ws, in split order. */
 extern "C" __global__ void conv2d_wgrad_reduce(const conv_args a) {
+    pdl_enter();
     const long long total = (long long)a.gm * a.gn;
     float *dw = (float *)a.out;
     for (long long i = GRID_TID; i < total; i += GRID_STRIDE) {

@@ -98,6 +98,7 @@ __device__ __forceinline__ int row_base(int m) {
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, MINB) conv2d_fprop_first(const conv_args a) {
+    pdl_enter();
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #else

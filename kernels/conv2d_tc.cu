@@ -72,6 +72,7 @@ static_assert(!FFMA || ACT == ACT_F32, "the FFMA core takes F32 operands");
 #define MINB 1 /* TF32: the epilogue holds twice the residual bytes; 128 registers a thread would spill */
 #endif
 extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const conv_args a) {
+    pdl_enter();
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
 #else
@@ -217,6 +218,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
 
 /* y = epilogue(sum over the splits of ws, in split order): grid-stride over (m, n) pairs of channels. */
 extern "C" __global__ void conv2d_tc_splitk_epilogue(const conv_args a) {
+    pdl_enter();
     const long long pairs = (long long)a.gm * a.gn / 2;
     act_t *y = (act_t *)a.out;
     const act_t *res = (const act_t *)a.residual;
@@ -253,6 +255,7 @@ extern "C" __global__ void conv2d_tc_splitk_epilogue(const conv_args a) {
  * x[n][2i+bh][2j+bw][c]; zero outside the image and for c >= C. One thread per output pixel (two 16-byte stores).
  * Fields: n c h w (x's), x, out. */
 extern "C" __global__ void conv2d_s2d_input(const conv_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x;
     act_t *out = (act_t *)a.out;
     const int h2 = (a.h + 1) / 2, w2 = (a.w + 1) / 2;
@@ -277,6 +280,7 @@ extern "C" __global__ void conv2d_s2d_input(const conv_args a) {
  * out[k][ah][aw][(bh*2 + bw)*4 + c] = w[k][2ah + bh - pad_h % 2][2aw + bw - pad_w % 2][c], zero where that tap or
  * channel does not exist. One thread per output element. Fields: k r s c pad_h pad_w (w's), wt, out. */
 extern "C" __global__ void conv2d_s2d_filter(const conv_args a) {
+    pdl_enter();
     const act_t *w = (const act_t *)a.wt;
     act_t *out = (act_t *)a.out;
     const int oh = a.pad_h & 1, ow = a.pad_w & 1;
@@ -298,6 +302,7 @@ extern "C" __global__ void conv2d_s2d_filter(const conv_args a) {
  * rows = N*H*W, or w (K,R,S,C) with rows = K*R*S. One thread per row, one 16-byte store. Fields: n*h*w = rows,
  * c, x (source), out. */
 extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x;
     act_t *out = (act_t *)a.out;
     const long long rows = (long long)a.n * a.h * a.w;
@@ -313,6 +318,7 @@ extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
  * a stride-1 convolution's dgrad run as a forward convolution of dy (src/cuda/conv2d.c, dgrad_tc). One thread
  * per output element. Fields: k r s c (w's), wt, out. */
 extern "C" __global__ void conv2d_dgrad_filter(const conv_args a) {
+    pdl_enter();
     const act_t *w = (const act_t *)a.wt;
     act_t *out = (act_t *)a.out;
     const long long total = (long long)a.c * a.r * a.s * a.k;

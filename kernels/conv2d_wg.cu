@@ -48,6 +48,7 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 #endif
 
 extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const conv_args a) {
+    pdl_enter();
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
 #else

@@ -113,9 +113,11 @@ __device__ __forceinline__ void regs_raise(void) {
 
 #if TMA
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const __grid_constant__ conv_tma_args targs) {
+    pdl_enter();
     const conv_args &a = targs.a;
 #else
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_args a) {
+    pdl_enter();
 #endif
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];

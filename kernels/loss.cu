@@ -10,6 +10,7 @@
 #include "params.cuh"
 
 extern "C" __global__ void xent_rows(const xent_args a) {
+    pdl_enter();
     __shared__ float sh[32];
     const int row = blockIdx.x;
     const act_t *x = (const act_t *)a.logits + (long long)row * a.classes;
@@ -51,6 +52,7 @@ extern "C" __global__ void xent_rows(const xent_args a) {
 }
 
 extern "C" __global__ void xent_mean(const xent_args a) {
+    pdl_enter();
     __shared__ double sh[32];
     double s = 0.0;
     for (int i = threadIdx.x; i < a.n; i += blockDim.x) s += (double)a.row_loss[i];

@@ -12,6 +12,7 @@
 #include "params.cuh"
 
 extern "C" __global__ void sgd_update(const optim_args a) {
+    pdl_enter();
     for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {
         float w = a.w[i];
         float g = a.g[i] * a.grad_scale + a.weight_decay * w;
@@ -26,6 +27,7 @@ extern "C" __global__ void sgd_update(const optim_args a) {
 }
 
 extern "C" __global__ void adamw_update(const optim_args a) {
+    pdl_enter();
     for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {
         float w = a.w[i] * (1.0f - a.lr * a.weight_decay);
         float g = a.g[i] * a.grad_scale;
@@ -40,6 +42,7 @@ extern "C" __global__ void adamw_update(const optim_args a) {
 /* *counter += number of NaN/Inf among x[0, count): per-block count, one integer atomic per block (integer
  * addition is order-independent, so the result is deterministic). */
 extern "C" __global__ void count_nonfinite(const optim_args a) {
+    pdl_enter();
     __shared__ unsigned int sh[32];
     unsigned int n = 0;
     for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {

@@ -76,6 +76,7 @@ __device__ __forceinline__ void st_group_f32(float *p, long long i, long long co
 
 /* y = max(x, 0) (NaN -> 0, as x > 0 ? x : 0) */
 extern "C" __global__ void relu_forward(const pw_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.a;
     act_t *y = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -89,6 +90,7 @@ extern "C" __global__ void relu_forward(const pw_args a) {
 
 /* dx (+)= y > 0 ? dy : 0 */
 extern "C" __global__ void relu_backward(const pw_args a) {
+    pdl_enter();
     const act_t *y = (const act_t *)a.a, *dy = (const act_t *)a.b;
     act_t *dx = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -107,6 +109,7 @@ extern "C" __global__ void relu_backward(const pw_args a) {
 
 /* y = a + b */
 extern "C" __global__ void add_forward(const pw_args a) {
+    pdl_enter();
     const act_t *x0 = (const act_t *)a.a, *x1 = (const act_t *)a.b;
     act_t *y = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -121,6 +124,7 @@ extern "C" __global__ void add_forward(const pw_args a) {
 
 /* dx (+)= dy */
 extern "C" __global__ void pass_backward(const pw_args a) {
+    pdl_enter();
     const act_t *dy = (const act_t *)a.b;
     act_t *dx = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -159,6 +163,7 @@ __device__ __forceinline__ void dropout_keep(unsigned long long seed, long long 
 
 /* y = keep ? x * scale : 0 */
 extern "C" __global__ void dropout_forward(const pw_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.a;
     act_t *y = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -174,6 +179,7 @@ extern "C" __global__ void dropout_forward(const pw_args a) {
 
 /* dx (+)= keep ? dy * scale : 0 */
 extern "C" __global__ void dropout_backward(const pw_args a) {
+    pdl_enter();
     const act_t *dy = (const act_t *)a.b;
     act_t *dx = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -193,6 +199,7 @@ extern "C" __global__ void dropout_backward(const pw_args a) {
 
 /* float32 -> act_t */
 extern "C" __global__ void to_act(const pw_args a) {
+    pdl_enter();
     const float *src = (const float *)a.a;
     act_t *dst = (act_t *)a.out;
     FOR_GROUPS(a, i) {
@@ -204,6 +211,7 @@ extern "C" __global__ void to_act(const pw_args a) {
 
 /* act_t -> float32 */
 extern "C" __global__ void from_act(const pw_args a) {
+    pdl_enter();
     const act_t *src = (const act_t *)a.a;
     float *dst = (float *)a.out;
     FOR_GROUPS(a, i) {
@@ -215,6 +223,7 @@ extern "C" __global__ void from_act(const pw_args a) {
 
 /* y[n][c*HW + hw] = x[n][hw][c]: one thread per output element (coalesced writes). count = N*C*HW. */
 extern "C" __global__ void flatten_forward(const pw_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.a;
     act_t *y = (act_t *)a.out;
     const long long chw = (long long)a.c * a.hw;
@@ -228,6 +237,7 @@ extern "C" __global__ void flatten_forward(const pw_args a) {
 
 /* dx[n][hw][c] (+)= dy[n][c*HW + hw]: one thread per dx element. */
 extern "C" __global__ void flatten_backward(const pw_args a) {
+    pdl_enter();
     const act_t *dy = (const act_t *)a.b;
     act_t *dx = (act_t *)a.out;
     const long long hwc = (long long)a.hw * a.c;

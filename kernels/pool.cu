@@ -18,6 +18,7 @@
 __device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 extern "C" __global__ void pool_forward(const pool_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x;
     act_t *y = (act_t *)a.out;
     const long long total = (long long)a.n * a.p * a.q * a.c;
@@ -73,6 +74,7 @@ extern "C" __global__ void pool_forward(const pool_args a) {
  * than 2^31 vectors: the launcher checks): the same arithmetic per element as pool_forward, in 32-bit index
  * math, with one 16-byte load per window tap and one 16-byte store. */
 extern "C" __global__ void pool_forward_vec(const pool_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x;
     act_t *y = (act_t *)a.out;
     const int cv = a.c / ACT_VEC;
@@ -139,6 +141,7 @@ __device__ __forceinline__ int max_argmax(const pool_args &a, const act_t *xi, i
 }
 
 extern "C" __global__ void pool_backward(const pool_args a) {
+    pdl_enter();
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     act_t *dx = (act_t *)a.out;
     const long long total = (long long)a.n * a.h * a.w * a.c;

@@ -8,6 +8,7 @@
 #include "params.cuh"
 
 extern "C" __global__ void prep_images(const prep_args a) {
+    pdl_enter();
     act_t *dst = (act_t *)a.dst;
     const long long total = (long long)a.n * a.h * a.w * a.c;
     for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {

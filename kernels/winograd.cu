@@ -27,6 +27,7 @@ __device__ __forceinline__ float4 f4sub(float4 a, float4 b) { return make_float4
 
 /* U[e][k][c] = (G g G^T)[e], one thread per (k, c) */
 extern "C" __global__ void winograd_filter(const conv_args a) {
+    pdl_enter();
     const float *w = (const float *)a.wt;
     float *u = (float *)a.out;
     const long long kc = (long long)a.k * a.c;
@@ -57,6 +58,7 @@ extern "C" __global__ void winograd_filter(const conv_args a) {
 
 /* V[e][t][c..c+3] = (B^T d B)[e], one thread per (tile, group of 4 channels) */
 extern "C" __global__ void winograd_input(const conv_args a) {
+    pdl_enter();
     const float *x = (const float *)a.x;
     float *v = (float *)a.out;
     const int tpn = (a.p + 1) / 2, tqn = (a.q + 1) / 2, c4 = a.c / 4;
@@ -100,6 +102,7 @@ extern "C" __global__ void winograd_input(const conv_args a) {
 
 /* y = epilogue(A^T m A), one thread per (tile, group of 4 output channels) */
 extern "C" __global__ void winograd_output(const conv_args a) {
+    pdl_enter();
     const float *m = (const float *)a.x;
     float *y = (float *)a.out;
     const float *res = (const float *)a.residual;

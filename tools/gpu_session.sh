@@ -8,7 +8,8 @@
 #                                        first-ab ws-ab sanitize-ws ncu-r50 ab sanitize-epi fp32
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
-#                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests
+#                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
+#                                        flush-ab pdl-ab pdl3
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -177,19 +178,42 @@ rows_ab() {
         stage "sanitizer-$tag-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$filter CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 \
             --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
     done
+    env_ab $tag $offvar $filter
+}
+# env_ab TAG OFFVAR [FILTER]: one binary with OFFVAR=0 against without, each arm with its own empty cache, ResNet-50
+# per layer (every tuned layer's candidates and their times in the log) and three models whole (batches
+# AB_BATCHES, default 64,256); cuDNN's convs alone in the same call
+env_ab() {
+    local tag=$1 offvar=$2 filter=${3:-} arm env
     for arm in off on; do
         env="CNN_CACHE_DIR=/tmp/cnn-cache-$tag-$arm"; [ $arm = off ] && env="$env $offvar=0"
         rm -rf /tmp/cnn-cache-$tag-$arm
         stage "$tag-$arm-layers-r50" 150 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$OUT/$tag-$arm-layers-r50.md 2>/tmp/$tag-$arm-tune.log"
         grep -h 'tuned fprop_tc' /tmp/$tag-$arm-tune.log | sed 's/^/# /' >>"$OUT/$tag-$arm-layers-r50.md"
-        stage "$tag-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch 64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$OUT/$tag-$arm-whole.md 2>>/tmp/$tag-$arm-tune.log"
+        stage "$tag-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch ${AB_BATCHES:-64,256} --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$OUT/$tag-$arm-whole.md 2>>/tmp/$tag-$arm-tune.log"
         grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/$tag-$arm-whole.md | sed "s/^/# $arm /"
     done
-    grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | grep -c -- "$filter" | sed "s|^|# layers whose tuned winner is a $filter row: |"
+    [ -n "$filter" ] && grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | sed 's/ ms (.*//' | grep -c -- "$filter" |
+        sed "s|^|# layers whose tuned winner is a $filter row: |"
     cudnn_r50 $tag-cudnn-r50
 }
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
+if has flush-ab; then env_ab flush CNN_TUNE_FLUSH; fi # the tuner's timing with L2 flushed (on) or as left (off)
+if has pdl-ab; then AB_BATCHES=1,16,64,256 env_ab pdl CNN_PDL; fi # programmatic dependent launch on and off
+if has pdl3; then # three arms, interleaved twice: the base tree (tmp/ab-base.tgz) without and with programmatic
+    # dependent launch (CNN_PDL=0 / default), and this tree with it; each its own empty cache (the first pass tunes)
+    ab_base
+    for rep in 1 2; do
+        for arm in off base new; do
+            bin=$(ab_bin base); env="CNN_CACHE_DIR=/tmp/cnn-cache-p3-$arm"
+            [ $arm = off ] && env="$env CNN_PDL=0"
+            [ $arm = new ] && bin=$(ab_bin new)
+            stage "pdl3-$arm-$rep" 200 bash -c "env $env $bin bench --model resnet50,resnet18,vgg16 --batch 1,16,64,256 --dtypes bf16 --device cuda --repeat 30 --warmup 5 >$LOGDIR/pdl3-$arm-$rep.md 2>/dev/null"
+            grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/pdl3-$arm-$rep.md | sed "s/^/# $arm $rep /"
+        done
+    done
+fi
 if has ws-tests; then rows_tests ws ws/; cudnn_r50 cudnn-r50; fi # every warp-specialised row; cuDNN per layer
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -314,6 +338,22 @@ if has ncu-r50; then # ncu on one ResNet-50 bf16 b256 forward (warm cache, so no
     done
     ncu --query-metrics --chip gh100 2>&1 | grep -i -E 'tensor|gmma|hmma' >"$LOGDIR/ncu-metrics.txt"
     cp "$LOGDIR/ncu-warm.log" "$LOGDIR/ncu-r50.log" "$OUT/" 2>/dev/null
+fi
+if has ncu-cmp; then # ours and cuDNN's kernels under the same ncu counters, ResNet-50 bf16 b256: every conv launch of
+    # one forward of ours (warm cache; the -v run before it logs each layer's tuned row), then cuDNN's kernel for
+    # each distinct shape (bench/cudnn_kernels.py --ncu: one call per shape, printed in order); raw pages as CSV;
+    # then the per-instruction stall samples of our 256->256 14x14 3x3 launch (layer3.1.conv2, the forward's 30th).
+    # NCU_OPTS: more ncu options (e.g. --clock-control none --cache-control none: boost clocks, warm L2)
+    cache=/tmp/cnn-cache-ncu
+    bargs="bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache"
+    secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --csv --page raw ${NCU_OPTS:-}"
+    stage ncu-warm 150 "$BUILD/cnn" $bargs --repeat 3 --warmup 1 -v
+    stage ncu-ours 300 bash -c "ncu --kernel-name regex:conv2d_fprop --launch-count 53 $secs $BUILD/cnn $bargs --repeat 1 --warmup 0 >$OUT/ncu-ours.csv"
+    stage ncu-cudnn 240 bash -c "ncu --profile-from-start off $secs $PYTHON bench/cudnn_kernels.py --ncu resnet50 256 bf16 >$OUT/ncu-cudnn.csv"
+    stage ncu-src-3x3 150 ncu --kernel-name regex:conv2d_fprop --launch-skip 29 --launch-count 1 --section SourceCounters \
+        --section WarpStateStats ${NCU_OPTS:-} -f -o /tmp/ncu-src-3x3 "$BUILD/cnn" $bargs --repeat 1 --warmup 0
+    ncu -i /tmp/ncu-src-3x3.ncu-rep --page source --csv --print-source sass >"$OUT/ncu-src-3x3.csv" 2>&1
+    cp "$LOGDIR/ncu-warm.log" "$LOGDIR/ncu-cudnn.log" "$OUT/" 2>/dev/null
 fi
 if has ncu-fp32; then # true fp32 (FFMA rows): ours per layer against cuDNN fp32 per layer (TF32 off), VGG-16 and
     # ResNet-18 at b64; then ncu on the VGG-16 forward's FFMA launches (warm cache) and SASS stall samples of one

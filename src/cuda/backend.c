@@ -81,7 +81,20 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
     CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
     CNN_TRY(smem_opt_in(cb, f, what, smem));
     void *params[1] = {args};
-    CUresult r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
+    CUresult r;
+    if (cb->pdl) { /* every kernel starts with pdl_enter(): it waits for the one before before reading anything */
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig lc;
+        memset(&lc, 0, sizeof lc);
+        lc.gridDimX = gx, lc.gridDimY = gy, lc.gridDimZ = gz, lc.blockDimX = bx, lc.blockDimY = by, lc.blockDimZ = 1;
+        lc.sharedMemBytes = smem, lc.hStream = cb->stream, lc.attrs = &attr, lc.numAttrs = 1;
+        r = cu.LaunchKernelEx(&lc, f, params, NULL);
+    } else {
+        r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
+    }
     if (r != CUDA_SUCCESS) {
         char msg[256];
         snprintf(msg, sizeof msg, "launch of %s (grid %u x %u x %u, block %u x %u)", what, gx, gy, gz, bx, by);
@@ -486,6 +499,10 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
     const char *coop = getenv("CNN_CONV_COOP");
     cb->no_coop = coop && strcmp(coop, "0") == 0;
+    const char *pdl = getenv("CNN_PDL");
+    cb->pdl = cu.LaunchKernelEx && cb->cc_major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+    const char *flush = getenv("CNN_TUNE_FLUSH");
+    cb->tune_no_flush = flush && strcmp(flush, "0") == 0;
     const char *dgrad_tc = getenv("CNN_CONV_DGRAD_TC");
     cb->no_dgrad_tc = dgrad_tc && strcmp(dgrad_tc, "0") == 0;
     cb->first_force_cfg = -1;
@@ -575,6 +592,11 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     if (cb->no_tma && !cb->no_ws)
         cnn_log(1, "cnn: %s: no TMA convolution kernels", cu.TensorMapEncodeIm2col ? "CNN_CONV_TMA=0" : "the driver has no tensor-map encoder");
     if (cb->no_coop && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_COOP=0: no cooperative convolution kernels");
+    if (!cb->pdl && cb->cc_major >= 9)
+        cnn_log(1, "cnn: %s: kernels launched without programmatic serialization",
+                cu.LaunchKernelEx ? "CNN_PDL=0" : "the driver has no cuLaunchKernelEx");
+    if (cb->tune_no_flush)
+        cnn_log(1, "cnn: CNN_TUNE_FLUSH=0: the tuner times candidates with L2 as the previous launch left it");
     if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set: forward convolutions in TF32 on the tensor cores (sm_80+, C %% 4 == 0, K %% 8 == 0); backward passes and linear layers in exact fp32");
     *out = be;
     return CNN_OK;

@@ -689,14 +689,18 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     cuda_prepare_programs(cb, ids, nc);
     tc_tune_ctx t = {be, cv, ep, x, w, cand};
     int best;
-    float ms;
-    cnn_status st = cuda_tune_time(cb, key, nc, ybytes, tc_tune_launch, &t, &best, &ms);
+    float ms, all[3 * N_TC];
+    cnn_status st = cuda_tune_time(cb, key, nc, ybytes, tc_tune_launch, &t, &best, &ms, all);
     if (st == CNN_OK && best >= 0) {
         *cfg_out = cand[best].cfg, *splits_out = cand[best].splits;
         cuda_tune_put(cb, key, *cfg_out, *splits_out, ms);
         cb->pub.n_tuned++;
-        cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms)", key, tc_configs[*cfg_out].name,
-                *splits_out, ms, nc, (cnn_now() - t0) * 1e3);
+        char times[3 * N_TC * 40] = ""; /* every candidate's time, for -v: which rows came close */
+        for (int i = 0, len = 0; i < nc && len < (int)sizeof times - 40; i++)
+            len += snprintf(times + len, sizeof times - (size_t)len, "%s%s/%d %.4f", i ? ", " : "",
+                            tc_configs[cand[i].cfg].name, cand[i].splits, all[i]);
+        cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms: %s)", key, tc_configs[*cfg_out].name,
+                *splits_out, ms, nc, (cnn_now() - t0) * 1e3, times);
     }
     cb->pub.tune_seconds += cnn_now() - t0;
     return st;

@@ -170,7 +170,7 @@ static cnn_status first_choose(cuda_be *cb, const cnn_conv2d *cv, const cnn_epil
     cuda_prepare_programs(cb, ids, n);
     int best;
     float ms;
-    cnn_status st = cuda_tune_time(cb, key, n, ybytes, first_tune_launch, &t, &best, &ms);
+    cnn_status st = cuda_tune_time(cb, key, n, ybytes, first_tune_launch, &t, &best, &ms, NULL);
     if (st == CNN_OK && best >= 0) {
         *cfg = t.cand[best];
         cuda_tune_put(cb, key, *cfg, 1, ms);

@@ -74,7 +74,8 @@
  * forward, which need a CUDA 12.0 driver). */
 #define CUDA_DRIVER_OPTIONAL(X)                                                                               \
     X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
-    X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")
+    X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")                   \
+    X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")
 
 typedef struct cuda_driver {
 #define CUDA_DRIVER_FIELD(field, sym, ver, newer, exported) PFN_##sym##_v##ver field;
@@ -222,6 +223,10 @@ typedef struct cuda_be {
     bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
                                * tensor-map encoders */
     bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
+    bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
+    bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with
+                               * cuLaunchKernelEx, CNN_PDL not 0): each may be placed while the one before it
+                               * finishes (kernels/common.cuh, pdl_enter) */
     bool no_dgrad_tc;         /* CNN_CONV_DGRAD_TC=0: dgrad always on the generic kernels (A/B timing) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
@@ -261,11 +266,12 @@ void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms);
 void cuda_tune_free(cuda_be *cb);
 /* Time n candidates of one problem (key names it in messages): launch(ctx, i, y) launches candidate i writing
  * into y, a scratch output of ybytes; each is launched once to warm up, then 3 times with the L2 flushed (a 64 MiB
- * memset) before each, CUDA events, median. *best = the fastest (its median in *best_ms), or -1 when there was no
- * memory for the scratch buffers (the caller's heuristic stands: tuning is an optimisation). Outside capture. */
+ * memset) before each (not with CNN_TUNE_FLUSH=0: A/B runs), CUDA events, median. *best = the fastest (its median
+ * in *best_ms), or -1 when there was no memory for the scratch buffers (the caller's heuristic stands: tuning is
+ * an optimisation). all_ms (NULL or n floats): every candidate's median, -1 for those not timed. Outside capture. */
 typedef cnn_status (*cuda_tune_launch_fn)(void *ctx, int i, void *y);
 cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cuda_tune_launch_fn launch, void *ctx,
-                          int *best, float *best_ms);
+                          int *best, float *best_ms, float *all_ms);
 
 /* Make the backend's context current on this thread (cheap when it already is). */
 void cuda_bind(cuda_be *cb);

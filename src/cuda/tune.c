@@ -109,12 +109,13 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cuda_tune_launch_fn launch, void *ctx,
-                          int *best, float *best_ms) {
+                          int *best, float *best_ms, float *all_ms) {
     const size_t flush_bytes = (size_t)64 << 20;
     CUdeviceptr scratch = 0, flush = 0;
     CUevent e0 = NULL, e1 = NULL;
     cnn_status st = CNN_OK;
     *best = -1, *best_ms = 1e30f;
+    for (int i = 0; all_ms && i < n; i++) all_ms[i] = -1.0f;
     if (cu.MemAlloc(&scratch, ybytes) != CUDA_SUCCESS || cu.MemAlloc(&flush, flush_bytes) != CUDA_SUCCESS ||
         cu.EventCreate(&e0, 0) != CUDA_SUCCESS || cu.EventCreate(&e1, 0) != CUDA_SUCCESS) {
         cnn_log(2, "cnn: tuning %s: no room for its scratch buffers; using the heuristic", key);
@@ -125,7 +126,7 @@ cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cu
         st = launch(ctx, i, y); /* warm-up (and compilation) */
         float ms[3];
         for (int r = 0; r < 3 && st == CNN_OK; r++) {
-            if (cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS ||
+            if ((!cb->tune_no_flush && cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS) ||
                 cu.EventRecord(e0, cb->stream) != CUDA_SUCCESS)
                 st = cnn_fail(CNN_E_DEVICE, "tuning %s: memset/event failed", key);
             if (st == CNN_OK) st = launch(ctx, i, y);
@@ -136,6 +137,7 @@ cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cu
         if (st != CNN_OK) break;
         qsort(ms, 3, sizeof ms[0], cmp_float);
         cnn_log(3, "cnn: tune %s: candidate %d: %.4f ms", key, i, ms[1]);
+        if (all_ms) all_ms[i] = ms[1];
         if (ms[1] < *best_ms) *best_ms = ms[1], *best = i;
     }
 done:

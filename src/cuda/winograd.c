@@ -92,7 +92,7 @@ cnn_status cuda_winograd_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn
     int best;
     float ms;
     const size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * 4;
-    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, algo_launch, &t, &best, &ms));
+    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, algo_launch, &t, &best, &ms, NULL));
     if (best >= 0) {
         *use = best == 1;
         cuda_tune_put(cb, key, best, 1, ms);

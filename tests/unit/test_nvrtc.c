@@ -3,6 +3,8 @@
  *     the very list the launchers draw from) for sm_80 and sm_90a; each program's kernels must be in the
  *     CUBIN, and ptxas must report no local memory (no spills, no stack frame). One PASS line per
  *     (program, arch) with the compile time and registers. SKIP (counted) only when libnvrtc cannot be loaded.
+ *   - every kernel's first statement is pdl_enter() (the backend's launches let a kernel be placed before the
+ *     one ahead of it has finished: kernels/common.cuh), read in the embedded sources.
  *   - the on-disk kernel cache: round trip, corruption / truncation / stale descriptor detected, concurrent
  *     writers never expose a partial entry, no temp files left behind.
  * CNN_TEST_QUICK=1 (the sanitizer run) compiles one program per family for sm_90a only. A wgmma program that
@@ -19,6 +21,7 @@ int main(void) {
 }
 #else
 
+#include "cuda/embed.h"
 #include "cuda/hooks.h"
 #include "cuda/internal.h"
 
@@ -340,9 +343,45 @@ static void test_tune_cache(void) {
     rmdir(dir);
 }
 
+/* ---- programmatic dependent launch: every kernel waits for the one before it first ------------------------ */
+
+static int line_of(const char *src, const char *p) {
+    int n = 1;
+    for (; src < p; src++) n += *src == '\n';
+    return n;
+}
+
+static void test_pdl_enter(void) {
+    int kernels = 0;
+    for (int i = 0; i < cnn_kernel_file_count; i++) {
+        const char *src = (const char *)cnn_kernel_files[i].data, *p = src;
+        while ((p = strstr(p, "extern \"C\" __global__")) != NULL) {
+            const char *open = strchr(p, '{'), *semi = strchr(p, ';');
+            if (!open || (semi && semi < open)) { /* a declaration, not a definition */
+                p += 10;
+                continue;
+            }
+            const char *body = open + 1;
+            while (*body == ' ' || *body == '\n') body++;
+            char name[160], fn[64];
+            const char *paren = strchr(p, '(');
+            int nlen = 0;
+            for (const char *q = paren; q > p && q[-1] != ' ' && nlen < 63; q--) nlen++;
+            snprintf(fn, sizeof fn, "%.*s", nlen, paren - nlen);
+            snprintf(name, sizeof name, "nvrtc.pdl_enter.%s.%s.line%d", cnn_kernel_files[i].name, fn,
+                     line_of(src, p));
+            check(strncmp(body, "pdl_enter();", 12) == 0, name, "the kernel's body begins \"%.12s\"", body);
+            kernels++;
+            p = body;
+        }
+    }
+    check(kernels >= 40, "nvrtc.pdl_enter.found", "%d kernel definitions in the embedded sources", kernels);
+}
+
 int main(void) {
     const char *q = getenv("CNN_TEST_QUICK");
     bool quick = q && q[0] && strcmp(q, "0") != 0;
+    test_pdl_enter();
     test_cache();
     test_tune_cache();
     if (cnn_cuda_nvrtc_load(getenv("CUDA_HOME")) != CNN_OK) {

@@ -519,6 +519,18 @@ static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned
     }
     return exec_op(o);
 }
+/* the launch with attributes: only programmatic stream serialization, which changes nothing here (launches run
+ * one after another), and no clusters */
+static CUresult e_LaunchKernelEx(const CUlaunchConfig *c, CUfunction fn, void **params, void **extra) {
+    if (sticky) return sticky;
+    if (!c) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: no launch config");
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
+            c->attrs[i].value.programmaticStreamSerializationAllowed > 1)
+            return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx " + ((kfunc *)fn)->name + ": unexpected attribute");
+    return e_LaunchKernel(fn, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                          c->sharedMemBytes, c->hStream, params, extra);
+}
 static CUresult e_StreamBeginCapture(CUstream, CUstreamCaptureMode) {
     if (capturing) return CUDA_ERROR_ILLEGAL_STATE;
     capturing = true;
@@ -631,7 +643,7 @@ static const struct {
     E(EventDestroy), E(EventRecord), E(EventSynchronize), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
     E(ModuleGetFunction), E(FuncGetAttribute), E(FuncSetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
     E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
-    E(OccupancyMaxActiveBlocksPerMultiprocessor), E(TensorMapEncodeTiled), E(TensorMapEncodeIm2col),
+    E(OccupancyMaxActiveBlocksPerMultiprocessor), E(TensorMapEncodeTiled), E(TensorMapEncodeIm2col), E(LaunchKernelEx),
 #undef E
 };
 
