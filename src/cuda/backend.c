@@ -82,7 +82,7 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
     CNN_TRY(smem_opt_in(cb, f, what, smem));
     void *params[1] = {args};
     CUresult r;
-    if (cb->pdl) { /* every kernel starts with pdl_enter(): it waits for the one before before reading anything */
+    if (cb->pdl) { /* every kernel starts with pdl_enter(): it reads nothing before the previous one has finished */
         CUlaunchAttribute attr;
         memset(&attr, 0, sizeof attr);
         attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
