@@ -162,10 +162,10 @@ rows_tests() {
     stage gpu-$1-bf16 240 env CNN_TEST_TC_CONFIG=$2 CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
     stage gpu-$1-f16 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=$2 CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_tc
 }
-# cudnn_r50 NAME: cuDNN's convs alone per ResNet-50 shape (bf16 b256) into $OUT/NAME.jsonl, for a per-layer
+# cudnn_r50 NAME: cuDNN's convs alone per ResNet-50 shape (bf16 b256) into $LOGDIR/NAME.jsonl (logs.tgz), for a per-layer
 # comparison within the same call
 cudnn_r50() {
-    stage $1 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$OUT/$1.jsonl"
+    stage $1 120 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 >$LOGDIR/$1.jsonl"
 }
 # rows_ab TAG FILTER OFFVAR: rows_tests, the same rows under memcheck, racecheck and synccheck (quick); then one
 # binary with those rows off (OFFVAR=0) against on, each arm with its own empty cache, ResNet-50 per layer and
@@ -180,7 +180,8 @@ rows_ab() {
     done
     env_ab $tag $offvar $filter
 }
-# env_ab TAG OFFVAR [FILTER]: one binary with OFFVAR=0 against without, each arm with its own empty cache, ResNet-50
+# env_ab TAG OFFVAR [FILTER] (its tables in logs.tgz: the device tool returns only a few files from $OUT): one binary
+# with OFFVAR=0 against without, each arm with its own empty cache, ResNet-50
 # per layer (every tuned layer's candidates and their times in the log) and three models whole (batches
 # AB_BATCHES, default 64,256); cuDNN's convs alone in the same call
 env_ab() {
@@ -188,10 +189,10 @@ env_ab() {
     for arm in off on; do
         env="CNN_CACHE_DIR=/tmp/cnn-cache-$tag-$arm"; [ $arm = off ] && env="$env $offvar=0"
         rm -rf /tmp/cnn-cache-$tag-$arm
-        stage "$tag-$arm-layers-r50" 150 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$OUT/$tag-$arm-layers-r50.md 2>/tmp/$tag-$arm-tune.log"
-        grep -h 'tuned fprop_tc' /tmp/$tag-$arm-tune.log | sed 's/^/# /' >>"$OUT/$tag-$arm-layers-r50.md"
-        stage "$tag-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch ${AB_BATCHES:-64,256} --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$OUT/$tag-$arm-whole.md 2>>/tmp/$tag-$arm-tune.log"
-        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $OUT/$tag-$arm-whole.md | sed "s/^/# $arm /"
+        stage "$tag-$arm-layers-r50" 150 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$LOGDIR/$tag-$arm-layers-r50.md 2>/tmp/$tag-$arm-tune.log"
+        grep -h 'tuned fprop_tc' /tmp/$tag-$arm-tune.log | sed 's/^/# /' >>"$LOGDIR/$tag-$arm-layers-r50.md"
+        stage "$tag-$arm-whole" 200 bash -c "env $env $BUILD/cnn bench --model resnet50,resnet18,vgg16 --batch ${AB_BATCHES:-64,256} --dtypes bf16 --device cuda --repeat 30 --warmup 5 -v >$LOGDIR/$tag-$arm-whole.md 2>>/tmp/$tag-$arm-tune.log"
+        grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/$tag-$arm-whole.md | sed "s/^/# $arm /"
     done
     [ -n "$filter" ] && grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | sed 's/ ms (.*//' | grep -c -- "$filter" |
         sed "s|^|# layers whose tuned winner is a $filter row: |"
