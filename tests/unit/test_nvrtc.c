@@ -364,7 +364,8 @@ static void test_pdl_enter(void) {
             const char *body = open + 1;
             while (*body == ' ' || *body == '\n') body++;
             char name[160], fn[64];
-            const char *paren = strchr(p, '(');
+            const char *paren = open; /* the last ( before the body: the parameters (not __launch_bounds__) */
+            while (paren > p && *paren != '(') paren--;
             int nlen = 0;
             for (const char *q = paren; q > p && q[-1] != ' ' && nlen < 63; q--) nlen++;
             snprintf(fn, sizeof fn, "%.*s", nlen, paren - nlen);
