@@ -21,7 +21,7 @@
  * activation bytes the step reads and writes (GB/s reported). */
 typedef struct bench_layer {
     int step;
-    char name[CNN_NAME_MAX], kind[12], fused[24], layer[96];
+    char name[2 * CNN_NAME_MAX + 4], kind[12], fused[32], layer[200];
     double ms_median, ms_min, ms_max, gflop, gbyte;
 } bench_layer;
 
@@ -92,6 +92,18 @@ static void describe_step(const cnn_model *m, int s, int n, size_t esz, bench_la
              e.bn >= 0 && e.bn != e.node && (e.has_residual || e.relu) ? "+" : "", e.has_residual ? "add" : "",
              e.has_residual && e.relu ? "+" : "", e.relu ? "relu" : "",
              e.pool < 0 ? "" : e.bn >= 0 || e.has_residual || e.relu ? "+maxpool" : "maxpool");
+    if (e.pair >= 0) { /* two convs summed (each with its BN), then the ReLU: named and counted as both */
+        const cnn_node *pn = &net->nodes[e.pair];
+        int pc = net->in_c, ph = net->in_h, pw = net->in_w;
+        if (pn->in[0] >= 0) pc = net->nodes[pn->in[0]].c, ph = net->nodes[pn->in[0]].h, pw = net->nodes[pn->in[0]].w;
+        snprintf(L->name, sizeof L->name, "%s+%s", pn->name, nd->name);
+        snprintf(L->fused, sizeof L->fused, "pair+bn+add%s", e.relu ? "+relu" : "");
+        snprintf(L->kind, sizeof L->kind, "conv");
+        snprintf(L->layer, sizeof L->layer, "%d->%d %dx%d %dx%d/%d p%d + %d->%d %dx%d %dx%d/%d p%d", pc, pn->k, ph, pw,
+                 pn->r, pn->s, pn->stride, pn->pad, c, nd->k, h, w, nd->r, nd->s, nd->stride, nd->pad);
+        L->gflop = 2.0 * out_el * ((double)c * nd->r * nd->s + (double)pc * pn->r * pn->s) / 1e9;
+        return;
+    }
     const char *pool = nd->op == CNN_OP_MAXPOOL ? "max" : "avg";
     switch (nd->op) {
     case CNN_OP_CONV:
@@ -362,7 +374,7 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
         printf("}%s\n", !lines && !(last_row && nl == 0) ? "," : "");
         for (int s = 0; s < nl; s++) {
             const bench_layer *L = &r->layers[s];
-            char name[2 * CNN_NAME_MAX];
+            char name[4 * CNN_NAME_MAX + 8];
             printf("%s{\"impl\":\"cnn\",\"model\":\"%s\",\"input\":\"%s\",\"batch\":%d,\"dtype\":\"%s\",\"mode\":\"layer\","
                    "\"device\":\"%s\",\"backend\":\"%s\",\"ok\":true,\"step\":%d,\"name\":\"%s\",\"kind\":\"%s\","
                    "\"fused\":\"%s\",\"layer\":\"%s\",\"ms_median\":%.9g,\"ms_min\":%.9g,\"ms_max\":%.9g,",

@@ -40,6 +40,11 @@
  * (mbarrier expect_tx) instead of 128 arrivals: no address arithmetic, no per-chunk copies and no proxy fence
  * on the producer side, and the consumers keep more registers. The maps come in the parameter space beside the
  * problem (conv_tma_args, encoded per launch by the host).
+ * A pair (a.pair_ktiles > 0, TMA rows only: src/cuda/conv2d.c's cuda_conv2d_fprop_pair): two convolutions with the
+ * same output pixels summed, a ResNet block's last conv and its downsample conv. A tile's reduction is the first
+ * convolution's pair_ktiles slices (a_map, b_map), then the second's (a2_map, b2_map: x2 in im2col mode from the
+ * same output pixels with its own strides and padding, its filter tiled); the consumers see one longer reduction
+ * into the same accumulators and one epilogue, so the block's output is written once and neither branch is stored.
  * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, ACT.
  */
 #include "common.cuh"
@@ -168,13 +173,21 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         if (tid != 0) return;
         tma_prefetch_map(&targs.a_map);
         tma_prefetch_map(&targs.b_map);
+        const int k1 = a.pair_ktiles > 0 ? a.pair_ktiles : ktiles; /* slices of the first convolution */
+        if (a.pair_ktiles > 0) {
+            tma_prefetch_map(&targs.a2_map);
+            tma_prefetch_map(&targs.b2_map);
+        }
         int m0 = 0, n0 = 0, img = 0, hb = 0, wb = 0; /* the tile's origin; its first pixel's filter base */
+        int p = 0, q = 0;                             /* the tile's first output pixel */
         int kt = 0, tile = 0, c0 = 0, tr = 0, ts = 0; /* the slice: channels c0.., filter tap (tr, ts) */
+        int cc = a.c, cs = a.s;                       /* channels and filter width of the current convolution */
 #if BRES
-        if (total > 0) { /* the column block's filter rows, every slice, once */
+        if (total > 0) { /* the column block's filter rows, every slice (of both convolutions of a pair), once */
             tile_origin(0, m0, n0);
             mbar_arrive_expect_tx(&bfull, (unsigned)(ktiles * BN * BK * 2));
-            for (int k = 0; k < ktiles; k++) tma_load_tile_2d(&targs.b_map, Bs[k], &bfull, k * BK, n0);
+            for (int k = 0; k < ktiles; k++)
+                tma_load_tile_2d(k < k1 ? &targs.b_map : &targs.b2_map, Bs[k], &bfull, (k < k1 ? k : k - k1) * BK, n0);
         }
 #endif
         for (int g = 0; g < total; g++) {
@@ -184,19 +197,24 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
                 tile_origin(tile, m0, n0);
                 const int pq = a.p * a.q;
                 img = m0 / pq;
-                const int p = (m0 - img * pq) / a.q, q = m0 - img * pq - p * a.q;
+                p = (m0 - img * pq) / a.q, q = m0 - img * pq - p * a.q;
                 hb = p * a.stride_h - a.pad_h, wb = q * a.stride_w - a.pad_w;
-                c0 = 0, tr = 0, ts = 0;
+                c0 = 0, tr = 0, ts = 0, cc = a.c, cs = a.s;
+            } else if (kt == k1) { /* a pair: the second convolution's slices, from the same output pixels */
+                hb = p * a.stride2_h - a.pad2_h, wb = q * a.stride2_w - a.pad2_w;
+                c0 = 0, tr = 0, ts = 0, cc = a.c2, cs = a.s2;
             }
+            const bool second = kt >= k1;
             mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2));
-            tma_load_im2col_4d(&targs.a_map, As[s], &full[s], c0, wb, hb, img, (unsigned short)ts, (unsigned short)tr);
+            tma_load_im2col_4d(second ? &targs.a2_map : &targs.a_map, As[s], &full[s], c0, wb, hb, img,
+                               (unsigned short)ts, (unsigned short)tr);
 #if !BRES
-            tma_load_tile_2d(&targs.b_map, Bs[s], &full[s], kt * BK, n0);
+            tma_load_tile_2d(second ? &targs.b2_map : &targs.b_map, Bs[s], &full[s], (second ? kt - k1 : kt) * BK, n0);
 #endif
-            c0 += BK; /* the host launches TMA rows only where C % 64 == 0: a slice is one filter tap */
-            if (c0 == a.c) {
+            c0 += BK; /* the host launches TMA rows only where C % 64 == 0 (C2 too): a slice is one filter tap */
+            if (c0 == cc) {
                 c0 = 0;
-                if (++ts == a.s) ts = 0, tr++;
+                if (++ts == cs) ts = 0, tr++;
             }
             if (++kt == ktiles) kt = 0, tile++;
         }
@@ -205,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 #else
     if (role == 0) { /* ---- the producer ---- */
         regs_lower();
+        if (a.pair_ktiles > 0) __trap(); /* pairs run on the TMA rows only (src/cuda/conv2d.c) */
         conv_tile_loader<BM, BN, BK, 128> ld;
         int tile = 0, kt = 0;
 #if BRES

@@ -31,6 +31,14 @@ typedef struct conv_args {
     const float *scale;      /* fprop epilogue (K) or NULL */
     const float *shift;      /* fprop epilogue (K) or NULL */
     const void *residual;    /* fprop epilogue (N,P,Q,K) act or NULL */
+    /* fprop pair (conv2d_ws.cu's TMA rows only): a second convolution summed into the same accumulators, its
+     * reduction slices after the first's: x2 (N, H2, W2, C2) with filter wt2 (K, R2, S2, C2), the same N, P, Q
+     * and K; gk covers both reductions. pair_ktiles = the first convolution's BK slices, 0 without a pair */
+    int pair_ktiles;
+    int c2, h2, w2, r2, s2;
+    int stride2_h, stride2_w, pad2_h, pad2_w;
+    const void *x2;          /* (N, H2, W2, C2) act */
+    const void *wt2;         /* (K, R2, S2, C2) act */
 } conv_args;
 
 /* The TMA rows of conv2d_ws.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
@@ -48,6 +56,8 @@ typedef struct conv_tma_map {
 typedef struct conv_tma_args {
     conv_tma_map a_map;      /* x (N, H, W, C) in im2col mode: BM pixels x 64 channels per copy, 128-byte swizzle */
     conv_tma_map b_map;      /* wt (K, R*S*C) tiled: BN rows x 64 elements per copy, 128-byte swizzle */
+    conv_tma_map a2_map;     /* a pair's second convolution (a.pair_ktiles > 0): x2 and wt2 likewise */
+    conv_tma_map b2_map;
     conv_args a;
 } conv_tma_args;
 

@@ -9,7 +9,7 @@
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
-#                                        flush-ab pdl-ab pdl3
+#                                        flush-ab pdl-ab pdl3 pair
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -214,6 +214,18 @@ if has pdl3; then # three arms, interleaved twice: the base tree (tmp/ab-base.tg
             grep -hE '^\| (resnet|vgg)[0-9]+ \| 224x224' $LOGDIR/pdl3-$arm-$rep.md | sed "s/^/# $arm $rep /"
         done
     done
+fi
+if has pair; then # two convolutions summed in one kernel (conv2d_fprop_pair): the op group on the GPU (bf16, f16),
+    # under memcheck, racecheck and synccheck; then the eval plan without pairs (CNN_CONV_PAIR=0) against with them
+    stage gpu-pair-bf16 120 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_pair
+    stage gpu-pair-f16 120 env CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype f16 conv_pair
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck synccheck; do
+        stage "sanitizer-pair-$tool" 150 env CNN_SYNC_DEBUG=1 "$SAN" --tool $tool --error-exitcode 1 --print-limit 20 \
+            "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_pair
+    done
+    AB_BATCHES=${AB_BATCHES:-1,64,256} env_ab pair CNN_CONV_PAIR
+    grep -h 'tuned fprop_pair' /tmp/pair-on-tune.log | sed 's/^/# /' >>"$LOGDIR/pair-on-layers-r50.md"
 fi
 if has ws-tests; then rows_tests ws ws/; cudnn_r50 cudnn-r50; fi # every warp-specialised row; cuDNN per layer
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck

@@ -156,6 +156,16 @@ struct cnn_backend {
                                     const cnn_pool2d *pl, const void *x, const void *w,
                                     void *y); /* (N, K, pl->p, pl->q) */
     bool (*conv2d_pool_fusable)(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual);
+    /* Optional (NULL where a backend has none): two convolutions with the same N, K, P, Q summed,
+     *     y = relu?(conv(x, w) + conv(x2, w2) + ep->shift)      (ep: shift and relu only; may be NULL)
+     * a ResNet block's last conv and its downsample conv, with their BN scales folded into w and w2 by the eval
+     * plan, which fuses such a pair when conv2d_pair_fusable says this backend runs it in one kernel.
+     * conv2d_fprop_pair is correct for any such pair (unfused inside where it must). */
+    cnn_status (*conv2d_fprop_pair)(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
+                                    const cnn_epilogue *ep, const void *x, const void *w, /* (N,H,W,C) (K,R,S,C) */
+                                    const void *x2, const void *w2, /* (N,H2,W2,C2) (K,R2,S2,C2) */
+                                    void *y);                       /* (N, K, P, Q) */
+    bool (*conv2d_pair_fusable)(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
     cnn_status (*conv2d_dgrad)(cnn_backend *be, const cnn_conv2d *cv,
                                const void *dy, /* (N, K, P, Q) */
                                const void *w,  /* (K, C, R, S) */

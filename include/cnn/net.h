@@ -180,6 +180,9 @@ typedef struct cnn_eval_step {
     int residual;      /* its producer node (-1 = the network input)                       */
     bool relu;         /* ReLU applied in the epilogue                                      */
     int pool;          /* max-pool node fused after the epilogue (the step's value is its output), or -1 */
+    int pair;          /* a second conv summed in the same kernel (backend.h, conv2d_fprop_pair: a ResNet block's
+                        * last conv, with its BN, beside the downsample conv `node`), or -1 */
+    int pair_bn;       /* its BN node                                                         */
 } cnn_eval_step;
 int cnn_model_eval_steps(const cnn_model *m);
 cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s); /* s in [0, cnn_model_eval_steps) */

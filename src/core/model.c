@@ -6,6 +6,7 @@
  *   buffers  float32 BN running statistics                             (n_buffer)
  *   wact     act_dtype copies of conv/linear weights (absent for F32: the executor points into params)
  *   bn       per BN node: save_mean, save_invstd (training) and the folded scale, shift (eval)
+ *   pairw    per pair step (eval): both convs' filters scaled by their BN scales (act_dtype), the summed shift
  *   acts     activations and their gradients, placed by lifetime (plan.c); the eval plan reuses the memory
  *
  * Two plans over the same graph:
@@ -13,7 +14,10 @@
  *          activation gradient that two consumers write is accumulated by the second writer.
  *   eval   BatchNorm folded into scale/shift, and conv -> BN -> residual add -> ReLU chains fused into the
  *          conv's epilogue, and the max-pool after such a chain too where the backend has a kernel for it
- *          (conv2d_fprop_pool: the ResNet stem on the GPU); dropout and trivial flattens alias their input.
+ *          (conv2d_fprop_pool: the ResNet stem on the GPU). Where a block adds two conv -> BN branches (a
+ *          ResNet block's last conv and its downsample conv) and the backend runs the two convs summed in one
+ *          kernel (conv2d_fprop_pair), they are one step: both BN scales folded into the filters, the shifts
+ *          summed, neither branch stored. Dropout and trivial flattens alias their input.
  *          Its steps can also be run one at a time, eagerly (cnn_model_forward_eval_steps), for per-layer
  *          timing (`cnn bench --layers`).
  */
@@ -37,7 +41,12 @@ typedef struct cnn_step {
     bool relu;
     int pool;     /* max-pool node fused after the epilogue (-1)        */
     int out;      /* the node whose value this step produces            */
+    int pair;     /* conv node summed with `node` in one kernel (-1): its step was absorbed, and `residual` is none */
+    int pair_bn;  /* that conv's BN node                                 */
+    size_t pair_off; /* byte offset in `pairw` of the pair's folded filters (first, then `node`'s) and shift */
 } cnn_step;
+
+#define NOT_KEPT (-3) /* value_of: a node whose value no eval step stores (the inner nodes of a pair) */
 
 enum { GRAPH_EVAL = 0, GRAPH_TRAIN_FWD, GRAPH_BACKWARD };
 #define MAX_GRAPHS 16
@@ -57,6 +66,8 @@ struct cnn_model {
     size_t esz;              /* bytes per act_dtype element */
     float *params, *grads, *buffers, *bn;
     void *wact;
+    void *pairw;
+    size_t pairw_bytes;
     void *arena;
     size_t arena_bytes;
     void *input;             /* (max_batch, H, W, 3) act_dtype */
@@ -231,6 +242,36 @@ static int sole_consumer(const cnn_net *net, int i) {
 static void conv_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_conv2d *cv);
 static void pool_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_pool2d *pl);
 
+static size_t align_bytes(size_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* A pair step's filter elements (the first conv's, then `node`'s) and output channels. */
+static void pair_sizes(const cnn_model *m, const cnn_step *sp, int64_t *w1, int64_t *w2, int64_t *k) {
+    const cnn_node *a = &m->net->nodes[sp->pair], *b = &m->net->nodes[sp->node];
+    int ca, cb, h, w;
+    in_chw(m->net, a->in[0], &ca, &h, &w);
+    in_chw(m->net, b->in[0], &cb, &h, &w);
+    *k = b->c;
+    *w1 = (int64_t)a->c * a->r * a->s * ca;
+    *w2 = (int64_t)b->c * b->r * b->s * cb;
+}
+
+/* Whether the conv -> BN chain of step st (not yet emitted), whose BN feeds the add node `add`, and the other
+ * input of that add, `other`, form a pair the backend runs in one kernel: `other` is the BN ending the last
+ * emitted step, a conv -> BN step with nothing else fused, read by this add alone. */
+static bool pair_with_last(const cnn_model *m, const cnn_step *st, int other, int add) {
+    const cnn_net *net = m->net;
+    if (!m->be->conv2d_fprop_pair || !m->be->conv2d_pair_fusable || other < 0 || m->n_steps == 0) return false;
+    const cnn_step *last = &m->steps[m->n_steps - 1];
+    if (net->nodes[st->node].op != CNN_OP_CONV || st->bn < 0 || net->nodes[last->node].op != CNN_OP_CONV ||
+        last->bn != other || last->has_residual || last->relu || last->pool >= 0 || last->pair >= 0 ||
+        sole_consumer(net, other) != add)
+        return false;
+    cnn_conv2d first, second;
+    conv_problem(m, &net->nodes[last->node], m->max_batch, &first);
+    conv_problem(m, &net->nodes[st->node], m->max_batch, &second);
+    return m->be->conv2d_pair_fusable(m->be, &first, &second);
+}
+
 static size_t plan_eval(cnn_model *m) {
     const cnn_net *net = m->net;
     int n = net->n_nodes;
@@ -249,7 +290,8 @@ static size_t plan_eval(cnn_model *m) {
             done[i] = true;
             continue;
         }
-        cnn_step st = {.node = i, .bn = -1, .has_residual = false, .residual = -1, .relu = false, .pool = -1, .out = i};
+        cnn_step st = {.node = i, .bn = -1, .has_residual = false, .residual = -1, .relu = false, .pool = -1, .out = i,
+                       .pair = -1, .pair_bn = -1};
         int cur = i;
         bool chain = nd->op == CNN_OP_CONV || nd->op == CNN_OP_BN || nd->op == CNN_OP_ADD;
         if (nd->op == CNN_OP_BN) st.bn = i;
@@ -266,7 +308,15 @@ static size_t plan_eval(cnn_model *m) {
             if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
                 int other = net->nodes[j].in[0] == cur ? net->nodes[j].in[1] : net->nodes[j].in[0];
                 int ov = resolve(m, other);
-                if (other < 0 || (ov >= 0 && emitted[ov])) {
+                if (pair_with_last(m, &st, other, j)) { /* the other branch's step becomes part of this one */
+                    m->n_steps--;
+                    emitted[ov] = false;
+                    m->value_of[ov] = m->value_of[other] = NOT_KEPT;
+                    st.pair = ov;
+                    st.pair_bn = other;
+                    done[j] = true;
+                    cur = j;
+                } else if (other < 0 || (ov >= 0 && emitted[ov])) {
                     st.has_residual = true;
                     st.residual = other;
                     done[j] = true;
@@ -323,9 +373,10 @@ static size_t plan_eval(cnn_model *m) {
     for (int s = 0; s < m->n_steps; s++) {
         const cnn_step *st = &m->steps[s];
         const cnn_node *nd = &net->nodes[st->node];
-        int reads[3] = {resolve(m, nd->in[0]), nd->op == CNN_OP_ADD ? resolve(m, nd->in[1]) : -1,
-                        st->has_residual ? resolve(m, st->residual) : -1};
-        for (int r = 0; r < 3; r++) {
+        int reads[4] = {resolve(m, nd->in[0]), nd->op == CNN_OP_ADD ? resolve(m, nd->in[1]) : -1,
+                        st->has_residual ? resolve(m, st->residual) : -1,
+                        st->pair >= 0 ? resolve(m, net->nodes[st->pair].in[0]) : -1};
+        for (int r = 0; r < 4; r++) {
             if (reads[r] < 0) continue;
             int ps = step_of[reads[r]];
             CNN_ASSERT(ps >= 0 && ps < s);
@@ -487,8 +538,8 @@ void cnn_model_free(cnn_model *m) {
     if (!m) return;
     cnn_backend *be = m->be;
     cnn_model_set_graphs(m, false);
-    void *dev[] = {m->params, m->grads, m->buffers, m->bn, m->wact, m->arena, m->input, m->staging, m->labels_dev,
-                   m->loss_dev};
+    void *dev[] = {m->params, m->grads, m->buffers, m->bn, m->wact, m->pairw, m->arena, m->input, m->staging,
+                   m->labels_dev, m->loss_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) be->free(be, dev[i]);
     free(m->bn_off);
@@ -548,6 +599,14 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
         }
     }
     size_t eval_bytes = plan_eval(m);
+    for (int s = 0; s < m->n_steps; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
+        cnn_step *sp = &m->steps[s];
+        if (sp->pair < 0) continue;
+        int64_t w1, w2, k;
+        pair_sizes(m, sp, &w1, &w2, &k);
+        sp->pair_off = m->pairw_bytes;
+        m->pairw_bytes += align_bytes((size_t)w1 * m->esz) + align_bytes((size_t)w2 * m->esz) + align_bytes((size_t)k * 4);
+    }
     size_t train_bytes = train ? plan_train(m) : 0;
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
 
@@ -559,6 +618,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     ALLOC(m->buffers, (size_t)(net->n_buffer ? net->n_buffer : 1) * 4, "BatchNorm running statistics");
     ALLOC(m->bn, (size_t)(bn_floats ? bn_floats : 1) * 4, "BatchNorm batch statistics");
     if (be->act_dtype != CNN_DTYPE_F32) ALLOC(m->wact, (size_t)net->n_act_weights * m->esz, "weight copies");
+    if (m->pairw_bytes) ALLOC(m->pairw, m->pairw_bytes, "folded filters of fused conv pairs");
     ALLOC(m->arena, m->arena_bytes, "activations");
     ALLOC(m->input, (size_t)max_batch * 3 * in_h * in_w * m->esz, "input batch");
     m->staging_elems = (size_t)max_batch * 3 * in_h * in_w;
@@ -600,6 +660,7 @@ static void *value_ptr(cnn_model *m, int node, cnn_mode mode) {
     if (node < 0) return m->input;
     if (mode == CNN_MODE_TRAIN) return (char *)m->arena + m->train_off[node];
     int v = m->value_of[node];
+    CNN_ASSERT(v != NOT_KEPT);
     if (v < 0) return m->input;
     return (char *)m->arena + m->eval_off[v];
 }
@@ -617,29 +678,81 @@ cnn_status cnn_model_download_logits(cnn_model *m, int n, float *out) {
 
 /* ---- BN folding for eval ------------------------------------------------------------------------------- */
 
+/* BN node bn folded to a per-channel scale and shift (host arrays of C), with the conv's bias where the node
+ * before it, `conv`, has one; tmp: 5*C floats. */
+static cnn_status bn_fold_host(cnn_model *m, int bn_node, int conv, float *tmp, float *scale, float *shift) {
+    const cnn_net *net = m->net;
+    const cnn_node *bn = &net->nodes[bn_node];
+    int C = bn->c;
+    float *g = tmp, *b = tmp + C, *rm = tmp + 2 * C, *rv = tmp + 3 * C, *cb = tmp + 4 * C;
+    CNN_TRY(m->be->download(m->be, g, pf(m, bn->param[0]), (size_t)C * 4));
+    CNN_TRY(m->be->download(m->be, b, pf(m, bn->param[1]), (size_t)C * 4));
+    CNN_TRY(m->be->download(m->be, rm, pf(m, bn->param[2]), (size_t)C * 4));
+    CNN_TRY(m->be->download(m->be, rv, pf(m, bn->param[3]), (size_t)C * 4));
+    bool bias = conv >= 0 && net->nodes[conv].op == CNN_OP_CONV && net->nodes[conv].param[1] >= 0;
+    if (bias) CNN_TRY(m->be->download(m->be, cb, pf(m, net->nodes[conv].param[1]), (size_t)C * 4));
+    for (int c = 0; c < C; c++) scale[c] = (float)((double)g[c] / sqrt((double)rv[c] + 1e-5));
+    for (int c = 0; c < C; c++)
+        shift[c] = (float)((double)b[c] + ((bias ? (double)cb[c] : 0.0) - (double)rm[c]) * (double)scale[c]);
+    return CNN_OK;
+}
+
+/* count float32 host values into act_dtype device memory at dst (through the staging buffer when act_dtype is
+ * narrower: uploads and conversions run in stream order, so the staging buffer is reused chunk by chunk) */
+static cnn_status upload_act(cnn_model *m, void *dst, const float *src, int64_t count) {
+    if (!m->staging) return m->be->upload(m->be, dst, src, (size_t)count * 4);
+    for (int64_t off = 0; off < count;) {
+        int64_t c = count - off < (int64_t)m->staging_elems ? count - off : (int64_t)m->staging_elems;
+        CNN_TRY(m->be->upload(m->be, m->staging, src + off, (size_t)c * 4));
+        CNN_TRY(m->be->to_act(m->be, c, m->staging, (char *)dst + (size_t)off * m->esz));
+        off += c;
+    }
+    return CNN_OK;
+}
+
+/* A pair step's operands: each conv's float32 filter times its BN's scale per output channel, in act_dtype
+ * (the conv then adds scale * conv exactly as the unfused epilogue would, up to rounding), and the two BN
+ * shifts summed. */
+static cnn_status fold_pair(cnn_model *m, const cnn_step *sp) {
+    const cnn_net *net = m->net;
+    int64_t w1, w2, K;
+    pair_sizes(m, sp, &w1, &w2, &K);
+    int64_t wmax = w1 > w2 ? w1 : w2;
+    float *h = host_scratch(m, (size_t)(wmax + 8 * K));
+    if (!h) return CNN_E_OOM;
+    float *wt = h, *scale = h + wmax, *shift = scale + K, *sum = shift + K, *tmp = sum + K;
+    const int convs[2] = {sp->pair, sp->node}, bns[2] = {sp->pair_bn, sp->bn};
+    const int64_t counts[2] = {w1, w2};
+    size_t off = sp->pair_off;
+    for (int part = 0; part < 2; part++) {
+        const cnn_node *cv = &net->nodes[convs[part]];
+        CNN_ASSERT(cv->op == CNN_OP_CONV && net->nodes[bns[part]].c == K && cv->c == K);
+        CNN_TRY(bn_fold_host(m, bns[part], convs[part], tmp, scale, shift));
+        CNN_TRY(m->be->download(m->be, wt, m->params + net->params[cv->param[0]].offset, (size_t)counts[part] * 4));
+        int64_t g = counts[part] / K; /* R*S*C per output channel (KRSC) */
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t i = 0; i < g; i++) wt[k * g + i] *= scale[k];
+        CNN_TRY(upload_act(m, (char *)m->pairw + off, wt, counts[part]));
+        off += align_bytes((size_t)counts[part] * m->esz);
+        for (int64_t k = 0; k < K; k++) sum[k] = part ? sum[k] + shift[k] : shift[k];
+    }
+    return m->be->upload(m->be, (char *)m->pairw + off, sum, (size_t)K * 4);
+}
+
 static cnn_status refresh_fold(cnn_model *m) {
     const cnn_net *net = m->net;
     for (int s = 0; s < m->n_steps; s++) {
         const cnn_step *st = &m->steps[s];
+        if (st->pair >= 0) {
+            CNN_TRY(fold_pair(m, st));
+            continue;
+        }
         if (st->bn < 0) continue;
-        const cnn_node *bn = &net->nodes[st->bn];
-        const cnn_node *nd = &net->nodes[st->node];
-        int C = bn->c;
-        float *h = host_scratch(m, (size_t)6 * C);
+        int C = net->nodes[st->bn].c;
+        float *h = host_scratch(m, (size_t)7 * C);
         if (!h) return CNN_E_OOM;
-        float *g = h, *b = h + C, *rm = h + 2 * C, *rv = h + 3 * C, *cb = h + 4 * C, *fold = h + 5 * C;
-        CNN_TRY(m->be->download(m->be, g, pf(m, bn->param[0]), (size_t)C * 4));
-        CNN_TRY(m->be->download(m->be, b, pf(m, bn->param[1]), (size_t)C * 4));
-        CNN_TRY(m->be->download(m->be, rm, pf(m, bn->param[2]), (size_t)C * 4));
-        CNN_TRY(m->be->download(m->be, rv, pf(m, bn->param[3]), (size_t)C * 4));
-        bool bias = nd->op == CNN_OP_CONV && nd->param[1] >= 0;
-        if (bias) CNN_TRY(m->be->download(m->be, cb, pf(m, nd->param[1]), (size_t)C * 4));
-        float *dst = m->bn + m->bn_off[st->bn] + 2 * C; /* scale at +2C, shift at +3C */
-        for (int c = 0; c < C; c++) fold[c] = (float)((double)g[c] / sqrt((double)rv[c] + 1e-5));
-        CNN_TRY(m->be->upload(m->be, dst, fold, (size_t)C * 4));
-        for (int c = 0; c < C; c++)
-            fold[c] = (float)((double)b[c] + ((bias ? (double)cb[c] : 0.0) - (double)rm[c]) * (double)fold[c]);
-        CNN_TRY(m->be->upload(m->be, dst + C, fold, (size_t)C * 4));
+        CNN_TRY(bn_fold_host(m, st->bn, st->node, h + 2 * C, h, h + C));
+        CNN_TRY(m->be->upload(m->be, m->bn + m->bn_off[st->bn] + 2 * C, h, (size_t)2 * C * 4)); /* scale, shift */
     }
     m->fold_valid = true;
     return CNN_OK;
@@ -750,6 +863,18 @@ static cnn_status eval_step(cnn_model *m, int n, int s) {
     case CNN_OP_CONV: {
         cnn_conv2d cv;
         conv_problem(m, nd, n, &cv);
+        if (sp->pair >= 0) { /* the first conv's operands, then this one's; the folded filters of fold_pair */
+            const cnn_node *pn = &net->nodes[sp->pair];
+            cnn_conv2d cv1;
+            conv_problem(m, pn, n, &cv1);
+            int64_t w1, w2, k;
+            pair_sizes(m, sp, &w1, &w2, &k);
+            const char *base = (const char *)m->pairw + sp->pair_off;
+            size_t o2 = align_bytes((size_t)w1 * m->esz), os = o2 + align_bytes((size_t)w2 * m->esz);
+            cnn_epilogue ep = {.shift = (const float *)(base + os), .relu = sp->relu};
+            st = be->conv2d_fprop_pair(be, &cv1, &cv, &ep, value_ptr(m, pn->in[0], CNN_MODE_EVAL), base, x, base + o2, y);
+            break;
+        }
         if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]);
         cnn_epilogue ep = {.scale = scale, .shift = shift, .residual = res, .relu = sp->relu};
         if (sp->pool >= 0) {
@@ -800,7 +925,8 @@ cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s) {
     CNN_ASSERT(s >= 0 && s < m->n_steps);
     const cnn_step *sp = &m->steps[s];
     cnn_eval_step e = {.node = sp->node, .bn = sp->bn, .has_residual = sp->has_residual,
-                       .residual = sp->residual, .relu = sp->relu, .pool = sp->pool};
+                       .residual = sp->residual, .relu = sp->relu, .pool = sp->pool, .pair = sp->pair,
+                       .pair_bn = sp->pair_bn};
     return e;
 }
 

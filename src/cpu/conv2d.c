@@ -12,6 +12,7 @@
  *            a gather GEMM  dX_phase (N*gh*gw, C) = im2col'(dy) (.., th*tw*K) · W_phase (th*tw*K, C)
  *            and writes each dx element exactly once (no col2im scatter, no atomics, deterministic).
  *     wgrad  dW (K, RSC)  = dY^T (K, NPQ) · im2col(x) (NPQ, RSC)
+ * A pair (two convolutions summed, backend.h) is the first GEMM into y and the second accumulated onto it.
  * References loop over the definitions with double accumulators, parallel over output elements only.
  */
 #include "cpu/cpu.h"
@@ -58,6 +59,24 @@ cnn_status cnn_cpu_conv2d_fprop(int threads, const cnn_conv2d *cv, const cnn_epi
         out.relu = ep->relu;
     }
     return cnn_cpu_gemm(threads, m, cv->k, rsc, &a, &b, &out);
+}
+
+/* Two convolutions with the same N, K, P, Q summed (backend.h, conv2d_fprop_pair): the first into y, the second
+ * added to it by the GEMM's accumulate, with ep's shift and ReLU applied once after both. */
+cnn_status cnn_cpu_conv2d_fprop_pair(int threads, const cnn_conv2d *cv, const cnn_conv2d *cv2, const cnn_epilogue *ep,
+                                     const float *x, const float *w, const float *x2, const float *w2, float *y) {
+    check_conv(cv);
+    check_conv(cv2);
+    CNN_ASSERT(cv->n == cv2->n && cv->k == cv2->k && cv->p == cv2->p && cv->q == cv2->q);
+    CNN_ASSERT(!ep || (!ep->scale && !ep->residual));
+    CNN_TRY(cnn_cpu_conv2d_fprop(threads, cv, NULL, x, w, y));
+    int64_t m = (int64_t)cv2->n * cv2->p * cv2->q, rsc = (int64_t)cv2->r * cv2->s * cv2->c;
+    cnn_cpu_im2col g = fprop_im2col(cv2, x2);
+    cnn_cpu_mat a = is_pointwise(cv2) ? (cnn_cpu_mat){.p = x2, .rs = cv2->c, .cs = 1} : (cnn_cpu_mat){.g = &g};
+    cnn_cpu_mat b = {.p = w2, .rs = 1, .cs = rsc};
+    cnn_cpu_out out = {.p = y, .gh = 1, .gw = 1, .sn = cv2->k, .accumulate = true};
+    if (ep) out.shift = ep->shift, out.relu = ep->relu;
+    return cnn_cpu_gemm(threads, m, cv2->k, rsc, &a, &b, &out);
 }
 
 cnn_status cnn_cpu_conv2d_dgrad(int threads, const cnn_conv2d *cv, const float *dy, const float *w, float *dx,
@@ -244,6 +263,17 @@ cnn_status cnn_cpu_channel_sum(int threads, int64_t m, int c, const float *v, fl
 cnn_status cnn_cpu_op_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                                    const void *w, void *y) {
     return cnn_cpu_conv2d_fprop(cnn_cpu_threads(be), cv, ep, x, w, y);
+}
+
+cnn_status cnn_cpu_op_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
+                                        const cnn_epilogue *ep, const void *x, const void *w, const void *x2,
+                                        const void *w2, void *y) {
+    return cnn_cpu_conv2d_fprop_pair(cnn_cpu_threads(be), cv, cv2, ep, x, w, x2, w2, y);
+}
+
+bool cnn_cpu_op_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2) {
+    (void)be;
+    return cv->n == cv2->n && cv->k == cv2->k && cv->p == cv2->p && cv->q == cv2->q;
 }
 
 cnn_status cnn_cpu_op_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,

@@ -132,6 +132,9 @@ cnn_status cnn_cpu_conv2d_fprop(int threads, const cnn_conv2d *cv, const cnn_epi
                                 const float *x,  /* (N, H, W, C) */
                                 const float *w,  /* (K, R, S, C) */
                                 float *y);       /* (N, P, Q, K) */
+/* y = relu?(conv(x, w) + conv(x2, w2) + ep->shift): backend.h's conv2d_fprop_pair */
+cnn_status cnn_cpu_conv2d_fprop_pair(int threads, const cnn_conv2d *cv, const cnn_conv2d *cv2, const cnn_epilogue *ep,
+                                     const float *x, const float *w, const float *x2, const float *w2, float *y);
 cnn_status cnn_cpu_conv2d_dgrad(int threads, const cnn_conv2d *cv,
                                 const float *dy, /* (N, P, Q, K) */
                                 const float *w,  /* (K, R, S, C) */
@@ -167,6 +170,10 @@ cnn_status cnn_cpu_channel_sum(int threads, int64_t m, int c,
 /* conv2d.c */
 cnn_status cnn_cpu_op_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                                    const void *w, void *y);
+cnn_status cnn_cpu_op_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
+                                        const cnn_epilogue *ep, const void *x, const void *w, const void *x2,
+                                        const void *w2, void *y);
+bool cnn_cpu_op_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
 cnn_status cnn_cpu_op_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                                    bool accumulate);
 cnn_status cnn_cpu_op_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);

@@ -12,7 +12,7 @@
  * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
  * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_CONV_WS=0 (no warp-specialised
  * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_CONV_COOP=0 (none of their cooperative
- * rows), CNN_COMPILE_THREADS (nvrtc.c).
+ * rows), CNN_CONV_PAIR=0 (the eval plan sums no two convolutions in one kernel), CNN_COMPILE_THREADS (nvrtc.c).
  */
 #include "cuda/internal.h"
 
@@ -499,6 +499,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
     const char *coop = getenv("CNN_CONV_COOP");
     cb->no_coop = coop && strcmp(coop, "0") == 0;
+    const char *pair = getenv("CNN_CONV_PAIR");
+    cb->no_pair = pair && strcmp(pair, "0") == 0;
     const char *pdl = getenv("CNN_PDL");
     cb->pdl = cu.LaunchKernelEx && cb->cc_major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
     const char *flush = getenv("CNN_TUNE_FLUSH");
@@ -548,6 +550,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->conv2d_wgrad = cuda_conv2d_wgrad;
     be->conv2d_fprop_pool = cuda_conv2d_fprop_pool;
     be->conv2d_pool_fusable = cuda_conv2d_pool_fusable;
+    be->conv2d_fprop_pair = cuda_conv2d_fprop_pair;
+    be->conv2d_pair_fusable = cuda_conv2d_pair_fusable;
     be->channel_sum = cuda_channel_sum;
     be->bn_forward_train = cuda_bn_forward_train;
     be->bn_backward = cuda_bn_backward;

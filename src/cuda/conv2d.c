@@ -492,7 +492,7 @@ static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t 
  * filter as a K x R*S*C matrix, BN rows x 64 per copy; both in the 128-byte swizzle that wgmma's descriptors read
  * (conv2d_wgmma.cuh), zeros outside */
 static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *cv, const void *x, const void *w,
-                             conv_tma_args *t) {
+                             conv_tma_map *a_map, conv_tma_map *b_map) {
     _Static_assert(sizeof(conv_tma_map) == sizeof(CUtensorMap) && _Alignof(conv_tma_map) >= 64, "a CUtensorMap");
     const CUtensorMapDataType dt =
         cb->pub.act_dtype == CNN_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -501,30 +501,44 @@ static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *
     const cuuint32_t xtrav[4] = {1, (cuuint32_t)cv->stride_w, (cuuint32_t)cv->stride_h, 1};
     int lo[2], hi[2];
     tma_corners(cv, lo, hi);
-    CU_TRY(cu.TensorMapEncodeIm2col((CUtensorMap *)&t->a_map, dt, 4, (void *)x, xdim, xstride, lo, hi, (cuuint32_t)c->bk,
+    CU_TRY(cu.TensorMapEncodeIm2col((CUtensorMap *)a_map, dt, 4, (void *)x, xdim, xstride, lo, hi, (cuuint32_t)c->bk,
                                     (cuuint32_t)c->bm, xtrav, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeIm2col (the input of a TMA conv)");
     const cuuint64_t gk = (cuuint64_t)cv->r * cv->s * cv->c, wdim[2] = {gk, (cuuint64_t)cv->k}, wstride[1] = {gk * e};
     const cuuint32_t box[2] = {(cuuint32_t)c->bk, (cuuint32_t)c->bn}, wtrav[2] = {1, 1};
-    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)&t->b_map, dt, 2, (void *)w, wdim, wstride, box, wtrav,
+    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)b_map, dt, 2, (void *)w, wdim, wstride, box, wtrav,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeTiled (the filter of a TMA conv)");
     return CNN_OK;
 }
 
+/* The second convolution of a pair (cuda_conv2d_fprop_pair): summed into the same output by the TMA rows. */
+typedef struct conv_pair {
+    const cnn_conv2d *cv;
+    const void *x, *w;
+} conv_pair;
+
+/* the reduction a launch runs: one convolution's R*S*C, or both of a pair's */
+static int64_t launch_gk(const cnn_conv2d *cv, const conv_pair *pr) {
+    int64_t gm, gn, gk;
+    gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    return pr ? gk + (int64_t)pr->cv->r * pr->cv->s * pr->cv->c : gk;
+}
+
 static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                            const void *w, void *y, int tv, int splits) {
+                            const void *w, void *y, int tv, int splits, const conv_pair *pr) {
     cuda_be *cb = cuda_impl(be);
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
     if (c->bres) {
         int64_t gm0, gn0, gk0;
         gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
-        if (!bres_fits(cb, c, gn0, gk0)) c = &tc_configs[tv = ws_twin(tv, false, c->tma)];
+        if (!bres_fits(cb, c, gn0, launch_gk(cv, pr))) c = &tc_configs[tv = ws_twin(tv, false, c->tma)];
     }
     if (c->tma && !tma_fits(cv)) c = &tc_configs[tv = ws_twin(tv, c->bres, false)];
+    CNN_ASSERT(!pr || (c->tma && splits == 1)); /* pairs: the TMA rows only (pair_candidates, pair_fusable) */
     if (c->ws) {
         CNN_ASSERT(splits == 1);
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_fprop_ws, be->act_dtype, tv - FIRST_WS, 0, &f));
@@ -535,6 +549,15 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, tv, TC_MAIN, &f));
     }
     conv_args a = make_args(cv, PASS_FPROP, tc_ks(cb, c));
+    if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
+        const cnn_conv2d *c2 = pr->cv;
+        a.pair_ktiles = a.ktiles_per_split;
+        a.gk = (int)launch_gk(cv, pr);
+        a.ktiles_per_split = (int)cdiv(a.gk, tc_ks(cb, c));
+        a.c2 = c2->c, a.h2 = c2->h, a.w2 = c2->w, a.r2 = c2->r, a.s2 = c2->s;
+        a.stride2_h = c2->stride_h, a.stride2_w = c2->stride_w, a.pad2_h = c2->pad_h, a.pad2_w = c2->pad_w;
+        a.x2 = pr->x, a.wt2 = pr->w;
+    }
     int64_t gm = a.gm, gn = a.gn, ktiles = a.ktiles_per_split, kps = cdiv(ktiles, splits);
     splits = (int)cdiv(ktiles, kps); /* no empty split */
     a.ktiles_per_split = (int)kps;
@@ -551,6 +574,10 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
              tc_dtype_str(cb), c->name, cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
+    if (pr)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " + c%d h%d w%d r%d s%d stride %dx%d pad %dx%d",
+                 pr->cv->c, pr->cv->h, pr->cv->w, pr->cv->r, pr->cv->s, pr->cv->stride_h, pr->cv->stride_w,
+                 pr->cv->pad_h, pr->cv->pad_w);
     /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
      * slice) takes less, so more CTAs fit on an SM; a persistent CTA cycles through all its stages over its
      * tiles (conv2d_wg.cu traps when given too few) */
@@ -579,7 +606,8 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (c->tma) {
         conv_tma_args t;
         memset(&t, 0, sizeof t);
-        CNN_TRY(tma_encode(cb, c, cv, x, w, &t));
+        CNN_TRY(tma_encode(cb, c, cv, x, w, &t.a_map, &t.b_map));
+        if (pr) CNN_TRY(tma_encode(cb, c, pr->cv, pr->x, pr->w, &t.a2_map, &t.b2_map));
         t.a = a;
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
         cb->stats.tma_launches++;
@@ -657,50 +685,90 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
     return n;
 }
 
+/* a pair's candidate that runs the two convolutions apart (pair_unfused): the tuner decides whether fusing pays */
+#define PAIR_UNFUSED (-1)
+
+/* A pair's candidates: the TMA rows (the only ones with a second operand stream), those that fit the summed
+ * reduction; in a fast search only where the output has two tiles per SM (one for the cooperative rows), as
+ * above, unless none has. Best first by the heuristic's score; when tuning, then PAIR_UNFUSED. */
+static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_pair *pr, tc_cand *out) {
+    int64_t gm, gn, gk0;
+    gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk0);
+    const int64_t gk = launch_gk(cv, pr);
+    int n = 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++)
+        for (int i = FIRST_WS; i < N_TC; i++) {
+            const tc_config *c = &tc_configs[i];
+            if (!c->tma || !tc_usable(cb, c) || (c->bres && !bres_fits(cb, c, gn, gk))) continue;
+            if (pass == 0 && cb->tune == CNN_TUNE_FAST &&
+                cdiv(gm, c->bm) * cdiv(gn, c->bn) < (c->coop ? 1LL : 2LL) * cb->sm_count)
+                continue;
+            out[n++] = (tc_cand){i, 1};
+        }
+    for (int i = 1; i < n; i++) /* insertion sort by score, best first */
+        for (int j = i; j > 0 && tc_score(cb, &tc_configs[out[j].cfg], gm, gn) >
+                                     tc_score(cb, &tc_configs[out[j - 1].cfg], gm, gn) + 1e-9; j--) {
+            tc_cand t = out[j];
+            out[j] = out[j - 1], out[j - 1] = t;
+        }
+    if (cb->tune != CNN_TUNE_NONE) out[n++] = (tc_cand){PAIR_UNFUSED, 1}; /* fusing must pay to be chosen */
+    return n;
+}
+
 typedef struct tc_tune_ctx {
     cnn_backend *be;
     const cnn_conv2d *cv;
     const cnn_epilogue *ep;
     const void *x, *w;
     const tc_cand *cand;
+    const conv_pair *pair;
 } tc_tune_ctx;
+
+static cnn_status pair_unfused(cnn_backend *be, const cnn_conv2d *cv, const conv_pair *pr, const cnn_epilogue *ep,
+                               const void *x, const void *w, void *y);
 
 static cnn_status tc_tune_launch(void *ctx, int i, void *y) {
     tc_tune_ctx *t = ctx;
-    return tc_launch(t->be, t->cv, t->ep, t->x, t->w, y, t->cand[i].cfg, t->cand[i].splits);
+    if (t->cand[i].cfg == PAIR_UNFUSED) return pair_unfused(t->be, t->cv, t->pair, t->ep, t->x, t->w, y);
+    return tc_launch(t->be, t->cv, t->ep, t->x, t->w, y, t->cand[i].cfg, t->cand[i].splits, t->pair);
 }
 
 static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
-                          const char *key, int *cfg_out, int *splits_out) {
+                          const conv_pair *pr, const char *key, int *cfg_out, int *splits_out) {
     cuda_be *cb = cuda_impl(be);
     double t0 = cnn_now();
-    tc_cand cand[3 * N_TC];
-    int nc = tc_candidates(cb, cv, cand);
+    tc_cand cand[3 * N_TC + 1];
+    int nc = pr ? pair_candidates(cb, cv, pr, cand) : tc_candidates(cb, cv, cand);
+    CNN_ASSERT(nc > 0);
     *cfg_out = cand[0].cfg, *splits_out = cand[0].splits;
     if (nc == 1) return CNN_OK;
     size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * (be->act_dtype == CNN_DTYPE_F32 ? 4 : 2);
-    int ids[3 * N_TC]; /* the candidates' programs, compiled side by side before any is timed */
+    int ids[3 * N_TC + 1]; /* the candidates' programs, compiled side by side before any is timed */
+    int nids = 0;
     for (int i = 0; i < nc; i++) {
+        if (cand[i].cfg == PAIR_UNFUSED) continue; /* its convolutions were tuned and compiled by pair_choose */
         const tc_config *c = &tc_configs[cand[i].cfg];
-        ids[i] = c->ws   ? cuda_program_id(&cuda_family_conv2d_fprop_ws, be->act_dtype, cand[i].cfg - FIRST_WS)
-                 : c->wg ? cuda_program_id(&cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(cand[i].cfg))
-                         : cuda_program_id(tc_family(cb), be->act_dtype, cand[i].cfg);
+        ids[nids++] = c->ws   ? cuda_program_id(&cuda_family_conv2d_fprop_ws, be->act_dtype, cand[i].cfg - FIRST_WS)
+                      : c->wg ? cuda_program_id(&cuda_family_conv2d_fprop_wg, be->act_dtype, wg_program(cand[i].cfg))
+                              : cuda_program_id(tc_family(cb), be->act_dtype, cand[i].cfg);
     }
-    cuda_prepare_programs(cb, ids, nc);
-    tc_tune_ctx t = {be, cv, ep, x, w, cand};
+    cuda_prepare_programs(cb, ids, nids);
+    tc_tune_ctx t = {be, cv, ep, x, w, cand, pr};
     int best;
-    float ms, all[3 * N_TC];
+    float ms, all[3 * N_TC + 1];
     cnn_status st = cuda_tune_time(cb, key, nc, ybytes, tc_tune_launch, &t, &best, &ms, all);
     if (st == CNN_OK && best >= 0) {
         *cfg_out = cand[best].cfg, *splits_out = cand[best].splits;
         cuda_tune_put(cb, key, *cfg_out, *splits_out, ms);
         cb->pub.n_tuned++;
-        char times[3 * N_TC * 40] = ""; /* every candidate's time, for -v: which rows came close */
+        char times[(3 * N_TC + 1) * 40] = ""; /* every candidate's time, for -v: which rows came close */
         for (int i = 0, len = 0; i < nc && len < (int)sizeof times - 40; i++)
             len += snprintf(times + len, sizeof times - (size_t)len, "%s%s/%d %.4f", i ? ", " : "",
-                            tc_configs[cand[i].cfg].name, cand[i].splits, all[i]);
-        cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms: %s)", key, tc_configs[*cfg_out].name,
-                *splits_out, ms, nc, (cnn_now() - t0) * 1e3, times);
+                            cand[i].cfg == PAIR_UNFUSED ? "unfused" : tc_configs[cand[i].cfg].name, cand[i].splits,
+                            all[i]);
+        cnn_log(2, "cnn: tuned %s: %s splits %d, %.4f ms (%d candidates, %.0f ms: %s)", key,
+                *cfg_out == PAIR_UNFUSED ? "unfused" : tc_configs[*cfg_out].name, *splits_out, ms, nc,
+                (cnn_now() - t0) * 1e3, times);
     }
     cb->pub.tune_seconds += cnn_now() - t0;
     return st;
@@ -726,12 +794,95 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         if (cuda_tune_get(cb, key, tv, splits) && *tv >= 0 && *tv < N_TC && tc_usable(cb, &tc_configs[*tv]) &&
             *splits >= 1 && (*splits == 1 || !tc_hopper(&tc_configs[*tv])))
             return CNN_OK;
-        if (!cb->capturing) return tc_tune(be, cv, ep, x, w, key, tv, splits);
+        if (!cb->capturing) return tc_tune(be, cv, ep, x, w, NULL, key, tv, splits);
     }
     tc_cand cand[3 * N_TC]; /* best first: the heuristic's choice */
     tc_candidates(cb, cv, cand);
     *tv = cand[0].cfg, *splits = cand[0].splits;
     return CNN_OK;
+}
+
+/* ---- pairs: two convolutions summed in one kernel ---------------------------------------------------------
+ * y = relu?(conv(x, w) + conv(x2, w2) + shift): a ResNet block's last conv and its downsample conv, their BN
+ * scales folded into the filters by the eval plan (src/core/model.c), so the block's output is written once and
+ * neither branch's output is stored or read back. The TMA rows of conv2d_ws.cu run it: the producer copies the
+ * first convolution's slices of a tile, then the second's (its own pair of tensor maps), into the same ring, and
+ * the consumers multiply them into the same accumulators. Tuned under its own key among the TMA rows. */
+bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2) {
+    cuda_be *cb = cuda_impl(be);
+    if (cb->no_pair || (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS)) return false;
+    if (cv->n != cv2->n || cv->k != cv2->k || cv->p != cv2->p || cv->q != cv2->q || cv->k % 8 != 0) return false;
+    if (!tma_fits(cv) || !tma_fits(cv2) || check_problem(cv, PASS_FPROP) != CNN_OK ||
+        check_problem(cv2, PASS_FPROP) != CNN_OK)
+        return false;
+    const conv_pair pr = {cv2, NULL, NULL};
+    if (launch_gk(cv, &pr) > INT_MAX - 256) return false;
+    for (int i = FIRST_WS; i < N_TC; i++)
+        if (tc_configs[i].tma && tc_usable(cb, &tc_configs[i])) return true;
+    return false;
+}
+
+/* the two convolutions apart, the first into a workspace that the second adds (rounded to act_dtype on the way) */
+static cnn_status pair_unfused(cnn_backend *be, const cnn_conv2d *cv, const conv_pair *pr, const cnn_epilogue *ep,
+                               const void *x, const void *w, void *y) {
+    cuda_be *cb = cuda_impl(be);
+    void *t;
+    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STAGED, (size_t)cv->n * cv->p * cv->q * cv->k * act_size(cb), &t));
+    CNN_TRY(cuda_conv2d_fprop(be, cv, NULL, x, w, t));
+    const cnn_epilogue e2 = {.shift = ep ? ep->shift : NULL, .residual = t, .relu = ep && ep->relu};
+    return cuda_conv2d_fprop(be, pr->cv, &e2, pr->x, pr->w, y);
+}
+
+/* a pair's launch: a TMA row, forced, tuned (cached) or the heuristic's; or PAIR_UNFUSED where the tuner timed
+ * the two convolutions apart faster (small problems, where a split reduction fills the GPU and a pair cannot) */
+static cnn_status pair_choose(cnn_backend *be, const cnn_conv2d *cv, const conv_pair *pr, const cnn_epilogue *ep,
+                              const void *x, const void *w, void *y, int *tv) {
+    cuda_be *cb = cuda_impl(be);
+    int splits;
+    if (cb->conv_force_cfg >= N_VARIANTS && tc_configs[cb->conv_force_cfg - N_VARIANTS].tma) {
+        *tv = cb->conv_force_cfg - N_VARIANTS;
+        return CNN_OK;
+    }
+    const cnn_conv2d *c2 = pr->cv;
+    char key[240];
+    snprintf(key, sizeof key, "fprop_pair %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d + c%d h%d w%d r%d s%d st%dx%d "
+             "pad%dx%d", tc_dtype_str(cb), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w,
+             cv->pad_h, cv->pad_w, c2->c, c2->h, c2->w, c2->r, c2->s, c2->stride_h, c2->stride_w, c2->pad_h, c2->pad_w);
+    if (cb->tune != CNN_TUNE_NONE && cb->conv_force_cfg < 0) {
+        if (cuda_tune_get(cb, key, tv, &splits) && splits == 1 &&
+            (*tv == PAIR_UNFUSED || (*tv >= FIRST_WS && *tv < N_TC && tc_configs[*tv].tma && tc_usable(cb, &tc_configs[*tv]))))
+            return CNN_OK;
+        if (!cb->capturing) { /* the unfused candidate's convolutions tune (and compile) first, outside the timing */
+            CNN_TRY(pair_unfused(be, cv, pr, ep, x, w, y));
+            return tc_tune(be, cv, ep, x, w, pr, key, tv, &splits);
+        }
+    }
+    tc_cand cand[N_TC + 1];
+    CNN_ASSERT(pair_candidates(cb, cv, pr, cand) > 0);
+    *tv = cand[0].cfg;
+    return CNN_OK;
+}
+
+cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
+                                  const cnn_epilogue *ep, const void *x, const void *w, const void *x2,
+                                  const void *w2, void *y) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(x && w && x2 && w2 && y && (!ep || (!ep->scale && !ep->residual)));
+    CNN_ASSERT(cv->n == cv2->n && cv->k == cv2->k && cv->p == cv2->p && cv->q == cv2->q);
+    CNN_TRY(check_problem(cv, PASS_FPROP));
+    CNN_TRY(check_problem(cv2, PASS_FPROP));
+    const conv_pair pr = {cv2, x2, w2};
+    if (cuda_conv2d_pair_fusable(be, cv, cv2) && aligned16(x) && aligned16(w) && aligned16(x2) && aligned16(w2) &&
+        aligned16(y)) {
+        int tv;
+        CNN_TRY(pair_choose(be, cv, &pr, ep, x, w, y, &tv));
+        if (tv != PAIR_UNFUSED) {
+            cb->stats.pair_launches++;
+            return tc_launch(be, cv, ep, x, w, y, tv, 1, &pr);
+        }
+    }
+    return pair_unfused(be, cv, &pr, ep, x, w, y);
 }
 
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
@@ -741,7 +892,7 @@ cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_e
     CNN_TRY(check_problem(cv, PASS_FPROP));
     int tv, splits;
     CNN_TRY(tc_choose(be, cv, ep, x, w, &tv, &splits));
-    return tc_launch(be, cv, ep, x, w, y, tv, splits);
+    return tc_launch(be, cv, ep, x, w, y, tv, splits, NULL);
 }
 
 /* ---- narrow first layers (C < 8) on the tensor-core kernel, through rewritten operands ------------------------
@@ -815,7 +966,7 @@ static cnn_status narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
     }
     int tv, splits;
     CNN_TRY(tc_choose(be, &s, ep, xs, ws, &tv, &splits));
-    return tc_launch(be, &s, ep, xs, ws, y, tv, splits);
+    return tc_launch(be, &s, ep, xs, ws, y, tv, splits, NULL);
 }
 
 cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
@@ -838,7 +989,7 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
         if (wino) return cuda_winograd_fprop(be, cv, ep, x, w, y);
         int tv, splits;
         CNN_TRY(tc_choose(be, cv, ep, x, w, &tv, &splits));
-        return tc_launch(be, cv, ep, x, w, y, tv, splits);
+        return tc_launch(be, cv, ep, x, w, y, tv, splits, NULL);
     }
     CNN_TRY(prepare(be, cv, PASS_FPROP, 0, &v, &f));
     const conv_config *c = &configs[v];
@@ -892,7 +1043,7 @@ static cnn_status dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv
     const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
     int tv, splits;
     CNN_TRY(tc_choose(be, s, accumulate ? &ep : NULL, dy, wt, &tv, &splits));
-    return tc_launch(be, s, accumulate ? &ep : NULL, dy, wt, dx, tv, splits);
+    return tc_launch(be, s, accumulate ? &ep : NULL, dy, wt, dx, tv, splits, NULL);
 }
 
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,

@@ -223,6 +223,7 @@ typedef struct cuda_be {
     bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
                                * tensor-map encoders */
     bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
+    bool no_pair;             /* CNN_CONV_PAIR=0: the eval plan fuses no conv pairs (A/B timing) */
     bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
     bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with
                                * cuLaunchKernelEx, CNN_PDL not 0): each may be placed while the one before it
@@ -333,6 +334,11 @@ bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epil
 cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
                             const void *x, const void *w, void *y);
 bool cuda_conv2d_pool_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual);
+/* conv2d.c: two convolutions summed in one kernel (the backend table's conv2d_fprop_pair) */
+bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
+cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
+                                  const cnn_epilogue *ep, const void *x, const void *w, const void *x2,
+                                  const void *w2, void *y);
 cnn_status cuda_conv2d_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
                                   const void *x, const void *w, void *y);
 /* linear.c */

@@ -136,17 +136,26 @@ for m in mains:
     verdict(not bad, f"layers.b{b}.step_fields", "; ".join(bad[:6]) or f"{len(steps)} steps")
     convs = [s for s in steps if s.get("kind") == "conv"]
     names = [s["name"] for s in convs]
-    want = ["conv1"] + [f"layer{l}.{k}.conv{c}" for l in range(1, 5) for k in range(2) for c in (1, 2)] + \
-           [f"layer{l}.0.downsample.0" for l in range(2, 5)]
-    verdict(sorted(names) == sorted(want), f"layers.b{b}.every_conv", f"{len(convs)} conv steps (resnet18: 20)")
+    # on the CPU the eval plan fuses each downsampling block's conv2 with its downsample conv (a pair step)
+    want = ["conv1"] + [f"layer{l}.{k}.conv{c}" for l in range(1, 5) for k in range(2) for c in (1, 2)
+                        if not (l > 1 and k == 0 and c == 2)] + \
+           [f"layer{l}.0.conv2+layer{l}.0.downsample.0" for l in range(2, 5)]
+    verdict(sorted(names) == sorted(want), f"layers.b{b}.every_conv",
+            f"{len(convs)} conv steps (resnet18: 20 convs, three pairs of them fused)")
     verdict(all(s["ms_median"] > 0 for s in convs), f"layers.b{b}.conv_times_positive",
             f'min {min((s["ms_median"] for s in convs), default=0):.4f} ms')
     shapes = {s["name"]: s["layer"] for s in convs}
-    verdict(all(SHAPE.match(v) for v in shapes.values()) and shapes.get("conv1") == "3->64 32x32 3x3/1 p1"
+    pair2 = "layer2.0.conv2+layer2.0.downsample.0"
+    verdict(all(all(SHAPE.match(p) for p in v.split(" + ")) for v in shapes.values())
+            and shapes.get("conv1") == "3->64 32x32 3x3/1 p1"
             and shapes.get("layer1.0.conv1") == "64->64 32x32 3x3/1 p1"
-            and shapes.get("layer2.0.downsample.0") == "64->128 32x32 1x1/2 p0"
+            and shapes.get(pair2) == "128->128 16x16 3x3/1 p1 + 64->128 32x32 1x1/2 p0"
             and shapes.get("layer4.1.conv2") == "512->512 4x4 3x3/1 p1", f"layers.b{b}.conv_shapes",
-            "; ".join(f"{k}: {v}" for k, v in shapes.items() if k in ("conv1", "layer1.0.conv1", "layer2.0.downsample.0")))
+            "; ".join(f"{k}: {v}" for k, v in shapes.items() if k in ("conv1", "layer1.0.conv1", pair2)))
+    lp = next((s for s in convs if s["name"] == pair2), {})
+    flop = 2.0 * b * 128 * 16 * 16 * (128 * 9 + 64) / 1e9
+    verdict(close(lp.get("gflop_per_batch", 0), flop) and lp.get("fused") == "pair+bn+add+relu",
+            f"layers.b{b}.pair_flops", lp)
     l101 = next((s for s in convs if s["name"] == "layer1.0.conv1"), {})
     flop = 2.0 * b * 64 * 32 * 32 * 64 * 9 / 1e9
     verdict(close(l101.get("gflop_per_batch", 0), flop) and close(l101.get("tflops", 0), flop / l101.get("ms_median", 1))
@@ -162,8 +171,8 @@ EOF
 # markdown and csv carry the same breakdown; --layers is for inference only
 "$CNN" bench --model resnet18 --stem cifar --batch 1 --repeat 1 --warmup 0 --device cpu --layers >"$TMP/layers.md" 2>&1 \
     && grep -q '^| model | batch | dtype | step | name | kind | fused | shape | ms (median) |' "$TMP/layers.md" \
-    && grep -q '^| resnet18-cifar | 1 | fp32 | 7 | layer2.0.downsample.0 | conv | bn+add+relu | 64->128 32x32 1x1/2 p0 |' "$TMP/layers.md" \
-    && grep -q '^| resnet18-cifar | 1 | fp32 | | \*\*sum of 22 steps\*\* |' "$TMP/layers.md" \
+    && grep -q '^| resnet18-cifar | 1 | fp32 | 6 | layer2.0.conv2+layer2.0.downsample.0 | conv | pair+bn+add+relu | 128->128 16x16 3x3/1 p1 + 64->128 32x32 1x1/2 p0 |' "$TMP/layers.md" \
+    && grep -q '^| resnet18-cifar | 1 | fp32 | | \*\*sum of 19 steps\*\* |' "$TMP/layers.md" \
     && pass layers.markdown || fail layers.markdown "$(head -c 600 "$TMP/layers.md")"
 "$CNN" bench --model vgg11_bn --input-size 32 --batch 1 --repeat 1 --warmup 0 --device cpu --layers -o csv >"$TMP/layers.csv" 2>&1 \
     && "$PYTHON" -c '
@@ -247,6 +256,18 @@ for c in cud.values():
     if row not in lines:
         bad.append(row)
 verdict(n >= 3 and not bad, "report.per_layer_ratios", "; ".join(bad) or f"{n} shapes matched")
+# a fused pair "A + B" against the sum of cuDNN's two convs alone (the fastest row of each)
+bad, n = [], 0
+for (model, batch, dtype, layer), ms in mine.items():
+    parts = layer.split(" + ")
+    if len(parts) != 2 or any((model, batch, dtype, p) not in cud for p in parts):
+        continue
+    n += 1
+    rival = sum(cud[(model, batch, dtype, p)]["ms_median"] for p in parts)
+    row = f'| {layer} | {len(ms)} | {statistics.median(ms):.4f} | {rival:.4f} | **{rival / statistics.median(ms):.2f}x** |'
+    if row not in lines:
+        bad.append(row)
+verdict(n >= 1 and not bad, "report.per_layer_pair_ratio", "; ".join(bad) or f"{n} pairs matched")
 # plots: every SVG the report links exists, parses as XML and has both axis labels
 svg_dir = sys.argv[3]
 linked = re.findall(r"!\[[^\]]*\]\(([^)]+\.svg)\)", md)
@@ -269,7 +290,7 @@ if os.path.exists(lay):
     texts = [(t.text or "") for t in root.iter(NS + "text")]
     ylabel = next((t.text for t in root.iter(NS + "text") if t.get("class") == "ylabel"), "")
     bars = [r for r in root.iter(NS + "rect") if r.find(NS + "title") is not None]
-    verdict("ms" in ylabel and "cnn" in texts and "pytorch-cudnn" in texts and len(bars) == 9
+    verdict("ms" in ylabel and "cnn" in texts and "pytorch-cudnn" in texts and len(bars) == 11
             and any("cuDNN" in t for t in texts), "report.layers_plot", f"{len(bars)} bars, y: {ylabel!r}")
 else:
     verdict(False, "report.layers_plot", "no layers_resnet50_b64_bf16.svg")

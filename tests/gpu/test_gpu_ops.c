@@ -1291,6 +1291,86 @@ static void g_conv_tc(ctx *t) {
     if (t->dt == CNN_DTYPE_F32 && !t->tf32) g_conv_winograd(t), g_conv_algo(t);
 }
 
+/* ---- conv pairs (conv2d_fprop_pair): two convolutions summed in one kernel ---------------------------------
+ * y = relu?(conv(x, w) + conv(x2, w2) + shift) against float64 and the CPU backend's pair, on the pairs the eval
+ * plan fuses (a bottleneck's 1x1 + its 1x1/2 downsample, a basic block's 3x3 + its 1x1/2) and two stride-1 1x1
+ * convs over different C; batch 1, H != W, K ragged past a tile, C2 != C. Every TMA row forced (the only rows
+ * that take a pair), with one CTA and with three looping over the tiles, then the tuned choice; each must have
+ * run fused (the backend counts pair launches). Then the unfused path (a generic config forced: the first
+ * convolution through a workspace), which must count none. Quick mode runs them all. */
+typedef struct pair_case {
+    conv_case a, b;
+} pair_case;
+static const pair_case pair_cases[] = {
+    {{2, 64, 7, 9, 72, 1, 1, 1, 1, 0, 0}, {2, 128, 13, 17, 72, 1, 1, 2, 2, 0, 0}}, /* 1x1 + 1x1/2, H != W, K = 72 */
+    {{1, 64, 6, 5, 64, 3, 3, 1, 1, 1, 1}, {1, 64, 11, 9, 64, 1, 1, 2, 2, 0, 0}},   /* 3x3 + 1x1/2, batch 1 */
+    {{3, 128, 5, 5, 136, 1, 1, 1, 1, 0, 0}, {3, 64, 5, 5, 136, 1, 1, 1, 1, 0, 0}}, /* K past 128, C2 < C */
+};
+
+/* fused: 1 the pair must have run in one kernel, 0 apart, -1 either (the tuner's choice) */
+static void pair_one(ctx *t, const pair_case *pc, int cfg, bool relu, int fused, uint64_t seed) {
+    cnn_conv2d ca = conv_of(&pc->a), cb = conv_of(&pc->b);
+    if (ca.p != cb.p || ca.q != cb.q || ca.k != cb.k || ca.n != cb.n) fatal("pair case: the two outputs differ");
+    cnn_cuda_conv_force_config(t->gpu, cfg);
+    int64_t nx1 = (int64_t)ca.n * ca.h * ca.w * ca.c, nw1 = (int64_t)ca.k * ca.r * ca.s * ca.c;
+    int64_t nx2 = (int64_t)cb.n * cb.h * cb.w * cb.c, nw2 = (int64_t)cb.k * cb.r * cb.s * cb.c;
+    int64_t ny = (int64_t)ca.n * ca.p * ca.q * ca.k;
+    arr x1 = arr_in(t, nx1, true, seed, -1, 1, 0), w1 = arr_in(t, nw1, true, seed + 1, -0.5f, 0.5f, 0);
+    arr x2 = arr_in(t, nx2, true, seed + 2, -1, 1, 0), w2 = arr_in(t, nw2, true, seed + 3, -0.5f, 0.5f, 0);
+    arr shift = arr_in(t, ca.k, false, seed + 4, -0.5f, 0.5f, 0);
+    arr y = arr_out(t, ny, true, 0);
+    double *r1 = dalloc(ny), *ry = dalloc(ny);
+    conv_ref_fprop(&ca, x1.h, w1.h, NULL, NULL, NULL, false, r1);
+    conv_ref_fprop(&cb, x2.h, w2.h, NULL, shift.h, NULL, false, ry);
+    for (int64_t i = 0; i < ny; i++) {
+        double v = ry[i] + r1[i];
+        ry[i] = relu && v < 0 ? 0 : v;
+    }
+    char name[240], extra[64];
+    snprintf(extra, sizeof extra, ".pair_c%d_h%d_w%d_r%d_st%d%s", cb.c, cb.h, cb.w, cb.r, cb.stride_h, relu ? ".relu" : "");
+    conv_name(name, sizeof name, "fprop_pair", t, &ca, cfg, extra);
+    cnn_cuda_stats st0, st1;
+    cnn_cuda_stats_get(t->gpu, &st0);
+    cnn_epilogue eg = {.shift = shift.g.p, .relu = relu}, ec = {.shift = shift.c, .relu = relu};
+    expect_ok(t->gpu->conv2d_fprop_pair(t->gpu, &ca, &cb, &eg, x1.g.p, w1.g.p, x2.g.p, w2.g.p, y.g.p), name);
+    cnn_cuda_stats_get(t->gpu, &st1);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_fprop_pair(t->cpu, &ca, &cb, &ec, x1.c, w1.c, x2.c, w2.c, y.c), name);
+    layout ly = {"NPQK", {ca.n, ca.p, ca.q, ca.k}};
+    arr *in[] = {&x1, &w1, &x2, &w2, &shift};
+    verify(t, name, &y, ry, &ly, in, 5);
+    char nm2[260];
+    snprintf(nm2, sizeof nm2, "%s.launch", name);
+    check(fused < 0 || (st1.pair_launches > st0.pair_launches) == (fused == 1), nm2,
+          "pair launches %ld before, %ld after (fused %s)", st0.pair_launches, st1.pair_launches,
+          fused < 0 ? "or not: the tuner's choice" : fused ? "expected" : "not expected");
+    cnn_cuda_conv_force_config(t->gpu, -1);
+    free(r1), free(ry);
+    arr_free(t, &x1), arr_free(t, &w1), arr_free(t, &x2), arr_free(t, &w2), arr_free(t, &shift), arr_free(t, &y);
+}
+
+static void g_conv_pair(ctx *t) {
+    const int n = (int)(sizeof pair_cases / sizeof pair_cases[0]);
+    cnn_conv2d a0 = conv_of(&pair_cases[0].a), b0 = conv_of(&pair_cases[0].b);
+    if (t->dt == CNN_DTYPE_F32 || !t->gpu->conv2d_pair_fusable(t->gpu, &a0, &b0)) { /* the unfused path only */
+        printf("# conv_pair.%s: no fused pairs here (F32, or no TMA rows: wgmma needs sm_90a); the unfused path\n", t->dts);
+        for (int i = 0; i < n; i++) pair_one(t, &pair_cases[i], -1, i % 2 == 0, 0, 8000 + 10 * i);
+        return;
+    }
+    for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++) {
+        const char *nm = cnn_cuda_conv_config_name(cfg);
+        const size_t len = strlen(nm);
+        if (len < 2 || strcmp(nm + len - 2, "/t") != 0 || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg))
+            continue;
+        for (int i = 0; i < n; i++) {
+            cnn_cuda_conv_force_grid(t->gpu, (i + cfg) % 2 ? 3 : 1);
+            pair_one(t, &pair_cases[i], cfg, (i + cfg) % 2 == 0, 1, 8100 + 100 * i + cfg);
+        }
+    }
+    cnn_cuda_conv_force_grid(t->gpu, 0);
+    for (int i = 0; i < n; i++) pair_one(t, &pair_cases[i], -1, i % 2 == 1, -1, 8050 + 10 * i); /* tuned */
+    pair_one(t, &pair_cases[0], 0, true, 0, 8090); /* a generic config forced: unfused */
+}
+
 /* ---- first layers (conv2d_first.cu) and the conv + max-pool op ---------------------------------------------
  * Each config forced on the shapes of its class (odd sizes, H != W, K below, at and above one 64-channel block)
  * with the persistent grid natural and capped at 1 and 3 CTAs, every epilogue variant; the stem with its
@@ -2237,6 +2317,7 @@ static const group groups[] = {
     {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
     {"conv_tc", g_conv_tc, true, true},    {"conv_first", g_conv_first, true, false},
+    {"conv_pair", g_conv_pair, true, false},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},

@@ -405,6 +405,49 @@ static void test_conv_fast(void) {
     if (!quick) conv_determinism(&big[1]);
 }
 
+/* A pair (backend.h, conv2d_fprop_pair: y = relu?(conv(x, w) + conv(x2, w2) + shift)) against the reference
+ * convolutions added in double: a basic block's 3x3 + its 1x1/2 downsample and a bottleneck's 1x1 + 1x1/2, with
+ * and without the ReLU, through the backend table (which the eval plan calls) and its fusability answer. */
+static void test_conv_pair(void) {
+    static const conv_case pairs[][2] = {
+        {{2, 40, 9, 7, 48, 3, 3, 1, 1}, {2, 24, 17, 13, 48, 1, 1, 2, 0}},
+        {{3, 64, 5, 6, 300, 1, 1, 1, 0}, {3, 96, 10, 12, 300, 1, 1, 2, 0}},
+    };
+    for (int i = 0; i < 2; i++) {
+        cnn_conv2d a, b;
+        CNN_ASSERT(cnn_conv2d_init(&a, pairs[i][0].n, pairs[i][0].c, pairs[i][0].h, pairs[i][0].w, pairs[i][0].k,
+                                   pairs[i][0].r, pairs[i][0].s, pairs[i][0].stride, pairs[i][0].pad));
+        CNN_ASSERT(cnn_conv2d_init(&b, pairs[i][1].n, pairs[i][1].c, pairs[i][1].h, pairs[i][1].w, pairs[i][1].k,
+                                   pairs[i][1].r, pairs[i][1].s, pairs[i][1].stride, pairs[i][1].pad));
+        CNN_ASSERT(a.p == b.p && a.q == b.q);
+        int64_t ny = (int64_t)a.n * a.p * a.q * a.k;
+        float *x1 = frand((int64_t)a.n * a.h * a.w * a.c, -1, 1), *w1 = frand((int64_t)a.k * a.r * a.s * a.c, -1, 1);
+        float *x2 = frand((int64_t)b.n * b.h * b.w * b.c, -1, 1), *w2 = frand((int64_t)b.k * b.r * b.s * b.c, -1, 1);
+        float *shift = frand(a.k, -1, 1), *y = fnan(ny), *r1 = fnan(ny), *r2 = fnan(ny);
+        double *want = calloc((size_t)ny, sizeof *want);
+        cnn_epilogue e0 = {0}, es = {.shift = shift};
+        cnn_cpu_conv2d_fprop_ref(2, &a, &e0, x1, w1, r1);
+        cnn_cpu_conv2d_fprop_ref(2, &b, &es, x2, w2, r2);
+        for (int relu = 0; relu < 2; relu++) {
+            for (int64_t j = 0; j < ny; j++) {
+                double v = (double)r1[j] + r2[j];
+                want[j] = relu && v < 0 ? 0 : v;
+            }
+            poison(y, ny);
+            cnn_epilogue ep = {.shift = shift, .relu = relu};
+            ok(be->conv2d_fprop_pair(be, &a, &b, &ep, x1, w1, x2, w2, y), "conv2d_fprop_pair");
+            char name[96];
+            snprintf(name, sizeof name, "conv.pair%d%s", i, relu ? ".relu" : "");
+            check_rel(name, y, want, ny, FWD_TOL);
+        }
+        check(be->conv2d_pair_fusable(be, &a, &b), "conv.pair_fusable", NULL);
+        cnn_conv2d c = b;
+        c.k = b.k + 8;
+        check(!be->conv2d_pair_fusable(be, &a, &c), "conv.pair_not_fusable_k", "outputs of different K");
+        free(x1), free(w1), free(x2), free(w2), free(shift), free(y), free(r1), free(r2), free(want);
+    }
+}
+
 /* ---- batch norm -------------------------------------------------------------------------------------------- */
 
 typedef struct bn_ctx {
@@ -1132,6 +1175,7 @@ int main(void) {
     test_memory();
     test_conv();
     test_conv_fast();
+    test_conv_pair();
     test_bn();
     test_scale_shift();
     test_pointwise();
