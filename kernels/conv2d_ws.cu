@@ -80,6 +80,9 @@
 #define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
 #endif
 #define EPI_BYTES (8 * 1024) /* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring */
+/* passes of residual loads a TMA row's epilogue keeps in flight ahead of the pass it stores (8 registers each):
+ * as many as the consumers' registers hold without spills (test_nvrtc) */
+#define RES_AHEAD (MB == 1 ? 3 : 2)
 #define SMEM_BYTES (EPI_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1024 bytes (BRES: + B) */
 /* slices whose copies a producer thread keeps in flight. At most STAGES - 2: slice g's stage is released once
  * slice g + 1 has been multiplied, and slice g + 1 is announced DEPTH iterations after its copies were issued;
@@ -307,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         if (!a.residual) {
             tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else if (TMA) { /* residual loads two passes ahead: the TMA rows' consumers have the registers */
-            tile_epilogue_rows<MB, NT8, 2, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+            tile_epilogue_rows<MB, NT8, RES_AHEAD, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else { /* the cp.async rows' consumers have fewer (both epilogues in one program would spill) */
 #pragma unroll
             for (int b = 0; b < MB; b++)
