@@ -807,7 +807,9 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
  * scales folded into the filters by the eval plan (src/core/model.c), so the block's output is written once and
  * neither branch's output is stored or read back. The TMA rows of conv2d_ws.cu run it: the producer copies the
  * first convolution's slices of a tile, then the second's (its own pair of tensor maps), into the same ring, and
- * the consumers multiply them into the same accumulators. Tuned under its own key among the TMA rows. */
+ * the consumers multiply them into the same accumulators. Tuned under its own key (fprop_pair): the TMA rows and
+ * PAIR_UNFUSED, the two convolutions apart through a workspace, so fusing is used only where it is timed faster;
+ * with --tune none the heuristic's TMA row. */
 bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2) {
     cuda_be *cb = cuda_impl(be);
     if (cb->no_pair || (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS)) return false;
