@@ -309,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
         if (!a.residual) {
             tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
-        } else if (TMA) { /* residual loads two passes ahead: the TMA rows' consumers have the registers */
+        } else if (TMA) { /* residual loads RES_AHEAD passes ahead: the TMA rows' consumers have the registers */
             tile_epilogue_rows<MB, NT8, RES_AHEAD, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else { /* the cp.async rows' consumers have fewer (both epilogues in one program would spill) */
 #pragma unroll
