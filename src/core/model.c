@@ -244,15 +244,23 @@ static void pool_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_pool
 
 static size_t align_bytes(size_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
 
-/* A pair step's filter elements (the first conv's, then `node`'s) and output channels. */
-static void pair_sizes(const cnn_model *m, const cnn_step *sp, int64_t *w1, int64_t *w2, int64_t *k) {
+/* A pair step's block in `pairw` (from its pair_off): the first conv's folded filter (w1 act elements) at 0,
+ * `node`'s (w2) at o2, the summed shift (k floats) at os; bytes in all. */
+typedef struct pair_layout {
+    int64_t w1, w2, k;
+    size_t o2, os, bytes;
+} pair_layout;
+
+static pair_layout pair_layout_of(const cnn_model *m, const cnn_step *sp) {
     const cnn_node *a = &m->net->nodes[sp->pair], *b = &m->net->nodes[sp->node];
     int ca, cb, h, w;
     in_chw(m->net, a->in[0], &ca, &h, &w);
     in_chw(m->net, b->in[0], &cb, &h, &w);
-    *k = b->c;
-    *w1 = (int64_t)a->c * a->r * a->s * ca;
-    *w2 = (int64_t)b->c * b->r * b->s * cb;
+    pair_layout l = {.w1 = (int64_t)a->c * a->r * a->s * ca, .w2 = (int64_t)b->c * b->r * b->s * cb, .k = b->c};
+    l.o2 = align_bytes((size_t)l.w1 * m->esz);
+    l.os = l.o2 + align_bytes((size_t)l.w2 * m->esz);
+    l.bytes = l.os + align_bytes((size_t)l.k * 4);
+    return l;
 }
 
 /* Whether the conv -> BN chain of step st (not yet emitted), whose BN feeds the add node `add`, and the other
@@ -602,10 +610,8 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     for (int s = 0; s < m->n_steps; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
         cnn_step *sp = &m->steps[s];
         if (sp->pair < 0) continue;
-        int64_t w1, w2, k;
-        pair_sizes(m, sp, &w1, &w2, &k);
         sp->pair_off = m->pairw_bytes;
-        m->pairw_bytes += align_bytes((size_t)w1 * m->esz) + align_bytes((size_t)w2 * m->esz) + align_bytes((size_t)k * 4);
+        m->pairw_bytes += pair_layout_of(m, sp).bytes;
     }
     size_t train_bytes = train ? plan_train(m) : 0;
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
@@ -715,15 +721,15 @@ static cnn_status upload_act(cnn_model *m, void *dst, const float *src, int64_t 
  * shifts summed. */
 static cnn_status fold_pair(cnn_model *m, const cnn_step *sp) {
     const cnn_net *net = m->net;
-    int64_t w1, w2, K;
-    pair_sizes(m, sp, &w1, &w2, &K);
-    int64_t wmax = w1 > w2 ? w1 : w2;
+    const pair_layout l = pair_layout_of(m, sp);
+    const int64_t K = l.k, wmax = l.w1 > l.w2 ? l.w1 : l.w2;
     float *h = host_scratch(m, (size_t)(wmax + 8 * K));
     if (!h) return CNN_E_OOM;
     float *wt = h, *scale = h + wmax, *shift = scale + K, *sum = shift + K, *tmp = sum + K;
     const int convs[2] = {sp->pair, sp->node}, bns[2] = {sp->pair_bn, sp->bn};
-    const int64_t counts[2] = {w1, w2};
-    size_t off = sp->pair_off;
+    const int64_t counts[2] = {l.w1, l.w2};
+    const size_t offs[2] = {0, l.o2};
+    char *base = (char *)m->pairw + sp->pair_off;
     for (int part = 0; part < 2; part++) {
         const cnn_node *cv = &net->nodes[convs[part]];
         CNN_ASSERT(cv->op == CNN_OP_CONV && net->nodes[bns[part]].c == K && cv->c == K);
@@ -732,11 +738,10 @@ static cnn_status fold_pair(cnn_model *m, const cnn_step *sp) {
         int64_t g = counts[part] / K; /* R*S*C per output channel (KRSC) */
         for (int64_t k = 0; k < K; k++)
             for (int64_t i = 0; i < g; i++) wt[k * g + i] *= scale[k];
-        CNN_TRY(upload_act(m, (char *)m->pairw + off, wt, counts[part]));
-        off += align_bytes((size_t)counts[part] * m->esz);
+        CNN_TRY(upload_act(m, base + offs[part], wt, counts[part]));
         for (int64_t k = 0; k < K; k++) sum[k] = part ? sum[k] + shift[k] : shift[k];
     }
-    return m->be->upload(m->be, (char *)m->pairw + off, sum, (size_t)K * 4);
+    return m->be->upload(m->be, base + l.os, sum, (size_t)K * 4);
 }
 
 static cnn_status refresh_fold(cnn_model *m) {
@@ -867,12 +872,11 @@ static cnn_status eval_step(cnn_model *m, int n, int s) {
             const cnn_node *pn = &net->nodes[sp->pair];
             cnn_conv2d cv1;
             conv_problem(m, pn, n, &cv1);
-            int64_t w1, w2, k;
-            pair_sizes(m, sp, &w1, &w2, &k);
+            const pair_layout l = pair_layout_of(m, sp);
             const char *base = (const char *)m->pairw + sp->pair_off;
-            size_t o2 = align_bytes((size_t)w1 * m->esz), os = o2 + align_bytes((size_t)w2 * m->esz);
-            cnn_epilogue ep = {.shift = (const float *)(base + os), .relu = sp->relu};
-            st = be->conv2d_fprop_pair(be, &cv1, &cv, &ep, value_ptr(m, pn->in[0], CNN_MODE_EVAL), base, x, base + o2, y);
+            cnn_epilogue ep = {.shift = (const float *)(base + l.os), .relu = sp->relu};
+            st = be->conv2d_fprop_pair(be, &cv1, &cv, &ep, value_ptr(m, pn->in[0], CNN_MODE_EVAL), base, x, base + l.o2,
+                                       y);
             break;
         }
         if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]);

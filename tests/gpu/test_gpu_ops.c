@@ -1307,7 +1307,7 @@ static const pair_case pair_cases[] = {
     {{3, 128, 5, 5, 136, 1, 1, 1, 1, 0, 0}, {3, 64, 5, 5, 136, 1, 1, 1, 1, 0, 0}}, /* K past 128, C2 < C */
 };
 
-/* fused: 1 the pair must have run in one kernel, 0 apart, -1 either (the tuner's choice) */
+/* fused: 1 the pair must have run in one kernel, 0 apart, -1 either (the tuner's choice: printed, not a check) */
 static void pair_one(ctx *t, const pair_case *pc, int cfg, bool relu, int fused, uint64_t seed) {
     cnn_conv2d ca = conv_of(&pc->a), cb = conv_of(&pc->b);
     if (ca.p != cb.p || ca.q != cb.q || ca.k != cb.k || ca.n != cb.n) fatal("pair case: the two outputs differ");
@@ -1340,9 +1340,11 @@ static void pair_one(ctx *t, const pair_case *pc, int cfg, bool relu, int fused,
     verify(t, name, &y, ry, &ly, in, 5);
     char nm2[260];
     snprintf(nm2, sizeof nm2, "%s.launch", name);
-    check(fused < 0 || (st1.pair_launches > st0.pair_launches) == (fused == 1), nm2,
-          "pair launches %ld before, %ld after (fused %s)", st0.pair_launches, st1.pair_launches,
-          fused < 0 ? "or not: the tuner's choice" : fused ? "expected" : "not expected");
+    if (fused < 0) /* the tuner's choice: reported, not judged */
+        printf("# %s: %s\n", nm2, st1.pair_launches > st0.pair_launches ? "fused" : "unfused");
+    else
+        check((st1.pair_launches > st0.pair_launches) == (fused == 1), nm2, "pair launches %ld before, %ld after (fused %s)",
+              st0.pair_launches, st1.pair_launches, fused ? "expected" : "not expected");
     cnn_cuda_conv_force_config(t->gpu, -1);
     free(r1), free(ry);
     arr_free(t, &x1), arr_free(t, &w1), arr_free(t, &x2), arr_free(t, &w2), arr_free(t, &shift), arr_free(t, &y);
