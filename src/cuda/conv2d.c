@@ -120,11 +120,15 @@ static const tc_config tc_configs[] = {
      * margins (VGG-16 b256 8% faster, perf-log step 30) */
     {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true},
     {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true},
+    /* m64n128 each: half the tile of the two above, for long reductions over few output tiles, where those
+     * leave the last round of tiles half the SMs (ResNet-50's 7x7 layers at b256: 196 tiles of 128x256 on 132
+     * SMs, 392 of 128x128) */
+    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 12  /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 13  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
