@@ -16,6 +16,8 @@
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
+ *   tile_stage_residual    the residual tile_epilogue_rows will add, copied (cp.async) into shared memory in the
+ *                          layout of its scratch, one KB per pass (conv2d_ws.cu's RSM rows)
  */
 #ifndef CNN_KERNELS_CONV2D_EPILOGUE_CUH
 #define CNN_KERNELS_CONV2D_EPILOGUE_CUH
@@ -140,6 +142,36 @@ __device__ __forceinline__ void tile_epilogue_smem(const conv_args &a, const flo
 __device__ __forceinline__ int epi_row_word(int r, int q, int e) {
     return r * 32 + ((q ^ (((r & 1) << 2) | (r >> 1))) << 2) + e;
 }
+/* pass p of a warp's tile_epilogue_rows (p = (64-column chunk, m64 block, half) in that order): the row of lane
+ * group g, and the first column of the lane's k-th 16-byte group (t4 = lane % 4; groups t4 and t4 + 4) */
+template <int MB> __device__ __forceinline__ int epi_pass_row(int mrow, int p, int g) {
+    return mrow + (p / 2 % MB) * 64 + (p % 2) * 8 + g;
+}
+template <int MB> __device__ __forceinline__ int epi_pass_col(int nbase, int p, int t4, int k) {
+    return nbase + p / (2 * MB) * 64 + (t4 + 4 * k) * 8;
+}
+
+/* The residual of a warp's tile_epilogue_rows, every pass, copied into rst (one KB per pass, 16-byte aligned, the
+ * warp's own) where the scratch's layout has it: each lane copies the two 8-channel vectors it will store per
+ * pass (zeros past gm or gn) and closes them into one cp.async group, which it waits for (then __syncwarp: the
+ * epilogue reads other lanes' words) before the epilogue. */
+template <int MB, int NT8>
+__device__ __forceinline__ void tile_stage_residual(const conv_args &a, int mrow, int nbase, int lane, unsigned *rst) {
+    constexpr int NP = NT8 / 8 * MB * 2;
+    const act_t *res = (const act_t *)a.residual;
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        const int m = epi_pass_row<MB>(mrow, p, g);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int n = epi_pass_col<MB>(nbase, p, t4, k);
+            const bool ok = m < a.gm && n < a.gn;
+            cp_async16(rst + p * 256 + epi_row_word(g, t4 + 4 * k, 0), ok ? res + (long long)m * a.gn + n : res, ok);
+        }
+    }
+    cp_async_commit();
+}
 
 /* A warp's MB m16 blocks (rows mrow + 64 b + ...) x NT8*8 columns from nbase: y = relu?(acc * scale + shift +
  * residual) in the accumulator layout, rounded once, in passes of 8 rows x 64 channels through the scratch. Per
@@ -153,20 +185,22 @@ __device__ __forceinline__ int epi_row_word(int r, int q, int e) {
  * stored.
  * RES: whether a.residual is set (the kernel dispatches on it, so that without one none of the residual code
  * is compiled in: with a runtime test instead, the tuned 1x1 convs without a residual were 10-25% slower,
- * perf-log step 31). */
+ * perf-log step 31). AHEAD = 0 with RES: the residual was staged by tile_stage_residual into rst (landed and
+ * visible to the warp), and each pass adds its words from there: no global loads, no copy into the scratch. */
 template <int MB, int NT8, int AHEAD, bool RES>
 __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const float (&acc)[MB][NT8][4], int mrow,
-                                                   int nbase, int lane, float *scr) {
+                                                   int nbase, int lane, float *scr, const unsigned *rst = nullptr) {
     static_assert(NT8 % 8 == 0, "chunks of eight n8 tiles");
     constexpr int NP = NT8 / 8 * MB * 2; /* passes: (chunk, block, half) */
+    constexpr bool STAGED = RES && AHEAD == 0;
     act_t *y = (act_t *)a.out;
     const act_t *res = (const act_t *)a.residual;
     unsigned *w = (unsigned *)scr;
     /* g: the lane's row in both roles (accumulator row g; read-back row lane/4); t4: its word of an n8 tile when
      * writing, its first 16-byte group (t4 and t4 + 4) when reading back */
     const int g = lane >> 2, t4 = lane & 3;
-    auto row_of = [&](int p) { return mrow + (p / 2 % MB) * 64 + (p % 2) * 8 + g; };
-    auto col_of = [&](int p, int k) { return nbase + p / (2 * MB) * 64 + (t4 + 4 * k) * 8; };
+    auto row_of = [&](int p) { return epi_pass_row<MB>(mrow, p, g); };
+    auto col_of = [&](int p, int k) { return epi_pass_col<MB>(nbase, p, t4, k); };
     uint4 rv[AHEAD + 1][2]; /* [pass % (AHEAD + 1)][k] (unused without RES) */
     auto load_res = [&](int p) {
         const int m = row_of(p);
@@ -177,7 +211,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
             if (m < a.gm && n < a.gn) rv[p % (AHEAD + 1)][k] = *(const uint4 *)(res + (long long)m * a.gn + n);
         }
     };
-    if (RES)
+    if (RES && !STAGED)
 #pragma unroll
         for (int p = 0; p < AHEAD && p < NP; p++) load_res(p);
 #pragma unroll
@@ -195,9 +229,9 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int p = (c * MB + b) * 2 + h;
-                if (RES && p + AHEAD < NP) load_res(p + AHEAD);
+                if (RES && !STAGED && p + AHEAD < NP) load_res(p + AHEAD);
                 __syncwarp(); /* the previous pass's reads are done */
-                if (RES) {
+                if (RES && !STAGED) {
 #pragma unroll
                     for (int k = 0; k < 2; k++)
                         *(uint4 *)(w + epi_row_word(g, t4 + 4 * k, 0)) = rv[p % (AHEAD + 1)][k];
@@ -209,7 +243,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                     float v0 = acc[b][c * 8 + j][2 * h] * sc[j].x + sh[j].x;
                     float v1 = acc[b][c * 8 + j][2 * h + 1] * sc[j].y + sh[j].y;
                     if (RES) {
-                        const unsigned u = w[wi];
+                        const unsigned u = STAGED ? rst[p * 256 + wi] : w[wi];
                         v0 += act_to_f32((act_t)(u & 0xffffu)), v1 += act_to_f32((act_t)(u >> 16));
                     }
                     if (a.relu) v0 = v0 > 0.0f ? v0 : 0.0f, v1 = v1 > 0.0f ? v1 : 0.0f;

@@ -45,7 +45,13 @@
  * convolution's pair_ktiles slices (a_map, b_map), then the second's (a2_map, b2_map: x2 in im2col mode from the
  * same output pixels with its own strides and padding, its filter tiled); the consumers see one longer reduction
  * into the same accumulators and one epilogue, so the block's output is written once and neither branch is stored.
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, ACT.
+ * RSM=1 (the `/r` rows; TMA rows only): a residual tile is staged in shared memory. Before its mainloop each consumer
+ * warp issues cp.async copies of the residual its epilogue will add (RSM_BYTES: a region per consumer warp, one
+ * KB per epilogue pass, in the scratch's swizzled layout), and waits for them only when the epilogue begins: the
+ * residual is read from DRAM while the tile is multiplied, and the epilogue adds it from shared memory instead
+ * of waiting on global loads. Fewer ring stages make the room; without a residual these rows run as their twins
+ * with that shorter ring.
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -80,10 +86,16 @@
 #define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
 #endif
 #define EPI_BYTES (8 * 1024) /* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring */
+#ifndef RSM
+#define RSM 0
+#endif
+#define EPI_PASSES (BN / 64 * MB * 2) /* passes of 8 rows x 64 channels in a warp's epilogue (tile_epilogue_rows) */
+/* RSM: the staged residual, after the scratch: per consumer warp one KB per pass */
+#define RSM_BYTES (RSM ? 8 * EPI_PASSES * 1024 : 0)
 /* passes of residual loads a TMA row's epilogue keeps in flight ahead of the pass it stores (8 registers each):
  * as many as the consumers' registers hold without spills (test_nvrtc) */
 #define RES_AHEAD (MB == 1 ? 3 : 2)
-#define SMEM_BYTES (EPI_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1024 bytes (BRES: + B) */
+#define SMEM_BYTES (EPI_BYTES + RSM_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1 KB (BRES: + B) */
 /* slices whose copies a producer thread keeps in flight. At most STAGES - 2: slice g's stage is released once
  * slice g + 1 has been multiplied, and slice g + 1 is announced DEPTH iterations after its copies were issued;
  * the producer waits for that release before issuing slice g + STAGES */
@@ -103,6 +115,7 @@ static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT
               "registers handed back cover the registers taken");
 static_assert(MB >= 1 && CBM == 64 * MB, "BM: whole m64 blocks per consumer");
 static_assert(!COOP || (TMA && !BRES), "cooperative rows: TMA copies, B in the ring");
+static_assert(!RSM || TMA, "a staged residual: TMA rows (the cp.async rows' producer owns the cp.async groups)");
 static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (n64: TMA rows, no cp.async loader)");
 static_assert(MB * NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
@@ -134,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 #endif
     __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2], bfull;
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    unsigned char *ring = smem + EPI_BYTES;
+    unsigned char *ring = smem + EPI_BYTES + RSM_BYTES;
     act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(ring); /* stage s: A tile, then B tile */
 #if BRES
     act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(ring + (size_t)STAGE_ELEMS * 2 * STAGES); /* per slice */
@@ -278,16 +291,25 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     regs_raise();
     const int me = role - 1;
     const int row_off = COOP ? me * CBM : 0; /* the consumer's first row within the tile */
+    /* RSM: this warp's staged residual (one KB per epilogue pass) */
+    unsigned *rst = (unsigned *)(smem + EPI_BYTES + (size_t)(me * 4 + warp) * EPI_PASSES * 1024);
+    (void)rst;
     float acc[MB][NT8][4];
 #if BRES
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
     for (int i = COOP ? 0 : me, j = 0; i < my_tiles; i += COOP ? 1 : 2, j++) {
-        if (a.residual) { /* what this tile's epilogue will add, into L2 while the mainloop runs (a hint) */
+        if (a.residual) { /* what this tile's epilogue will add: into shared memory (RSM) or L2 (a hint) while
+                           * the mainloop runs */
             int pm0, pn0;
             tile_origin(i, pm0, pn0);
+#if RSM
+            __syncwarp(); /* every lane's reads of the region in the previous tile's epilogue are done */
+            tile_stage_residual<MB, NT8>(a, pm0 + row_off + warp * 16, pn0, lane, rst);
+#else
 #pragma unroll
             for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, pm0 + row_off + b * 64 + warp * 16, pn0, lane);
+#endif
         }
         /* the other consumer has issued every slice of tile i - 1 (its completion number j - 1 + me) */
         if (!COOP && i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
@@ -309,6 +331,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
         if (!a.residual) {
             tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+        } else if (RSM) { /* the staged residual: this lane's copies landed, then every lane's (cross-lane reads) */
+            cp_async_wait<0>();
+            __syncwarp();
+            tile_epilogue_rows<MB, NT8, 0, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, rst);
         } else if (TMA) { /* residual loads RES_AHEAD passes ahead: the TMA rows' consumers have the registers */
             tile_epilogue_rows<MB, NT8, RES_AHEAD, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else { /* the cp.async rows' consumers have fewer (both epilogues in one program would spill) */

@@ -72,63 +72,71 @@ typedef struct tc_config {
     bool coop;    /* ws TMA row whose two consumers share each bm x bn tile, half its rows each (COOP=1, the /c
                    * rows), where the others alternate over tiles; its fallback where the maps do not apply is
                    * the persistent wgmma row of the same tile */
+    bool rsm;     /* ws TMA row staging a residual in shared memory (RSM=1, the /r rows: each consumer warp copies
+                   * its tile's residual while the tile is multiplied), with fewer ring stages to make the room;
+                   * tuned only where the conv adds a residual */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false},
-    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false},
-    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false},
     /* the same with TMA copies (the producer one thread, the consumers with more registers) */
-    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false},
-    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false},
-    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false},
-    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false},
+    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false},
+    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false},
+    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false},
+    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false},
     /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
      * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
-    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false},
+    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false},
     /* cooperative (both consumers on one tile, m64n256 or 2 x m64n128 each): per stage one B slice for twice
      * the rows of a consumer's tile; the tuner takes them for most of ResNet-50's long reductions, by small
      * margins (VGG-16 b256 8% faster, perf-log step 30) */
-    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true},
-    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true},
+    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false},
+    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false},
     /* m64n128 each: half the tile of the two above, for long reductions over few output tiles, where those
      * leave the last round of tiles half the SMs (ResNet-50's 7x7 layers at b256: 196 tiles of 128x256 on 132
      * SMs, 392 of 128x128) */
-    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true},
+    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false},
+    /* the residual staged in shared memory, 64 KB for the two consumers' tiles, the ring shortened to make the
+     * room: ResNet-50's 256->1024 and 512->2048 convs with a residual 6% faster (perf-log step 43). The same with
+     * 64x256 tiles (3 stages, with and without /b) and with the cooperative 128x256 and 128x128 tiles was slower
+     * than the rows above on every residual conv of ResNet-50: not kept */
+    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 13  /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 14  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -227,8 +235,8 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d", c->bm, c->bn, c->stages,
-             c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d", c->bm, c->bn, c->stages,
+             c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -277,7 +285,8 @@ static bool tc_hopper(const tc_config *c) { return c->wg || c->ws; }
  * holds only A slices, and every B slice of the reduction follows it */
 static int64_t tc_launch_smem(const tc_config *c, int stages, int64_t gk) {
     const int64_t align = tc_hopper(c) ? 1024 : 0;
-    const int64_t epi = c->ws ? 8 * 1024 : 0; /* conv2d_ws.cu's epilogue scratch (EPI_BYTES) */
+    /* conv2d_ws.cu's epilogue scratch (EPI_BYTES) and staged residual (RSM_BYTES: the two consumers' rows) */
+    const int64_t epi = (c->ws ? 8 * 1024 : 0) + (c->rsm ? 2 * (int64_t)(c->coop ? c->bm / 2 : c->bm) * c->bn * 2 : 0);
     if (c->bres) return epi + (int64_t)c->bm * c->bk * 2 * stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + align;
     return epi + (int64_t)(c->bm + c->bn) * c->bk * 2 * stages + align;
 }
@@ -346,7 +355,8 @@ static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t
 static int ws_twin(int tv, bool bres, bool tma) {
     for (int i = FIRST_WS; i < N_TC; i++)
         if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].coop == tc_configs[tv].coop &&
-            tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
+            tc_configs[i].rsm == (tma && tc_configs[tv].rsm) && tc_configs[i].bm == tc_configs[tv].bm &&
+            tc_configs[i].bn == tc_configs[tv].bn)
             return i;
     for (int i = N_TC_MMA + N_TC_WG; i < FIRST_WS && !tma; i++)
         if (tc_configs[i].persist && tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
@@ -638,7 +648,7 @@ typedef struct tc_cand {
     int cfg, splits;
 } tc_cand;
 
-static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) {
+static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, tc_cand *out) {
     int64_t gm, gn, gk;
     gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
     int order[N_TC];
@@ -650,6 +660,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
                                : (tc_configs[i].persist || tc_configs[i].ws) && cb->tune != CNN_TUNE_FULL ? -1.0
                                : tc_configs[i].bres && !bres_fits(cb, &tc_configs[i], gn, gk) ? -1.0
                                : tc_configs[i].tma && !tma_fits(cv) ? -1.0
+                               : tc_configs[i].rsm && !res ? -1.0
                                : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
@@ -680,10 +691,10 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
      * B-resident ones where the filter's column block fits, the TMA ones where the problem fits their tensor maps
      * (elsewhere each would run its twin again); only where the output has two tiles per SM at
      * least (a CTA's two consumers alternate over its tiles: on fewer, one of them idles), one for the
-     * cooperative rows (both consumers on each tile) */
+     * cooperative rows (both consumers on each tile); the rows staging a residual only where there is one */
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
         if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)) &&
-            (!tc_configs[i].tma || tma_fits(cv)) &&
+            (!tc_configs[i].tma || tma_fits(cv)) && (!tc_configs[i].rsm || res) &&
             cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= (tc_configs[i].coop ? 1LL : 2LL) * cb->sm_count)
             out[n++] = (tc_cand){i, 1};
     return n;
@@ -692,8 +703,8 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, tc_cand *out) 
 /* a pair's candidate that runs the two convolutions apart (pair_unfused): the tuner decides whether fusing pays */
 #define PAIR_UNFUSED (-1)
 
-/* A pair's candidates: the TMA rows (the only ones with a second operand stream), those that fit the summed
- * reduction; in a fast search only where the output has two tiles per SM (one for the cooperative rows), as
+/* A pair's candidates: the TMA rows (the only ones with a second operand stream) but those staging a residual
+ * (a pair adds none), those that fit the summed reduction; in a fast search only where the output has two tiles per SM (one for the cooperative rows), as
  * above, unless none has. Best first by the heuristic's score; when tuning, then PAIR_UNFUSED. */
 static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_pair *pr, tc_cand *out) {
     int64_t gm, gn, gk0;
@@ -703,7 +714,7 @@ static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_p
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (int i = FIRST_WS; i < N_TC; i++) {
             const tc_config *c = &tc_configs[i];
-            if (!c->tma || !tc_usable(cb, c) || (c->bres && !bres_fits(cb, c, gn, gk))) continue;
+            if (!c->tma || c->rsm || !tc_usable(cb, c) || (c->bres && !bres_fits(cb, c, gn, gk))) continue;
             if (pass == 0 && cb->tune == CNN_TUNE_FAST &&
                 cdiv(gm, c->bm) * cdiv(gn, c->bn) < (c->coop ? 1LL : 2LL) * cb->sm_count)
                 continue;
@@ -742,7 +753,7 @@ static cnn_status tc_tune(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     cuda_be *cb = cuda_impl(be);
     double t0 = cnn_now();
     tc_cand cand[3 * N_TC + 1];
-    int nc = pr ? pair_candidates(cb, cv, pr, cand) : tc_candidates(cb, cv, cand);
+    int nc = pr ? pair_candidates(cb, cv, pr, cand) : tc_candidates(cb, cv, ep && ep->residual, cand);
     CNN_ASSERT(nc > 0);
     *cfg_out = cand[0].cfg, *splits_out = cand[0].splits;
     if (nc == 1) return CNN_OK;
@@ -801,7 +812,7 @@ static cnn_status tc_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         if (!cb->capturing) return tc_tune(be, cv, ep, x, w, NULL, key, tv, splits);
     }
     tc_cand cand[3 * N_TC]; /* best first: the heuristic's choice */
-    tc_candidates(cb, cv, cand);
+    tc_candidates(cb, cv, ep && ep->residual, cand);
     *tv = cand[0].cfg, *splits = cand[0].splits;
     return CNN_OK;
 }
