@@ -9,7 +9,7 @@
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
-#                                        flush-ab pdl-ab pdl3 pair
+#                                        flush-ab pdl-ab pdl3 pair cluster ws-rows
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -227,6 +227,31 @@ if has pair; then # two convolutions summed in one kernel (conv2d_fprop_pair): t
     AB_BATCHES=${AB_BATCHES:-1,64,256} env_ab pair CNN_CONV_PAIR
     grep -h 'tuned fprop_pair' /tmp/pair-on-tune.log | sed 's/^/# /' >>"$LOGDIR/pair-on-layers-r50.md"
 fi
+if has cluster; then # the rows launched in clusters of two CTAs that share each B slice (conv2d_ws.cu CLUSTER=2, /m2/):
+    # one quick pass first (a wrong result or a hang stops the stage there, before anything is timed) and the conv
+    # pairs on those rows; then CNN_CONV_CLUSTER=0 against on (env_ab, cuDNN per layer), the per-layer A/B as one
+    # table (bench/ab_layers.py) and the /m2/ candidates' tuning times; then every case and the sanitizers (rows_ab's
+    # parts, the timings first)
+    stage gpu-cluster-quick 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
+    if grep -qE '^gpu-cluster-quick +ok' "$SUMMARY.rows"; then
+        stage gpu-cluster-pair 120 env CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_pair
+        env_ab cluster CNN_CONV_CLUSTER /m2/ # the timings before the long tests: a call cut short keeps them
+        $PYTHON bench/ab_layers.py $LOGDIR/cluster-off-layers-r50.md $LOGDIR/cluster-on-layers-r50.md \
+            $LOGDIR/cluster-cudnn-r50.jsonl | tee $LOGDIR/cluster-ab-layers.md | sed 's/^/# /'
+        grep -h 'tuned fprop_tc' /tmp/cluster-on-tune.log | grep -o '[^ ]*/m2/t/1 [0-9.]*' | sed 's/^/# m2 candidate /' | head -n 60
+        rows_tests cluster /m2/
+        SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+        for tool in memcheck racecheck synccheck; do
+            stage "sanitizer-cluster-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$SAN" --tool $tool \
+                --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
+        done
+    else
+        SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+        stage sanitizer-cluster-memcheck 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$SAN" --tool memcheck \
+            --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
+    fi
+fi
+if has ws-rows; then rows_tests ws ws/; fi # every warp-specialised row, every case (no cuDNN run)
 if has ws-tests; then rows_tests ws ws/; cudnn_r50 cudnn-r50; fi # every warp-specialised row; cuDNN per layer
 if has sanitize-ws; then # the warp-specialised rows of the tensor-core group under memcheck, racecheck and synccheck
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
