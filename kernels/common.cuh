@@ -348,21 +348,18 @@ template <int N> __device__ __forceinline__ void cp_async_wait(void) {
  * {expected, pending, phase} in the barrier's 8 bytes and yields to the other fibers while it waits. */
 #ifndef __CUDA_ARCH__
 /* the emulator's barrier: v[0] = expected | pending arrivals << 16, v[1] = completed phases (low 11 bits) |
- * transaction bytes still expected << 11 (signed). A phase completes when both its arrivals and its bytes are in
- * (as on the GPU). Bytes multicast by another CTA of a cluster (`early`) may land before this CTA's own
- * expect_tx announces them, so the count goes below zero for a while, as the GPU allows; any other update that
- * leaves more bytes completed than announced is a broken kernel. */
-static inline void emu_mbar_update(unsigned long long *bar, unsigned arrivals, unsigned tx_add, unsigned tx_done,
-                                   bool early = false) {
+ * transaction bytes still expected << 11. A phase completes when both its arrivals and its bytes are in (as on
+ * the GPU); more bytes completed than were announced is a broken kernel. */
+static inline void emu_mbar_update(unsigned long long *bar, unsigned arrivals, unsigned tx_add, unsigned tx_done) {
     unsigned v[2];
     memcpy(v, bar, 8);
-    unsigned expected = v[0] & 0xffffu, pending = (v[0] >> 16) - arrivals, phase = v[1] & 0x7ffu;
-    int tx = (int)v[1] >> 11; /* arithmetic shift: the signed count */
-    tx += (int)tx_add - (int)tx_done;
-    if ((tx < 0 && !early) || tx <= -(1 << 20) || tx >= (1 << 20)) __trap();
+    unsigned expected = v[0] & 0xffffu, pending = (v[0] >> 16) - arrivals, phase = v[1] & 0x7ffu, tx = v[1] >> 11;
+    tx += tx_add;
+    if (tx < tx_done) __trap();
+    tx -= tx_done;
     if (pending == 0 && tx == 0) pending = expected, phase = (phase + 1u) & 0x7ffu;
     v[0] = expected | (pending << 16);
-    v[1] = phase | ((unsigned)tx << 11);
+    v[1] = phase | (tx << 11);
     memcpy(bar, v, 8);
     emu_rt_ptr->events++;
 }
@@ -453,74 +450,6 @@ __device__ __forceinline__ void tma_prefetch_map(const void *map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 #else
     (void)map;
-#endif
-}
-
-/* ---- thread-block clusters (sm_90): CTAs placed together that reach each other's shared memory ------------
- * cluster_ctarank(): this CTA's rank in its cluster. cluster_sync(): every thread of every CTA of the cluster
- * arrives, then waits for all (release / acquire at cluster scope): what each CTA wrote before it (an mbarrier's
- * initialisation, after fence_mbar_init_cluster) is seen by the others after it. mbar_arrive_cluster(bar, r):
- * an arrival at the barrier at bar's offset in CTA r's shared memory (r may be this CTA), with the default
- * (CTA-scope) release: it announces that reads have completed (a stage's wgmma waited for), which needs no
- * cluster-wide fence, and a cluster-scope release made each arrival wait for one (perf-log step 45). tma_load_tile_2d_mc:
- * tma_load_tile_2d whose box lands at dst's offset in every CTA of `mask` (bit r: CTA r) and completes its bytes
- * on the barrier at bar's offset in each of them. The emulator (tests/gpu/emu) runs a cluster's CTAs together,
- * each with its own copy of the shared variables, and maps an offset to another CTA's copy (emu_rt::mapa). */
-__device__ __forceinline__ unsigned cluster_ctarank(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-#elif defined(__CUDA_ARCH__)
-    return 0u;
-#else
-    return emu_rt_ptr->cluster_rank;
-#endif
-}
-__device__ __forceinline__ void cluster_sync(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#elif defined(__CUDA_ARCH__)
-    __syncthreads();
-#else
-    emu_rt_ptr->cluster_sync();
-#endif
-}
-__device__ __forceinline__ void fence_mbar_init_cluster(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long *bar, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{ .reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
-                 "mbarrier.arrive.shared::cluster.b64 _, [ra]; }" ::"r"(smem_u32(bar)), "r"(rank)
-                 : "memory");
-#elif defined(__CUDA_ARCH__)
-    (void)bar, (void)rank;
-    __trap();
-#else
-    emu_mbar_update((unsigned long long *)emu_rt_ptr->mapa(bar, rank), 1u, 0u, 0u);
-#endif
-}
-__device__ __forceinline__ void tma_load_tile_2d_mc(const void *map, void *dst, unsigned long long *bar, int c0, int c1,
-                                                    unsigned short mask) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;"
-                 ::"r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(mask) : "memory");
-#elif defined(__CUDA_ARCH__)
-    (void)map, (void)dst, (void)bar, (void)c0, (void)c1, (void)mask;
-    __trap();
-#else
-    const int coord[4] = {c0, c1, 0, 0};
-    for (unsigned r = 0; r < emu_rt_ptr->cluster_size; r++)
-        if (mask >> r & 1u) {
-            unsigned char *d = (unsigned char *)emu_rt_ptr->mapa(dst, r);
-            unsigned long long *b = (unsigned long long *)emu_rt_ptr->mapa(bar, r);
-            emu_mbar_update(b, 0u, 0u, emu_tma_load((const emu_tensor_map *)map, d, coord, 0, 0),
-                            r != emu_rt_ptr->cluster_rank);
-        }
 #endif
 }
 

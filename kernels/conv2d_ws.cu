@@ -51,17 +51,7 @@
  * residual is read from DRAM while the tile is multiplied, and the epilogue adds it from shared memory instead
  * of waiting on global loads. Fewer ring stages make the room; without a residual these rows run as their twins
  * with that shorter ring.
- * CLUSTER=2 (the `/m2` rows; TMA rows with B in the ring): the grid is made of clusters of two CTAs that take the
- * same column block and adjacent row blocks, so they multiply the same B slices: each CTA's producer copies half
- * of every B slice (BN / CLUSTER filter rows) and the copy engine multicasts it into both CTAs' stages, so the
- * filter is read from L2 once per pair of tiles instead of once per tile (a 128x128 tile's stage: 24 KB from L2
- * instead of 32). A stage's full[] barrier then completes on bytes from both producers, and a stage is free only
- * once the consumers of both CTAs have released it: each consumer warp arrives at empty[] in every CTA of the
- * cluster. The barriers are initialised before any CTA touches another's (cluster_sync), and a producer waits
- * for the last releases of its own stages before its CTA may exit, since the other CTA's consumers arrive there.
- * A CTA whose row block lies past the output (an odd number of row blocks) still runs it, on zeros, for its
- * half of the B slices.
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, CLUSTER, ACT.
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -99,10 +89,6 @@
 #ifndef RSM
 #define RSM 0
 #endif
-#ifndef CLUSTER
-#define CLUSTER 1
-#endif
-#define BN_PART (BN / CLUSTER) /* filter rows of a B slice that one CTA of a cluster copies for all of them */
 #define EPI_PASSES (BN / 64 * MB * 2) /* passes of 8 rows x 64 channels in a warp's epilogue (tile_epilogue_rows) */
 /* RSM: the staged residual, after the scratch: per consumer warp one KB per pass */
 #define RSM_BYTES (RSM ? 8 * EPI_PASSES * 1024 : 0)
@@ -130,7 +116,6 @@ static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS && NT
 static_assert(MB >= 1 && CBM == 64 * MB, "BM: whole m64 blocks per consumer");
 static_assert(!COOP || (TMA && !BRES), "cooperative rows: TMA copies, B in the ring");
 static_assert(!RSM || TMA, "a staged residual: TMA rows (the cp.async rows' producer owns the cp.async groups)");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && TMA && !BRES), "a cluster multicasts B slices: TMA rows, B in the ring");
 static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (n64: TMA rows, no cp.async loader)");
 static_assert(MB * NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
@@ -172,11 +157,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
     const int n_tiles = (a.gn + BN - 1) / BN, m_tiles = (a.gm + BM - 1) / BM;
-    /* the cluster (CLUSTER consecutive CTAs, 1 without) and this CTA's rank in it */
-    const int cid = (int)blockIdx.x / CLUSTER, n_clusters = (int)gridDim.x / CLUSTER;
-    const unsigned crank = CLUSTER > 1 ? cluster_ctarank() : 0u;
-    if (CLUSTER > 1 && (int)gridDim.x % CLUSTER != 0) __trap();
-    (void)cid, (void)n_clusters, (void)crank; /* the B-resident rows schedule by column block instead */
     const int ktiles = (a.gk + BK - 1) / BK;
 #if BRES
     if ((int)gridDim.x % n_tiles != 0) __trap(); /* a CTA keeps one column block */
@@ -185,12 +165,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     auto tile_origin = [&](int i, int &m0, int &n0) { m0 = (row0 + i * rows_step) * BM, n0 = col * BN; };
     const unsigned need = (unsigned)(SMEM_BYTES + ktiles * BN * BK * 2);
 #else
-    /* a cluster's i-th unit of work: a column block and CLUSTER adjacent row blocks, one per CTA */
-    const int units = (m_tiles + CLUSTER - 1) / CLUSTER * n_tiles;
-    const int my_tiles = cid < units ? (units - 1 - cid) / n_clusters + 1 : 0;
+    const int tiles = m_tiles * n_tiles;
+    const int my_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     auto tile_origin = [&](int i, int &m0, int &n0) { /* of this CTA's i-th tile: N tiles of a row block in turn */
-        const int t = cid + i * n_clusters;
-        m0 = ((t / n_tiles) * CLUSTER + (int)crank) * BM, n0 = (t % n_tiles) * BN;
+        const int t = (int)blockIdx.x + i * (int)gridDim.x;
+        m0 = (t / n_tiles) * BM, n0 = (t % n_tiles) * BN;
     };
     const unsigned need = (unsigned)SMEM_BYTES;
 #endif
@@ -198,15 +177,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     if (total > 0 && dynamic_smem_bytes() < need) __trap(); /* every stage is reached (and every B slice) */
 
     const unsigned loaders = TMA ? 1u : 128u; /* arrivals that complete a full[] or bfull phase */
-    if (tid == 0) { /* empty[]: each consumer warp of each CTA of the cluster releases a stage */
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], loaders), mbar_init(&empty[s], (COOP ? 8 : 4) * CLUSTER);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], loaders), mbar_init(&empty[s], COOP ? 8 : 4);
         mbar_init(&turn[0], 4), mbar_init(&turn[1], 4), mbar_init(&bfull, loaders);
-        if (CLUSTER > 1) fence_mbar_init_cluster();
     }
-    if (CLUSTER > 1)
-        cluster_sync(); /* every CTA's barriers are initialised before another CTA arrives at them or copies in */
-    else
-        __syncthreads();
+    __syncthreads();
 
 #if TMA
     if (role == 0) { /* ---- the producer: thread 0 issues every copy ---- */
@@ -246,13 +221,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
                 c0 = 0, tr = 0, ts = 0, cc = a.c2, cs = a.s2;
             }
             const bool second = kt >= k1;
-            mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2)); /* the whole stage, both halves of B */
+            mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2));
             tma_load_im2col_4d(second ? &targs.a2_map : &targs.a_map, As[s], &full[s], c0, wb, hb, img,
                                (unsigned short)ts, (unsigned short)tr);
-#if !BRES && CLUSTER > 1 /* this CTA's part of the B slice, into every CTA of the cluster */
-            tma_load_tile_2d_mc(second ? &targs.b2_map : &targs.b_map, Bs[s] + crank * BN_PART * BK, &full[s],
-                                (second ? kt - k1 : kt) * BK, n0 + (int)crank * BN_PART, (1u << CLUSTER) - 1u);
-#elif !BRES
+#if !BRES
             tma_load_tile_2d(second ? &targs.b2_map : &targs.b_map, Bs[s], &full[s], (second ? kt - k1 : kt) * BK, n0);
 #endif
             c0 += BK; /* the host launches TMA rows only where C % 64 == 0 (C2 too): a slice is one filter tap */
@@ -262,13 +234,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
             }
             if (++kt == ktiles) kt = 0, tile++;
         }
-        /* a cluster: the other CTAs' consumers arrive at this CTA's empty[] barriers, so it stays until the last
-         * release of each stage (slice g's is completion g / STAGES of its stage's barrier; the one before was
-         * waited for above, so the parity is unambiguous) */
-#if CLUSTER > 1
-        for (int g = total > STAGES ? total - STAGES : 0; g < total; g++)
-            mbar_wait(&empty[g % STAGES], (unsigned)(g / STAGES) & 1u);
-#endif
         return;
     }
 #else
@@ -330,12 +295,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     unsigned *rst = (unsigned *)(smem + EPI_BYTES + (size_t)(me * 4 + warp) * EPI_PASSES * 1024);
     (void)rst;
     float acc[MB][NT8][4];
-    auto release = [&](unsigned long long *bar) { /* a stage this warp has finished reading, in every CTA */
-        if (CLUSTER > 1)
-            for (unsigned r = 0; r < CLUSTER; r++) mbar_arrive_cluster(bar, r);
-        else
-            mbar_arrive(bar);
-    };
 #if BRES
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
@@ -361,12 +320,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
             wg_multiply_slice<MB, BN>(acc, As[s] + row_off * BK, Bs[BRES ? kt : s], warp, lane);
             wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
-            if (kt > 0 && lane == 0) release(&empty[(g - 1) % STAGES]);
+            if (kt > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
         }
         if (!COOP && lane == 0) mbar_arrive(&turn[me]); /* the next tile's consumer may start issuing */
         wg_wait_all();
         acc_fence_all(acc);
-        if (lane == 0) release(&empty[(i * ktiles + ktiles - 1) % STAGES]);
+        if (lane == 0) mbar_arrive(&empty[(i * ktiles + ktiles - 1) % STAGES]);
         int m0, n0;
         tile_origin(i, m0, n0);
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */

@@ -9,7 +9,7 @@
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
-#                                        flush-ab pdl-ab pdl3 pair cluster ws-rows
+#                                        flush-ab pdl-ab pdl3 pair ws-rows
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -183,7 +183,8 @@ rows_ab() {
 # env_ab TAG OFFVAR [FILTER] (its tables in logs.tgz: the device tool returns only a few files from $OUT): one binary
 # with OFFVAR=0 against without, each arm with its own empty cache, ResNet-50
 # per layer (every tuned layer's candidates and their times in the log) and three models whole (batches
-# AB_BATCHES, default 64,256); cuDNN's convs alone in the same call
+# AB_BATCHES, default 64,256); cuDNN's convs alone in the same call; then the per-layer times of both arms and
+# cuDNN's side by side (bench/ab_layers.py, printed and in logs.tgz as TAG-ab-layers.md)
 env_ab() {
     local tag=$1 offvar=$2 filter=${3:-} arm env
     for arm in off on; do
@@ -197,6 +198,8 @@ env_ab() {
     [ -n "$filter" ] && grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | sed 's/ ms (.*//' | grep -c -- "$filter" |
         sed "s|^|# layers whose tuned winner is a $filter row: |"
     cudnn_r50 $tag-cudnn-r50
+    $PYTHON bench/ab_layers.py $LOGDIR/$tag-off-layers-r50.md $LOGDIR/$tag-on-layers-r50.md $LOGDIR/$tag-cudnn-r50.jsonl |
+        tee $LOGDIR/$tag-ab-layers.md | sed 's/^/# /'
 }
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
@@ -226,30 +229,6 @@ if has pair; then # two convolutions summed in one kernel (conv2d_fprop_pair): t
     done
     AB_BATCHES=${AB_BATCHES:-1,64,256} env_ab pair CNN_CONV_PAIR
     grep -h 'tuned fprop_pair' /tmp/pair-on-tune.log | sed 's/^/# /' >>"$LOGDIR/pair-on-layers-r50.md"
-fi
-if has cluster; then # the rows launched in clusters of two CTAs that share each B slice (conv2d_ws.cu CLUSTER=2, /m2/):
-    # one quick pass first (a wrong result or a hang stops the stage there, before anything is timed) and the conv
-    # pairs on those rows; then CNN_CONV_CLUSTER=0 against on (env_ab, cuDNN per layer), the per-layer A/B as one
-    # table (bench/ab_layers.py) and the /m2/ candidates' tuning times; then every case and the sanitizers (rows_ab's
-    # parts, the timings first)
-    stage gpu-cluster-quick 120 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_tc
-    if grep -qE '^gpu-cluster-quick +ok' "$SUMMARY.rows"; then
-        stage gpu-cluster-pair 120 env CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$BUILD/gpu_test_ops" --dtype bf16 conv_pair
-        env_ab cluster CNN_CONV_CLUSTER /m2/ # the timings before the long tests: a call cut short keeps them
-        $PYTHON bench/ab_layers.py $LOGDIR/cluster-off-layers-r50.md $LOGDIR/cluster-on-layers-r50.md \
-            $LOGDIR/cluster-cudnn-r50.jsonl | tee $LOGDIR/cluster-ab-layers.md | sed 's/^/# /'
-        grep -h 'tuned fprop_tc' /tmp/cluster-on-tune.log | grep -o '[^ ]*/m2/t/1 [0-9.]*' | sed 's/^/# m2 candidate /' | head -n 60
-        rows_tests cluster /m2/
-        SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-        for tool in memcheck racecheck synccheck; do
-            stage "sanitizer-cluster-$tool" 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$SAN" --tool $tool \
-                --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
-        done
-    else
-        SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-        stage sanitizer-cluster-memcheck 150 env CNN_TEST_QUICK=1 CNN_TEST_TC_CONFIG=/m2/ CNN_SYNC_DEBUG=1 "$SAN" --tool memcheck \
-            --error-exitcode 1 --print-limit 20 "$BUILD/gpu_test_ops" --no-fork --dtype bf16 conv_tc
-    fi
 fi
 if has ws-rows; then rows_tests ws ws/; fi # every warp-specialised row, every case (no cuDNN run)
 if has ws-tests; then rows_tests ws ws/; cudnn_r50 cudnn-r50; fi # every warp-specialised row; cuDNN per layer

@@ -12,8 +12,7 @@
  * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
  * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_CONV_WS=0 (no warp-specialised
  * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_CONV_COOP=0 (none of their cooperative
- * rows), CNN_CONV_CLUSTER=0 (none of their rows launched in clusters), CNN_CONV_PAIR=0 (the eval plan sums no two
- * convolutions in one kernel), CNN_COMPILE_THREADS (nvrtc.c).
+ * rows), CNN_CONV_PAIR=0 (the eval plan sums no two convolutions in one kernel), CNN_COMPILE_THREADS (nvrtc.c).
  */
 #include "cuda/internal.h"
 
@@ -76,46 +75,29 @@ cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsig
     return CNN_OK;
 }
 
-/* the launch attributes of a kernel launch: programmatic serialization where the backend uses it (every kernel
- * starts with pdl_enter(): it reads nothing before the previous one has finished), clusters of `cluster` CTAs
- * along x where cluster > 1; returns how many it filled */
-static unsigned launch_attrs(const cuda_be *cb, unsigned cluster, CUlaunchAttribute attr[2]) {
-    unsigned n = 0;
-    memset(attr, 0, 2 * sizeof *attr);
-    if (cb->pdl) {
-        attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr[n++].value.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster > 1) {
-        attr[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr[n].value.clusterDim.x = cluster, attr[n].value.clusterDim.y = 1, attr[n++].value.clusterDim.z = 1;
-    }
-    return n;
-}
-
-static cnn_status launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned by, unsigned smem, unsigned cluster, void *args) {
+cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
+                            unsigned bx, unsigned by, unsigned smem, void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
     CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
-    CNN_ASSERT(cluster >= 1 && gx % cluster == 0 && (cluster == 1 || cu.LaunchKernelEx));
     CNN_TRY(smem_opt_in(cb, f, what, smem));
     void *params[1] = {args};
     CUresult r;
-    CUlaunchAttribute attr[2];
-    const unsigned na = launch_attrs(cb, cluster, attr);
-    if (na > 0) {
+    if (cb->pdl) { /* every kernel starts with pdl_enter(): it reads nothing before the previous one has finished */
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
         CUlaunchConfig lc;
         memset(&lc, 0, sizeof lc);
         lc.gridDimX = gx, lc.gridDimY = gy, lc.gridDimZ = gz, lc.blockDimX = bx, lc.blockDimY = by, lc.blockDimZ = 1;
-        lc.sharedMemBytes = smem, lc.hStream = cb->stream, lc.attrs = attr, lc.numAttrs = na;
+        lc.sharedMemBytes = smem, lc.hStream = cb->stream, lc.attrs = &attr, lc.numAttrs = 1;
         r = cu.LaunchKernelEx(&lc, f, params, NULL);
     } else {
         r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
     }
     if (r != CUDA_SUCCESS) {
         char msg[256];
-        snprintf(msg, sizeof msg, "launch of %s (grid %u x %u x %u, block %u x %u, clusters of %u)", what, gx, gy, gz,
-                 bx, by, cluster);
+        snprintf(msg, sizeof msg, "launch of %s (grid %u x %u x %u, block %u x %u)", what, gx, gy, gz, bx, by);
         return cuda_fail(r, msg);
     }
     cb->stats.launches++;
@@ -127,39 +109,6 @@ static cnn_status launch(cuda_be *cb, CUfunction f, const char *what, unsigned g
             return cuda_fail(r, msg);
         }
     }
-    return CNN_OK;
-}
-
-cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
-                            unsigned bx, unsigned by, unsigned smem, void *args) {
-    return launch(cb, f, what, gx, gy, gz, bx, by, smem, 1, args);
-}
-
-cnn_status cuda_launch_cluster(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned bx, unsigned smem,
-                               unsigned cluster, void *args) {
-    return launch(cb, f, what, gx, 1, 1, bx, 1, smem, cluster, args);
-}
-
-cnn_status cuda_clusters_max(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem,
-                             unsigned cluster, int *out) {
-    int per_sm = 1;
-    CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm)); /* also raises f's shared-memory limit */
-    int n = per_sm * cb->sm_count / (int)cluster;
-    if (cu.OccupancyMaxActiveClusters) {
-        CUlaunchAttribute attr[2];
-        CUlaunchConfig lc;
-        memset(&lc, 0, sizeof lc);
-        lc.gridDimX = cluster, lc.gridDimY = 1, lc.gridDimZ = 1, lc.blockDimX = threads, lc.blockDimY = 1;
-        lc.blockDimZ = 1, lc.sharedMemBytes = smem, lc.hStream = cb->stream;
-        lc.attrs = attr, lc.numAttrs = launch_attrs(cb, cluster, attr);
-        CUresult r = cu.OccupancyMaxActiveClusters(&n, f, &lc);
-        if (r != CUDA_SUCCESS) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "cuOccupancyMaxActiveClusters (clusters of %u) for %s", cluster, what);
-            return cuda_fail(r, msg);
-        }
-    }
-    *out = n > 0 ? n : 1;
     return CNN_OK;
 }
 
@@ -550,8 +499,6 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
     const char *coop = getenv("CNN_CONV_COOP");
     cb->no_coop = coop && strcmp(coop, "0") == 0;
-    const char *cluster = getenv("CNN_CONV_CLUSTER");
-    cb->no_cluster = (cluster && strcmp(cluster, "0") == 0) || !cu.LaunchKernelEx;
     const char *pair = getenv("CNN_CONV_PAIR");
     cb->no_pair = pair && strcmp(pair, "0") == 0;
     const char *pdl = getenv("CNN_PDL");
@@ -649,9 +596,6 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     if (cb->no_tma && !cb->no_ws)
         cnn_log(1, "cnn: %s: no TMA convolution kernels", cu.TensorMapEncodeIm2col ? "CNN_CONV_TMA=0" : "the driver has no tensor-map encoder");
     if (cb->no_coop && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_COOP=0: no cooperative convolution kernels");
-    if (cb->no_cluster && !cb->no_ws && !cb->no_tma && cb->cc_major >= 9)
-        cnn_log(1, "cnn: %s: no convolution kernels launched in clusters",
-                cu.LaunchKernelEx ? "CNN_CONV_CLUSTER=0" : "the driver has no cuLaunchKernelEx");
     if (!cb->pdl && cb->cc_major >= 9)
         cnn_log(1, "cnn: %s: kernels launched without programmatic serialization",
                 cu.LaunchKernelEx ? "CNN_PDL=0" : "the driver has no cuLaunchKernelEx");

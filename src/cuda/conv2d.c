@@ -75,78 +75,68 @@ typedef struct tc_config {
     bool rsm;     /* ws TMA row staging a residual in shared memory (RSM=1, the /r rows: each consumer warp copies
                    * its tile's residual while the tile is multiplied), with fewer ring stages to make the room;
                    * tuned only where the conv adds a residual */
-    int cl;       /* CTAs per cluster (1: none); the /m2 rows, TMA ones, are launched in clusters of 2 that take
-                   * adjacent row blocks of one column block, each copying 1/cl of every B slice into all of them
-                   * (multicast); its fallback where the maps do not apply is its twin without /t, as above */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false, 1},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, 1},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, 1},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false, 1},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false, 1}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false, 1},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false, 1},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false, 1},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false, 1},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false, 1},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false, 1},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false, 1},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false, 1},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false, 1}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false, 1}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false, 1},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false, 1},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false, 1},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false, 1},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false, 1},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false, 1},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false, 1},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false, 1},
-    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false, 1},
-    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false, 1},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false},
     /* the same with TMA copies (the producer one thread, the consumers with more registers) */
-    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false, 1},
-    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false, 1},
-    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false, 1},
-    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false, 1},
+    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false},
+    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false},
+    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false},
+    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false},
     /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
      * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
-    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false, 1},
+    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false},
     /* cooperative (both consumers on one tile, m64n256 or 2 x m64n128 each): per stage one B slice for twice
      * the rows of a consumer's tile; the tuner takes them for most of ResNet-50's long reductions, by small
      * margins (VGG-16 b256 8% faster, perf-log step 30) */
-    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, 1},
-    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, 1},
+    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false},
+    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false},
     /* m64n128 each: half the tile of the two above, for long reductions over few output tiles, where those
      * leave the last round of tiles half the SMs (ResNet-50's 7x7 layers at b256: 196 tiles of 128x256 on 132
      * SMs, 392 of 128x128) */
-    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false, 1},
+    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false},
     /* the residual staged in shared memory, 64 KB for the two consumers' tiles, the ring shortened to make the
      * room: ResNet-50's 256->1024 and 512->2048 convs with a residual 6% faster (perf-log step 43). The same with
      * 64x256 tiles (3 stages, with and without /b) and with the cooperative 128x256 and 128x128 tiles was slower
      * than the rows above on every residual conv of ResNet-50: not kept */
-    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true, 1},
-    /* the TMA rows the tuner takes most (perf-log step 44), in clusters of two CTAs sharing each B slice: a
-     * 128x128 tile's stage then costs 24 KB of L2 reads instead of 32, a 64x256 one 24 instead of 40 */
-    {"tc128x128ws/s6/c/m2/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false, 2},
-    {"tc256x128ws/s4/c/m2/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, 2},
-    {"tc128x128ws/s6/m2/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false, 2},
-    {"tc128x64ws/s8/m2/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false, 2},
-    {"tc64x256ws/s5/m2/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false, 2},
+    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 19  /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 14  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -245,8 +235,8 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DCLUSTER=%d", c->bm, c->bn,
-             c->stages, c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0, c->cl);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d", c->bm, c->bn, c->stages,
+             c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -309,7 +299,6 @@ static bool tc_usable(const cuda_be *cb, const tc_config *c) {
     if (c->ws && cb->no_ws) return false;
     if (c->tma && cb->no_tma) return false;
     if (c->coop && cb->no_coop) return false;
-    if (c->cl > 1 && cb->no_cluster) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
     if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 and FFMA run on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
@@ -366,8 +355,8 @@ static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t
 static int ws_twin(int tv, bool bres, bool tma) {
     for (int i = FIRST_WS; i < N_TC; i++)
         if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].coop == tc_configs[tv].coop &&
-            tc_configs[i].rsm == (tma && tc_configs[tv].rsm) && tc_configs[i].cl == (tma ? tc_configs[tv].cl : 1) &&
-            tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
+            tc_configs[i].rsm == (tma && tc_configs[tv].rsm) && tc_configs[i].bm == tc_configs[tv].bm &&
+            tc_configs[i].bn == tc_configs[tv].bn)
             return i;
     for (int i = N_TC_MMA + N_TC_WG; i < FIRST_WS && !tma; i++)
         if (tc_configs[i].persist && tc_configs[i].bm == tc_configs[tv].bm && tc_configs[i].bn == tc_configs[tv].bn)
@@ -514,7 +503,7 @@ static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t 
 
 /* the tensor maps of a TMA row's launch (tma_fits holds): x as an NHWC tensor in im2col mode, BM pixels x 64
  * channels per copy, traversal strides the conv's, the bounding box the filter bases of the output pixels; the
- * filter as a K x R*S*C matrix, BN rows x 64 per copy (BN / cl in a cluster); both in the 128-byte swizzle that wgmma's descriptors read
+ * filter as a K x R*S*C matrix, BN rows x 64 per copy; both in the 128-byte swizzle that wgmma's descriptors read
  * (conv2d_wgmma.cuh), zeros outside */
 static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *cv, const void *x, const void *w,
                              conv_tma_map *a_map, conv_tma_map *b_map) {
@@ -531,8 +520,7 @@ static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeIm2col (the input of a TMA conv)");
     const cuuint64_t gk = (cuuint64_t)cv->r * cv->s * cv->c, wdim[2] = {gk, (cuuint64_t)cv->k}, wstride[1] = {gk * e};
-    /* a cluster row's CTAs each copy 1/cl of the B slice's rows (conv2d_ws.cu multicasts it) */
-    const cuuint32_t box[2] = {(cuuint32_t)c->bk, (cuuint32_t)(c->bn / c->cl)}, wtrav[2] = {1, 1};
+    const cuuint32_t box[2] = {(cuuint32_t)c->bk, (cuuint32_t)c->bn}, wtrav[2] = {1, 1};
     CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)b_map, dt, 2, (void *)w, wdim, wstride, box, wtrav,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
@@ -627,17 +615,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
             grid = rows * nt;
         }
         if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
-        if (c->cl > 1) { /* whole clusters, each taking cl row blocks of one column block at a time (conv2d_ws.cu) */
-            int fit = 1;
-            CNN_TRY(cuda_clusters_max(cb, f, what, threads, smem, (unsigned)c->cl, &fit));
-            const int64_t units = cdiv(cdiv(gm, c->bm), c->cl) * cdiv(gn, c->bn);
-            int64_t nc = cb->conv_force_grid > 0 ? cdiv(cb->conv_force_grid, c->cl) : fit;
-            if (nc > units) nc = units;
-            if (cdiv(units, nc) * ktiles > INT_MAX) nc = units;
-            grid = nc * c->cl;
-        }
         snprintf(what + strlen(what), sizeof what - strlen(what), " persistent grid %lld", (long long)grid);
-        if (c->cl > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " in clusters of %d", c->cl);
     }
     if (c->tma) {
         conv_tma_args t;
@@ -645,9 +623,8 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_TRY(tma_encode(cb, c, cv, x, w, &t.a_map, &t.b_map));
         if (pr) CNN_TRY(tma_encode(cb, c, pr->cv, pr->x, pr->w, &t.a2_map, &t.b2_map));
         t.a = a;
-        CNN_TRY(cuda_launch_cluster(cb, f, what, (unsigned)grid, threads, smem, (unsigned)c->cl, &t));
+        CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
         cb->stats.tma_launches++;
-        if (c->cl > 1) cb->stats.cluster_launches++;
     } else {
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
     }

@@ -66,7 +66,6 @@ typedef struct cnn_cuda_stats {
     long launches;
     long tma_launches;   /* of them, convolutions whose operands came by TMA (conv2d_ws.cu's /t rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
-    long cluster_launches; /* of the TMA ones, launched in clusters sharing B slices (conv2d_ws.cu's /m2 rows) */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);

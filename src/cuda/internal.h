@@ -75,8 +75,7 @@
 #define CUDA_DRIVER_OPTIONAL(X)                                                                               \
     X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
     X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")                   \
-    X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")                                        \
-    X(OccupancyMaxActiveClusters, cuOccupancyMaxActiveClusters, 11070, 0, "cuOccupancyMaxActiveClusters")
+    X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")
 
 typedef struct cuda_driver {
 #define CUDA_DRIVER_FIELD(field, sym, ver, newer, exported) PFN_##sym##_v##ver field;
@@ -224,8 +223,6 @@ typedef struct cuda_be {
     bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
                                * tensor-map encoders */
     bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
-    bool no_cluster;          /* CNN_CONV_CLUSTER=0: nor their rows launched in clusters (A/B timing); also set
-                               * without the driver's cuLaunchKernelEx */
     bool no_pair;             /* CNN_CONV_PAIR=0: the eval plan fuses no conv pairs (A/B timing) */
     bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
     bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with
@@ -295,17 +292,9 @@ cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx,
  * fails cleanly (CNN_E_UNSUPPORTED) where the GPU has less per block. */
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args);
-/* The same, 1-D, in clusters of `cluster` CTAs (gx a multiple of it; cluster 1: cuda_launch_smem): the CTAs of a
- * cluster are placed together and reach each other's shared memory (cuLaunchKernelEx). */
-cnn_status cuda_launch_cluster(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned bx, unsigned smem,
-                               unsigned cluster, void *args);
 /* How many blocks of f (`threads` threads, `smem` bytes of dynamic shared memory) fit on one SM at once, at
  * least 1 (the driver's occupancy calculator, after raising f's shared-memory limit as a launch would). */
 cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem, int *out);
-/* How many clusters of `cluster` such blocks the GPU holds at once, at least 1 (cuOccupancyMaxActiveClusters; a
- * driver without it: the blocks that fit on the SMs, divided into clusters). */
-cnn_status cuda_clusters_max(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem,
-                             unsigned cluster, int *out);
 /* Device workspace of at least `bytes` (valid until the next call for the same slot; never shrinks). Slot
  * CUDA_WS_SCRATCH serves one kernel's temporaries (split-K partials, reduction chunks); CUDA_WS_OPERANDS holds
  * rewritten operands that a following kernel reads (the stem's space-to-depth input and filter), so taking

@@ -19,9 +19,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-/* shared variables live in one section per kernel module (emu_smem): a cluster's CTAs run together, and the
- * emulator swaps each CTA's copy of the section in while its threads run (emu_smem_range, EMU_RUNTIME) */
-#define __shared__ static __attribute__((section("emu_smem")))
+#define __shared__ static
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__
@@ -38,9 +36,6 @@ struct emu_rt {
     void (*allgather)(const void *in, void *out, int bytes); /* out: the 32 lanes' `bytes`, in lane order */
     void (*yield)(void);      /* a thread spinning on memory (an mbarrier wait) lets the others run */
     unsigned long long events; /* counts mbarrier arrivals: a round of yields without one is a deadlock */
-    unsigned cluster_rank, cluster_size;          /* this CTA's rank in its cluster; the cluster's CTAs (1: none) */
-    void *(*mapa)(const void *p, unsigned rank);  /* p, in this CTA's shared memory, in CTA `rank`'s copy */
-    void (*cluster_sync)(void);                   /* barrier.cluster: every thread of the cluster */
 };
 
 extern emu_rt *emu_rt_ptr;
@@ -163,12 +158,6 @@ template <class A> static size_t emu_argsize(void (*)(A)) { return sizeof(typena
     extern "C" size_t emu_size_##f(void) { return emu_argsize(f); }
 #define EMU_RUNTIME                                                                                            \
     emu_rt *emu_rt_ptr;                                                                                        \
-    extern "C" void emu_set_rt(emu_rt *r) { emu_rt_ptr = r; }                                                  \
-    extern "C" unsigned char __start_emu_smem[] __attribute__((weak, visibility("hidden")));                   \
-    extern "C" unsigned char __stop_emu_smem[] __attribute__((weak, visibility("hidden")));                    \
-    extern "C" void emu_smem_range(unsigned char **base, size_t *bytes) {                                      \
-        *base = __start_emu_smem;                                                                              \
-        *bytes = __start_emu_smem ? (size_t)(__stop_emu_smem - __start_emu_smem) : 0;                          \
-    }
+    extern "C" void emu_set_rt(emu_rt *r) { emu_rt_ptr = r; }
 
 #endif

@@ -5,8 +5,7 @@
  * budget of CNN_EMU_MEM_MB (default 1024) MiB so out-of-memory paths can be tested. One stream, executed
  * synchronously. Modules are the shared objects emu_nvrtc.cc builds; cuLaunchKernel runs every block of the grid
  * in turn, one fiber (ucontext) per CUDA thread: __syncthreads() and warp shuffles are rendezvous points of the
- * fiber scheduler. A launch in clusters (cuLaunchKernelEx) runs each cluster's blocks together, each with its own
- * copy of the shared variables (swapped in as its threads run), reachable from the others through mapa. It reports, as a sticky CUDA_ERROR_LAUNCH_FAILED with a message on stderr:
+ * fiber scheduler. It reports, as a sticky CUDA_ERROR_LAUNCH_FAILED with a message on stderr:
  *     barrier divergence  (some threads of a block exited while others wait at __syncthreads)
  *     deadlock            (threads wait at different kinds of rendezvous, or spin on mbarriers -- they yield
  *                         to the scheduler -- while no arrival happens in a whole round)
@@ -48,7 +47,6 @@ static int sm_count = 2;
 struct kfunc {
     void (*call)(const void *);
     size_t (*size)(void);
-    void (*smem_range)(unsigned char **, size_t *); /* the module's shared variables (emu.h: emu_smem) */
     std::string name;
 };
 
@@ -57,7 +55,6 @@ struct op {
     kfunc *f;
     unsigned g[3], b[3];
     unsigned smem; /* dynamic shared memory the launch passed (the kernels may check it: dynamic_smem_bytes) */
-    unsigned cluster; /* CTAs per cluster along x (1: none) */
     std::vector<unsigned char> args;
     CUdeviceptr dst, src;
     size_t bytes;
@@ -79,7 +76,7 @@ static CUresult fail(CUresult r, const std::string &msg) {
 
 /* ---- the fiber scheduler ------------------------------------------------------------------------------ */
 
-enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE, F_YIELD, F_CBAR };
+enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE, F_YIELD };
 #define SLOT 64
 #define STACK (512 * 1024)
 
@@ -89,7 +86,7 @@ static std::vector<ucontext_t> fctx;
 static std::vector<char *> stacks;
 static std::vector<int> fstate, fmask;
 static std::vector<std::vector<unsigned char>> slot, result;
-static void *gather_out[8 * 1024]; /* a cluster of up to 8 blocks of up to 1024 threads */
+static void *gather_out[1024];
 static int cur, slot_bytes;
 static void (*cur_fn)(const void *);
 static const void *cur_args;
@@ -145,42 +142,6 @@ static void emu_yield(void) {
     to_scheduler(false);
 }
 
-static void emu_cluster_sync(void) {
-    fstate[cur] = F_CBAR;
-    to_scheduler(false);
-}
-
-/* Clusters: the CTAs of one run together, fibers of one scheduler (fiber t is thread t % nthr of CTA t / nthr).
- * Their shared variables are statics of the kernel module, all in its emu_smem section, so the section holds the
- * running CTA's copy and the others wait in smem_save: switching to a thread of another CTA swaps them. mapa
- * gives the other CTAs' copies of an address. Without a cluster the section is simply reused block after block,
- * as a GPU's shared memory is (no initial contents). */
-static int nthr = 1, ncta = 1;
-static unsigned char *smem_base;
-static size_t smem_bytes;
-static std::vector<std::vector<unsigned char>> smem_save;
-static int smem_resident;
-
-static void smem_switch(int c) {
-    if (c == smem_resident) return;
-    if (smem_bytes) {
-        memcpy(smem_save[(size_t)smem_resident].data(), smem_base, smem_bytes);
-        memcpy(smem_base, smem_save[(size_t)c].data(), smem_bytes);
-    }
-    smem_resident = c;
-}
-
-static void *emu_mapa(const void *p, unsigned rank) {
-    const unsigned char *q = (const unsigned char *)p;
-    if (rank >= (unsigned)ncta || q < smem_base || q >= smem_base + smem_bytes) {
-        fprintf(stderr, "emu: mapa of %p to CTA %u of a cluster of %d: not a shared variable, or no such CTA\n", p,
-                rank, ncta);
-        abort();
-    }
-    if ((int)rank == smem_resident) return (void *)p;
-    return smem_save[rank].data() + (q - smem_base);
-}
-
 static void emu_allgather(const void *in, void *out, int bytes) {
     slot_bytes = bytes;
     memcpy(slot[cur].data(), in, (size_t)bytes);
@@ -198,31 +159,24 @@ static void emu_shfl(const void *in, void *out, int bytes, int mask) {
     memcpy(out, result[cur].data(), (size_t)bytes);
 }
 
-/* run one block, or the `cl` blocks of a cluster from blockIdx.x = bx on, together; false on divergence or deadlock */
+/* run one block; false on divergence or deadlock */
 static bool run_block(kfunc *f, const void *args, const unsigned g[3], const unsigned b[3], unsigned bx, unsigned by,
-                      unsigned bz, int cl) {
-    const int n = (int)(b[0] * b[1] * b[2]), total = n * cl;
-    if ((int)fctx.size() < total) {
-        fctx.resize((size_t)total);
-        fstate.resize((size_t)total);
-        fmask.resize((size_t)total);
-        slot.resize((size_t)total, std::vector<unsigned char>(SLOT));
-        result.resize((size_t)total, std::vector<unsigned char>(SLOT));
-        while ((int)stacks.size() < total) stacks.push_back((char *)malloc(STACK));
+                      unsigned bz) {
+    int n = (int)(b[0] * b[1] * b[2]);
+    if ((int)fctx.size() < n) {
+        fctx.resize((size_t)n);
+        fstate.resize((size_t)n);
+        fmask.resize((size_t)n);
+        slot.resize((size_t)n, std::vector<unsigned char>(SLOT));
+        result.resize((size_t)n, std::vector<unsigned char>(SLOT));
+        while ((int)stacks.size() < n) stacks.push_back((char *)malloc(STACK));
     }
-    nthr = n, ncta = cl;
-    smem_base = NULL, smem_bytes = 0;
-    if (f->smem_range) f->smem_range(&smem_base, &smem_bytes);
-    smem_resident = 0;
-    if ((int)smem_save.size() < cl) smem_save.resize((size_t)cl);
-    for (int c = 1; c < cl; c++) smem_save[(size_t)c].assign(smem_bytes, 0xFF); /* uninitialised: NaN */
-    if (cl > 1) smem_save[0].resize(smem_bytes);
+    rt.bid = {bx, by, bz};
     rt.bdim = {b[0], b[1], b[2]};
     rt.gdim = {g[0], g[1], g[2]};
-    rt.cluster_size = (unsigned)cl;
     cur_fn = f->call;
     cur_args = args;
-    for (int t = 0; t < total; t++) {
+    for (int t = 0; t < n; t++) {
         getcontext(&fctx[(size_t)t]);
         fctx[(size_t)t].uc_stack.ss_sp = stacks[(size_t)t];
         fctx[(size_t)t].uc_stack.ss_size = STACK;
@@ -230,120 +184,101 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
         makecontext(&fctx[(size_t)t], fiber_main, 0);
         fstate[(size_t)t] = F_RUN;
     }
-    char where[64];
-    if (cl > 1) snprintf(where, sizeof where, "cluster of blocks (%u..%u,%u,%u)", bx, bx + cl - 1, by, bz);
-    else snprintf(where, sizeof where, "block (%u,%u,%u)", bx, by, bz);
     for (;;) {
         /* threads that yielded (spinning on an mbarrier) run again; the round made progress if a barrier was
          * arrived at or some thread did anything but spin (it was released, or it stopped somewhere else) */
         unsigned long long events0 = rt.events;
         bool fresh = false;
-        for (int t = 0; t < total; t++) {
+        for (int t = 0; t < n; t++) {
             const bool retry = fstate[(size_t)t] == F_YIELD;
             if (retry) fstate[(size_t)t] = F_RUN;
             if (fstate[(size_t)t] != F_RUN) continue;
-            const int c = t / n, l = t % n;
-            smem_switch(c);
-            rt.bid = {bx + (unsigned)c, by, bz};
-            rt.cluster_rank = (unsigned)c;
-            rt.tid = {(unsigned)l % b[0], (unsigned)l / b[0] % b[1], (unsigned)l / (b[0] * b[1])};
+            rt.tid = {(unsigned)t % b[0], (unsigned)t / b[0] % b[1], (unsigned)t / (b[0] * b[1])};
             to_fiber(t);
             fresh = fresh || !retry || fstate[(size_t)t] != F_YIELD;
         }
-        int done = 0, warp = 0, spin = 0, cbar = 0, bar = 0;
-        for (int t = 0; t < total; t++) {
+        int done = 0, bar = 0, warp = 0, spin = 0;
+        for (int t = 0; t < n; t++) {
             done += fstate[(size_t)t] == F_DONE;
+            bar += fstate[(size_t)t] == F_BAR;
             warp += fstate[(size_t)t] == F_WARP || fstate[(size_t)t] == F_GATHER;
             spin += fstate[(size_t)t] == F_YIELD;
-            cbar += fstate[(size_t)t] == F_CBAR;
-            bar += fstate[(size_t)t] == F_BAR;
         }
-        if (done == total) return true;
+        if (done == n) return true;
         bool progress = false;
-        for (int c = 0; c < cl; c++)
-            for (int w = 0; w * 32 < n; w++) {
-                int lo = c * n + w * 32, hi = lo + 32 < (c + 1) * n ? lo + 32 : (c + 1) * n, waiting = 0, gathering = 0, live = 0;
+        for (int w = 0; w * 32 < n; w++) {
+            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, waiting = 0, gathering = 0, live = 0;
+            for (int t = lo; t < hi; t++) {
+                live += fstate[(size_t)t] != F_DONE;
+                waiting += fstate[(size_t)t] == F_WARP;
+                gathering += fstate[(size_t)t] == F_GATHER;
+            }
+            if (gathering > 0 && gathering == live && live == hi - lo) {
                 for (int t = lo; t < hi; t++) {
-                    live += fstate[(size_t)t] != F_DONE;
-                    waiting += fstate[(size_t)t] == F_WARP;
-                    gathering += fstate[(size_t)t] == F_GATHER;
+                    unsigned char *out = (unsigned char *)gather_out[t];
+                    for (int l = lo; l < hi; l++)
+                        memcpy(out + (size_t)(l - lo) * (size_t)slot_bytes, slot[(size_t)l].data(), (size_t)slot_bytes);
+                    fstate[(size_t)t] = F_RUN;
                 }
-                if (gathering > 0 && gathering == live && live == hi - lo) {
-                    for (int t = lo; t < hi; t++) {
-                        unsigned char *out = (unsigned char *)gather_out[t];
-                        for (int l = lo; l < hi; l++)
-                            memcpy(out + (size_t)(l - lo) * (size_t)slot_bytes, slot[(size_t)l].data(), (size_t)slot_bytes);
-                        fstate[(size_t)t] = F_RUN;
-                    }
-                    progress = true;
-                    continue;
-                }
-                if (waiting == 0 || waiting != live) continue;
-                if (live != hi - lo) {
-                    char wh[160];
-                    snprintf(wh, sizeof wh, "%s, block %u warp %d", where, bx + (unsigned)c, w);
-                    fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " " + wh + ": a warp shuffle with exited lanes");
-                    return false;
-                }
-                for (int t = lo; t < hi; t++) {
-                    int src = lo + ((t - lo) ^ fmask[(size_t)t]);
-                    if (src >= hi) src = t;
-                    memcpy(result[(size_t)t].data(), slot[(size_t)src].data(), (size_t)slot_bytes);
-                }
-                for (int t = lo; t < hi; t++) fstate[(size_t)t] = F_RUN;
                 progress = true;
+                continue;
             }
-        if (progress) continue;
-        /* __syncthreads: a block whose every thread waits there goes on (one that exited meanwhile: divergence) */
-        for (int c = 0; c < cl; c++) {
-            int cb = 0, cd = 0;
-            for (int t = c * n; t < (c + 1) * n; t++) cb += fstate[(size_t)t] == F_BAR, cd += fstate[(size_t)t] == F_DONE;
-            if (cb == 0 || cb + cd != n) continue;
-            if (cd > 0) {
-                char wh[200];
-                snprintf(wh, sizeof wh, "%s, block %u: %d of %d threads exited while the others wait at __syncthreads",
-                         where, bx + (unsigned)c, cd, n);
-                fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " barrier divergence in " + wh);
+            if (waiting == 0 || waiting != live) continue;
+            if (live != hi - lo) {
+                char where[96];
+                snprintf(where, sizeof where, "block (%u,%u,%u) warp %d", bx, by, bz, w);
+                fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " " + where + ": a warp shuffle with exited lanes");
                 return false;
             }
-            for (int t = c * n; t < (c + 1) * n; t++) fstate[(size_t)t] = F_RUN;
+            for (int t = lo; t < hi; t++) {
+                int src = lo + ((t - lo) ^ fmask[(size_t)t]);
+                if (src >= hi) src = t;
+                memcpy(result[(size_t)t].data(), slot[(size_t)src].data(), (size_t)slot_bytes);
+            }
+            for (int t = lo; t < hi; t++) fstate[(size_t)t] = F_RUN;
             progress = true;
         }
-        /* barrier.cluster: every thread of the cluster (the kernels use it while all of them are alive) */
-        if (cbar > 0 && cbar + done == total) {
+        if (progress) continue;
+        if (spin > 0) {
+            if (fresh || rt.events != events0) continue;
+            char where[160];
+            snprintf(where, sizeof where, "block (%u,%u,%u): %d waiting on mbarriers nobody will arrive at, %d at __syncthreads, %d at a shuffle, %d done",
+                     bx, by, bz, spin, bar, warp, done);
+            fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + where);
+            return false;
+        }
+        if (bar > 0 && bar + done == n) {
             if (done > 0) {
-                char wh[200];
-                snprintf(wh, sizeof wh, "%s: %d of %d threads exited while the others wait at the cluster barrier",
-                         where, done, total);
-                fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " barrier divergence in " + wh);
+                char where[128];
+                snprintf(where, sizeof where, "block (%u,%u,%u): %d of %d threads exited while the others wait at __syncthreads",
+                         bx, by, bz, done, n);
+                fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " barrier divergence in " + where);
                 return false;
             }
-            for (int t = 0; t < total; t++) fstate[(size_t)t] = F_RUN;
-            progress = true;
+            for (int t = 0; t < n; t++) fstate[(size_t)t] = F_RUN;
+            continue;
         }
-        if (progress) continue;
-        if (spin > 0 && (fresh || rt.events != events0)) continue;
-        char wh[240];
-        snprintf(wh, sizeof wh, "%s: %d waiting on mbarriers nobody will arrive at, %d at __syncthreads, %d at the cluster barrier, %d at a shuffle, %d done",
-                 where, spin, bar, cbar, warp, done);
-        fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + wh);
+        char where[128];
+        snprintf(where, sizeof where, "block (%u,%u,%u): %d at __syncthreads, %d at a shuffle, %d done", bx, by, bz, bar,
+                 warp, done);
+        fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + where);
         return false;
     }
 }
 
-static CUresult exec_launch(kfunc *f, const unsigned g[3], const unsigned b[3], unsigned cl, const void *args) {
+static CUresult exec_launch(kfunc *f, const unsigned g[3], const unsigned b[3], const void *args) {
     if (sticky) return sticky;
     for (unsigned z = 0; z < g[2]; z++)
         for (unsigned y = 0; y < g[1]; y++)
-            for (unsigned x = 0; x < g[0]; x += cl)
-                if (!run_block(f, args, g, b, x, y, z, (int)cl)) return sticky;
+            for (unsigned x = 0; x < g[0]; x++)
+                if (!run_block(f, args, g, b, x, y, z)) return sticky;
     return CUDA_SUCCESS;
 }
 
 static CUresult exec_op(const op &o) {
     if (o.kind == 0) {
         rt.dyn_smem = o.smem;
-        return exec_launch(o.f, o.g, o.b, o.cluster, o.args.data());
+        return exec_launch(o.f, o.g, o.b, o.args.data());
     }
     if (o.kind == 1) memmove((void *)o.dst, (const void *)o.src, o.bytes);
     if (o.kind == 2) memset((void *)o.dst, o.value, o.bytes);
@@ -379,9 +314,6 @@ static CUresult e_Init(unsigned) {
     rt.shfl_xor = emu_shfl;
     rt.allgather = emu_allgather;
     rt.yield = emu_yield;
-    rt.mapa = emu_mapa;
-    rt.cluster_sync = emu_cluster_sync;
-    rt.cluster_size = 1;
     return CUDA_SUCCESS;
 }
 static CUresult e_DriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
@@ -547,7 +479,6 @@ static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
     kfunc *k = new kfunc;
     k->call = (void (*)(const void *))dlsym(mod->lib, call.c_str());
     k->size = (size_t(*)(void))dlsym(mod->lib, size.c_str());
-    k->smem_range = (void (*)(unsigned char **, size_t *))dlsym(mod->lib, "emu_smem_range");
     k->name = name;
     if (!k->call || !k->size) {
         delete k;
@@ -568,8 +499,8 @@ static CUresult e_OccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction, 
     *n = 1;
     return CUDA_SUCCESS;
 }
-static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                       unsigned smem, unsigned cluster, void **params, void **extra) {
+static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned smem, CUstream, void **params, void **extra) {
     if (sticky) return sticky;
     kfunc *f = (kfunc *)fn;
     if (!params || extra || smem > 227 * 1024) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": unexpected launch form");
@@ -580,7 +511,6 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
     o.f = f;
     o.g[0] = gx, o.g[1] = gy, o.g[2] = gz, o.b[0] = bx, o.b[1] = by, o.b[2] = bz;
     o.smem = smem;
-    o.cluster = cluster;
     size_t n = f->size();
     o.args.assign((const unsigned char *)params[0], (const unsigned char *)params[0] + n);
     if (capturing) {
@@ -589,45 +519,17 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
     }
     return exec_op(o);
 }
-static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                               unsigned smem, CUstream, void **params, void **extra) {
-    return launch(fn, gx, gy, gz, bx, by, bz, smem, 1, params, extra);
-}
-/* the launch with attributes: programmatic stream serialization, which changes nothing here (launches run one
- * after another), and clusters along x of up to 8 CTAs (the portable size), whose CTAs run together */
-static CUresult cluster_of(const CUlaunchConfig *c, const std::string &name, unsigned *cluster) {
-    *cluster = 1;
-    for (unsigned i = 0; i < c->numAttrs; i++) {
-        const CUlaunchAttribute &a = c->attrs[i];
-        if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION && a.value.programmaticStreamSerializationAllowed <= 1)
-            continue;
-        if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION && a.value.clusterDim.x >= 1 && a.value.clusterDim.x <= 8 &&
-            a.value.clusterDim.y == 1 && a.value.clusterDim.z == 1) {
-            *cluster = a.value.clusterDim.x;
-            continue;
-        }
-        return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx " + name + ": unexpected attribute");
-    }
-    if (c->gridDimX % *cluster || (*cluster > 1 && (c->gridDimY != 1 || c->gridDimZ != 1)))
-        return fail(CUDA_ERROR_INVALID_CLUSTER_SIZE, "cuLaunchKernelEx " + name + ": a grid that is not whole clusters along x");
-    return CUDA_SUCCESS;
-}
+/* the launch with attributes: only programmatic stream serialization, which changes nothing here (launches run
+ * one after another), and no clusters */
 static CUresult e_LaunchKernelEx(const CUlaunchConfig *c, CUfunction fn, void **params, void **extra) {
     if (sticky) return sticky;
     if (!c) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: no launch config");
-    unsigned cluster;
-    CUresult r = cluster_of(c, ((kfunc *)fn)->name, &cluster);
-    if (r) return r;
-    return launch(fn, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
-                  c->sharedMemBytes, cluster, params, extra);
-}
-/* one block per SM, as above: sm_count / cluster size clusters */
-static CUresult e_OccupancyMaxActiveClusters(int *n, CUfunction fn, const CUlaunchConfig *c) {
-    unsigned cluster;
-    CUresult r = cluster_of(c, ((kfunc *)fn)->name, &cluster);
-    if (r) return r;
-    *n = sm_count / (int)cluster;
-    return CUDA_SUCCESS;
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
+            c->attrs[i].value.programmaticStreamSerializationAllowed > 1)
+            return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx " + ((kfunc *)fn)->name + ": unexpected attribute");
+    return e_LaunchKernel(fn, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                          c->sharedMemBytes, c->hStream, params, extra);
 }
 static CUresult e_StreamBeginCapture(CUstream, CUstreamCaptureMode) {
     if (capturing) return CUDA_ERROR_ILLEGAL_STATE;
@@ -742,7 +644,6 @@ static const struct {
     E(ModuleGetFunction), E(FuncGetAttribute), E(FuncSetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
     E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
     E(OccupancyMaxActiveBlocksPerMultiprocessor), E(TensorMapEncodeTiled), E(TensorMapEncodeIm2col), E(LaunchKernelEx),
-    E(OccupancyMaxActiveClusters),
 #undef E
 };
 
