@@ -198,8 +198,8 @@ env_ab() {
     [ -n "$filter" ] && grep -h 'tuned fprop_tc' /tmp/$tag-on-tune.log | sed 's/ ms (.*//' | grep -c -- "$filter" |
         sed "s|^|# layers whose tuned winner is a $filter row: |"
     cudnn_r50 $tag-cudnn-r50
-    $PYTHON bench/ab_layers.py $LOGDIR/$tag-off-layers-r50.md $LOGDIR/$tag-on-layers-r50.md $LOGDIR/$tag-cudnn-r50.jsonl |
-        tee $LOGDIR/$tag-ab-layers.md | sed 's/^/# /'
+    $PYTHON bench/ab_layers.py $LOGDIR/$tag-off-layers-r50.md $LOGDIR/$tag-on-layers-r50.md \
+        $LOGDIR/$tag-cudnn-r50.jsonl | tee $LOGDIR/$tag-ab-layers.md | sed 's/^/# /'
 }
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)

@@ -704,8 +704,9 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, tc_c
 #define PAIR_UNFUSED (-1)
 
 /* A pair's candidates: the TMA rows (the only ones with a second operand stream) but those staging a residual
- * (a pair adds none), those that fit the summed reduction; in a fast search only where the output has two tiles per SM (one for the cooperative rows), as
- * above, unless none has. Best first by the heuristic's score; when tuning, then PAIR_UNFUSED. */
+ * (a pair adds none), those that fit the summed reduction; in a fast search only where the output has two tiles
+ * per SM (one for the cooperative rows), as above, unless none has. Best first by the heuristic's score; when
+ * tuning, then PAIR_UNFUSED. */
 static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_pair *pr, tc_cand *out) {
     int64_t gm, gn, gk0;
     gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk0);
