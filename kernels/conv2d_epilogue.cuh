@@ -13,6 +13,10 @@
  *                          the 1 KB as act_t, 8 rows x 64 channels at a time: about half the instructions per
  *                          output of tile_epilogue_smem (ncu: the 1x1 convs spent two thirds of their consumer
  *                          samples there, perf-log step 30)
+ *   tile_epilogue_cols     conv2d_ws.cu's SWAP rows, whose accumulators hold the transposed tile (rows output
+ *                          channels, columns pixels): scale/shift and ReLU per channel, each value rounded into
+ *                          1 KB of shared memory as 16 pixels x 16 channels and read back as 8 channels of one
+ *                          pixel per lane, 16-byte stores (no residual)
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
@@ -261,5 +265,49 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
     }
 }
 #endif
+
+/* One warp's transposed tile (conv2d_ws.cu, SWAP=1): acc[j][2h + e] is output channel cbase + g + 8h of pixel
+ * (GEMM row) mbase + 8j + 2*t4 + e, for the warp's 16 channels and NT8*8 pixels. Per pass of 16 pixels (two n8
+ * tiles): every value through scale/shift/ReLU, rounded, into the scratch as [16 pixels][16 channels] act_t (the
+ * two 16-byte halves of a pixel's row swapped for pixels 4-7 and 12-15 of the pass, so the lanes of one store,
+ * which write pixels 2*t4 and channels g, g + 8, hit distinct banks), then each lane reads back 8 channels of one
+ * pixel (pixel lane/2, half lane%2) and stores them: 32 bytes of a pixel's row per two lanes. K % 8 == 0 (the host
+ * checks), so a half is wholly inside the output or wholly past it. scr: 512 bytes of this warp's own. */
+template <int NT8>
+__device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const float (&acc)[NT8][4], int mbase, int cbase,
+                                                   int lane, float *scr) {
+    static_assert(NT8 % 2 == 0, "passes of two n8 tiles");
+    act_t *y = (act_t *)a.out;
+    act_t *t = (act_t *)scr;
+    const int g = lane >> 2, t4 = lane & 3;
+    float sc[2], sh[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int n = cbase + g + 8 * h;
+        const bool ok = n < a.gn;
+        sc[h] = a.scale && ok ? a.scale[n] : 1.0f;
+        sh[h] = a.shift && ok ? a.shift[n] : 0.0f;
+    }
+    /* element (pixel px of the pass, channel c of the warp's 16) in the scratch */
+    auto at = [](int px, int c) { return px * 16 + (((c >> 3) ^ ((px >> 2) & 1)) << 3) + (c & 7); };
+    const int rpx = lane >> 1, rhalf = lane & 1; /* the read-back role */
+#pragma unroll
+    for (int p = 0; p < NT8 / 2; p++) {
+        __syncwarp(); /* the previous pass's reads are done */
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1;
+                float v = acc[2 * p + jj][e] * sc[h] + sh[h];
+                if (a.relu) v = v > 0.0f ? v : 0.0f;
+                t[at(jj * 8 + 2 * t4 + (e & 1), g + 8 * h)] = f32_to_act(v);
+            }
+        __syncwarp();
+        const int m = mbase + 16 * p + rpx, n = cbase + 8 * rhalf;
+        const uint4 u = *(const uint4 *)(t + at(rpx, 8 * rhalf));
+        if (m < a.gm && n < a.gn) *(uint4 *)(y + (long long)m * a.gn + n) = u;
+    }
+}
 
 #endif

@@ -51,7 +51,15 @@
  * residual is read from DRAM while the tile is multiplied, and the epilogue adds it from shared memory instead
  * of waiting on global loads. Fewer ring stages make the room; without a residual these rows run as their twins
  * with that shorter ring.
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, ACT.
+ * SWAP=1 (the `/x` rows; TMA rows with 64 channels per consumer, no residual): the consumer multiplies the
+ * transposed tile, D[channel][pixel] = filter slice x pixel slice^T: the filter's 64 rows are wgmma's m64 operand
+ * and the tile's BM pixels its n operand (m64nBMk16), so each instruction reads a 64-wide filter slice and BM pixel
+ * rows from shared memory where a pixel-major 128x64 tile issues two m64n64 reading 64 filter rows twice: 80 bytes
+ * of operand reads per clock at the tensor cores' rate instead of 128 (K = 64 convs: the pixel-major tile can be
+ * no wider than 64 columns; docs/perf-log.md step 47). With COOP (BN = 128), consumer i takes channels 64i ..
+ * 64i + 63 of the shared tile against all BM pixels. The stages, copies and tile order are the pixel-major tile's;
+ * the epilogue transposes back (conv2d_epilogue.cuh's tile_epilogue_cols).
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -86,6 +94,13 @@
 #define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
 #endif
 #define EPI_BYTES (8 * 1024) /* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring */
+#ifndef SWAP
+#define SWAP 0
+#endif
+/* a consumer's accumulators: MB m64 blocks x NT8 n8 tiles, or transposed (SWAP) one m64 block of channels (of a
+ * cooperative tile: consumer i's channels 64i ..) x all BM pixels */
+#define ACC_MB (SWAP ? 1 : MB)
+#define ACC_NT8 (SWAP ? BM / 8 : NT8)
 #ifndef RSM
 #define RSM 0
 #endif
@@ -117,7 +132,9 @@ static_assert(MB >= 1 && CBM == 64 * MB, "BM: whole m64 blocks per consumer");
 static_assert(!COOP || (TMA && !BRES), "cooperative rows: TMA copies, B in the ring");
 static_assert(!RSM || TMA, "a staged residual: TMA rows (the cp.async rows' producer owns the cp.async groups)");
 static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (n64: TMA rows, no cp.async loader)");
-static_assert(MB * NT8 * 4 <= 128, "accumulators of a consumer thread");
+static_assert(ACC_MB * ACC_NT8 * 4 <= 128, "accumulators of a consumer thread");
+static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM == 64 || BM == 128 || BM == 256)),
+              "the transposed tile: a TMA row, 64 channels per consumer, BM pixels a wgmma n");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -290,11 +307,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
     /* ---- a consumer: tiles role-1, role+1, ... of this CTA (cooperative: every tile, rows of its half) ---- */
     regs_raise();
     const int me = role - 1;
-    const int row_off = COOP ? me * CBM : 0; /* the consumer's first row within the tile */
+    const int row_off = COOP && !SWAP ? me * CBM : 0; /* the consumer's first row within the tile */
+    const int ch_off = COOP && SWAP ? me * 64 : 0;     /* SWAP: the consumer's first channel within the tile */
+    (void)ch_off;
     /* RSM: this warp's staged residual (one KB per epilogue pass) */
     unsigned *rst = (unsigned *)(smem + EPI_BYTES + (size_t)(me * 4 + warp) * EPI_PASSES * 1024);
     (void)rst;
-    float acc[MB][NT8][4];
+    float acc[ACC_MB][ACC_NT8][4];
+    if (SWAP && a.residual) __trap(); /* the host runs a residual on the row's pixel-major twin */
 #if BRES
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
@@ -317,7 +337,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         for (int kt = 0; kt < ktiles; kt++) {
             const int g = i * ktiles + kt, s = g % STAGES;
             mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
+#if SWAP /* the filter slice as the m64 operand, the tile's pixels as the n operand */
+            wg_multiply_slice<1, BM>(acc, Bs[s] + ch_off * BK, As[s], warp, lane);
+#else
             wg_multiply_slice<MB, BN>(acc, As[s] + row_off * BK, Bs[BRES ? kt : s], warp, lane);
+#endif
             wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
             if (kt > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
@@ -329,6 +353,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         int m0, n0;
         tile_origin(i, m0, n0);
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
+#if SWAP /* warp w holds channels n0 + 16w .. + 15 of all the tile's pixels */
+        tile_epilogue_cols<ACC_NT8>(a, acc[0], m0, n0 + ch_off + warp * 16, lane, scr);
+#else
         if (!a.residual) {
             tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else if (RSM) { /* the staged residual: this lane's copies landed, then every lane's (cross-lane reads) */
@@ -342,5 +369,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
             for (int b = 0; b < MB; b++)
                 tile_epilogue_smem<NT8>(a, acc[b], m0 + row_off + b * 64 + warp * 16, n0, lane, scr);
         }
+#endif
     }
 }

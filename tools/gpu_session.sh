@@ -9,7 +9,7 @@
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
-#                                        flush-ab pdl-ab pdl3 pair ws-rows
+#                                        flush-ab pdl-ab pdl3 pair ws-rows swap
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -203,6 +203,7 @@ env_ab() {
 }
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
+if has swap; then rows_ab swap /x CNN_CONV_SWAP; fi # the transposed-tile rows (SWAP=1)
 if has flush-ab; then env_ab flush CNN_TUNE_FLUSH; fi # the tuner's timing with L2 flushed (on) or as left (off)
 if has pdl-ab; then AB_BATCHES=1,16,64,256 env_ab pdl CNN_PDL; fi # programmatic dependent launch on and off
 if has pdl3; then # three arms, interleaved twice: the base tree (tmp/ab-base.tgz) without and with programmatic
@@ -360,16 +361,19 @@ if has ncu-cmp; then # ours and cuDNN's kernels under the same ncu counters, Res
     # one forward of ours (warm cache; the -v run before it logs each layer's tuned row), then cuDNN's kernel for
     # each distinct shape (bench/cudnn_kernels.py --ncu: one call per shape, printed in order); raw pages as CSV;
     # then the per-instruction stall samples of our 256->256 14x14 3x3 launch (layer3.1.conv2, the forward's 30th).
-    # NCU_OPTS: more ncu options (e.g. --clock-control none --cache-control none: boost clocks, warm L2)
+    # NCU_OPTS: more ncu options (e.g. --clock-control none --cache-control none: boost clocks, warm L2); NCU_SECS:
+    # the sections instead of SpeedOfLight, ComputeWorkloadAnalysis, WarpStateStats; NCU_SRC=0: no stall samples
     cache=/tmp/cnn-cache-ncu
     bargs="bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache"
-    secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --csv --page raw ${NCU_OPTS:-}"
+    secs="${NCU_SECS:---section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats} --csv --page raw ${NCU_OPTS:-}"
     stage ncu-warm 150 "$BUILD/cnn" $bargs --repeat 3 --warmup 1 -v
     stage ncu-ours 300 bash -c "ncu --kernel-name regex:conv2d_fprop --launch-count 53 $secs $BUILD/cnn $bargs --repeat 1 --warmup 0 >$OUT/ncu-ours.csv"
     stage ncu-cudnn 240 bash -c "ncu --profile-from-start off $secs $PYTHON bench/cudnn_kernels.py --ncu resnet50 256 bf16 >$OUT/ncu-cudnn.csv"
-    stage ncu-src-3x3 150 ncu --kernel-name regex:conv2d_fprop --launch-skip 29 --launch-count 1 --section SourceCounters \
-        --section WarpStateStats ${NCU_OPTS:-} -f -o /tmp/ncu-src-3x3 "$BUILD/cnn" $bargs --repeat 1 --warmup 0
-    ncu -i /tmp/ncu-src-3x3.ncu-rep --page source --csv --print-source sass >"$OUT/ncu-src-3x3.csv" 2>&1
+    if [ "${NCU_SRC:-1}" = 1 ]; then
+        stage ncu-src-3x3 150 ncu --kernel-name regex:conv2d_fprop --launch-skip 29 --launch-count 1 --section SourceCounters \
+            --section WarpStateStats ${NCU_OPTS:-} -f -o /tmp/ncu-src-3x3 "$BUILD/cnn" $bargs --repeat 1 --warmup 0
+        ncu -i /tmp/ncu-src-3x3.ncu-rep --page source --csv --print-source sass >"$OUT/ncu-src-3x3.csv" 2>&1
+    fi
     cp "$LOGDIR/ncu-warm.log" "$LOGDIR/ncu-cudnn.log" "$OUT/" 2>/dev/null
 fi
 if has ncu-fp32; then # true fp32 (FFMA rows): ours per layer against cuDNN fp32 per layer (TF32 off), VGG-16 and

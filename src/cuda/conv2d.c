@@ -75,68 +75,77 @@ typedef struct tc_config {
     bool rsm;     /* ws TMA row staging a residual in shared memory (RSM=1, the /r rows: each consumer warp copies
                    * its tile's residual while the tile is multiplied), with fewer ring stages to make the room;
                    * tuned only where the conv adds a residual */
+    bool swap;    /* ws TMA row multiplying the transposed tile (SWAP=1, the /x rows: the filter slice is wgmma's
+                   * m64 operand, the bm pixels its n operand); no residual and no pair (swap_twin runs those) */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false},
-    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false},
-    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false, false},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false, false},
     /* the same with TMA copies (the producer one thread, the consumers with more registers) */
-    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false},
-    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false},
-    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false},
-    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false},
+    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false, false},
+    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false, false},
+    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false, false},
+    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false, false},
     /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
      * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
-    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false},
+    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false, false},
     /* cooperative (both consumers on one tile, m64n256 or 2 x m64n128 each): per stage one B slice for twice
      * the rows of a consumer's tile; the tuner takes them for most of ResNet-50's long reductions, by small
      * margins (VGG-16 b256 8% faster, perf-log step 30) */
-    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false},
-    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false},
+    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, false},
+    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, false},
     /* m64n128 each: half the tile of the two above, for long reductions over few output tiles, where those
      * leave the last round of tiles half the SMs (ResNet-50's 7x7 layers at b256: 196 tiles of 128x256 on 132
      * SMs, 392 of 128x128) */
-    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false},
+    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false, false},
     /* the residual staged in shared memory, 64 KB for the two consumers' tiles, the ring shortened to make the
      * room: ResNet-50's 256->1024 and 512->2048 convs with a residual 6% faster (perf-log step 43). The same with
      * 64x256 tiles (3 stages, with and without /b) and with the cooperative 128x256 and 128x128 tiles was slower
      * than the rows above on every residual conv of ResNet-50: not kept */
-    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true},
+    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true, false},
+    /* the transposed tile for 64 output channels (the filter slice as wgmma's m64 operand, 256 pixels as its n):
+     * one m64n256 per k16 step reads 10 KB of shared memory where the 128x64 row's two m64n64 read 8 KB for half
+     * the multiply-adds */
+    {"tc256x64ws/s5/t/x", 256, 64, 64, 2, 1, 5, 1, 1.80f, false, false, true, false, true, false, false, true},
+    /* and cooperative: 256 pixels x 128 channels, each consumer m64n256 over its 64 channels, where the
+     * pixel-major 256x128 tile's consumers issue two m64n128 each */
+    {"tc256x128ws/s4/c/t/x", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 14  /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 16  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -235,8 +244,8 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d", c->bm, c->bn, c->stages,
-             c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d", c->bm, c->bn,
+             c->stages, c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0, c->swap ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -299,6 +308,7 @@ static bool tc_usable(const cuda_be *cb, const tc_config *c) {
     if (c->ws && cb->no_ws) return false;
     if (c->tma && cb->no_tma) return false;
     if (c->coop && cb->no_coop) return false;
+    if (c->swap && cb->no_swap) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
     if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 and FFMA run on conv2d_tc.cu only */
     return tc_smem(c) <= cb->smem_optin;
@@ -354,7 +364,8 @@ static bool bres_fits(const cuda_be *cb, const tc_config *c, int64_t gn, int64_t
  * its tile (conv2d_wg.cu) */
 static int ws_twin(int tv, bool bres, bool tma) {
     for (int i = FIRST_WS; i < N_TC; i++)
-        if (tc_configs[i].bres == bres && tc_configs[i].tma == tma && tc_configs[i].coop == tc_configs[tv].coop &&
+        if (!tc_configs[i].swap && tc_configs[i].bres == bres && tc_configs[i].tma == tma &&
+            tc_configs[i].coop == tc_configs[tv].coop &&
             tc_configs[i].rsm == (tma && tc_configs[tv].rsm) && tc_configs[i].bm == tc_configs[tv].bm &&
             tc_configs[i].bn == tc_configs[tv].bn)
             return i;
@@ -363,6 +374,21 @@ static int ws_twin(int tv, bool bres, bool tma) {
             return i;
     CNN_ASSERT(!"a warp-specialised row without its twin");
     return -1;
+}
+
+/* the row a transposed-tile row (/x) hands what it does not run to (a residual, a pair, a problem off its tensor
+ * maps): the pixel-major TMA row of its width and kind (ping-pong or cooperative), of its height if there is one */
+static int swap_twin(int tv) {
+    const tc_config *x = &tc_configs[tv];
+    int found = -1;
+    for (int i = FIRST_WS; i < N_TC; i++) {
+        const tc_config *c = &tc_configs[i];
+        if (c->swap || !c->tma || c->bres || c->rsm || c->coop != x->coop || c->bn != x->bn) continue;
+        if (c->bm == x->bm) return i;
+        if (found < 0) found = i;
+    }
+    CNN_ASSERT(found >= 0 && "a transposed-tile row without its twin");
+    return found;
 }
 
 /* whether the TMA rows' tensor maps describe a forward problem: x (N, H, W, C) in im2col mode, 64 channels of one
@@ -546,6 +572,7 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     cuda_be *cb = cuda_impl(be);
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
+    if (c->swap && ((ep && ep->residual) || pr || !tma_fits(cv))) c = &tc_configs[tv = swap_twin(tv)];
     if (c->bres) {
         int64_t gm0, gn0, gk0;
         gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
@@ -661,6 +688,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, tc_c
                                : tc_configs[i].bres && !bres_fits(cb, &tc_configs[i], gn, gk) ? -1.0
                                : tc_configs[i].tma && !tma_fits(cv) ? -1.0
                                : tc_configs[i].rsm && !res ? -1.0
+                               : tc_configs[i].swap && res ? -1.0
                                : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
@@ -691,10 +719,11 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, tc_c
      * B-resident ones where the filter's column block fits, the TMA ones where the problem fits their tensor maps
      * (elsewhere each would run its twin again); only where the output has two tiles per SM at
      * least (a CTA's two consumers alternate over its tiles: on fewer, one of them idles), one for the
-     * cooperative rows (both consumers on each tile); the rows staging a residual only where there is one */
+     * cooperative rows (both consumers on each tile); the rows staging a residual only where there is one, the
+     * transposed-tile rows only where there is none */
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
         if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)) &&
-            (!tc_configs[i].tma || tma_fits(cv)) && (!tc_configs[i].rsm || res) &&
+            (!tc_configs[i].tma || tma_fits(cv)) && (!tc_configs[i].rsm || res) && (!tc_configs[i].swap || !res) &&
             cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= (tc_configs[i].coop ? 1LL : 2LL) * cb->sm_count)
             out[n++] = (tc_cand){i, 1};
     return n;
@@ -715,7 +744,7 @@ static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_p
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (int i = FIRST_WS; i < N_TC; i++) {
             const tc_config *c = &tc_configs[i];
-            if (!c->tma || c->rsm || !tc_usable(cb, c) || (c->bres && !bres_fits(cb, c, gn, gk))) continue;
+            if (!c->tma || c->rsm || c->swap || !tc_usable(cb, c) || (c->bres && !bres_fits(cb, c, gn, gk))) continue;
             if (pass == 0 && cb->tune == CNN_TUNE_FAST &&
                 cdiv(gm, c->bm) * cdiv(gn, c->bn) < (c->coop ? 1LL : 2LL) * cb->sm_count)
                 continue;

@@ -223,6 +223,7 @@ typedef struct cuda_be {
     bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
                                * tensor-map encoders */
     bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
+    bool no_swap;             /* CNN_CONV_SWAP=0: nor their transposed-tile rows (A/B timing) */
     bool no_pair;             /* CNN_CONV_PAIR=0: the eval plan fuses no conv pairs (A/B timing) */
     bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
     bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with
