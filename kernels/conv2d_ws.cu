@@ -57,8 +57,9 @@
  * rows from shared memory where a pixel-major 128x64 tile issues two m64n64 reading 64 filter rows twice: 80 bytes
  * of operand reads per clock at the tensor cores' rate instead of 128 (K = 64 convs: the pixel-major tile can be
  * no wider than 64 columns; docs/perf-log.md step 47). With COOP (BN = 128), consumer i takes channels 64i ..
- * 64i + 63 of the shared tile against all BM pixels. The stages, copies and tile order are the pixel-major tile's;
- * the epilogue transposes back (conv2d_epilogue.cuh's tile_epilogue_cols).
+ * 64i + 63 of the shared tile against all BM pixels (BM = 192 too: m64n192, for problems whose pixel count makes
+ * whole rounds of 192-pixel tiles, perf-log step 48). The stages, copies and tile order are the pixel-major
+ * tile's; the epilogue transposes back (conv2d_epilogue.cuh's tile_epilogue_cols).
  * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, ACT.
  */
 #include "common.cuh"
@@ -79,7 +80,12 @@
 #ifndef COOP
 #define COOP 0
 #endif
-#define CBM (COOP ? BM / 2 : BM) /* rows a consumer multiplies: all of its tile's, or its half of the shared one */
+#ifndef SWAP
+#define SWAP 0
+#endif
+/* rows a consumer multiplies: all of its tile's, or its half of the shared one (a transposed tile's consumers
+ * split its channels instead) */
+#define CBM (COOP && !SWAP ? BM / 2 : BM)
 #define MB (CBM / 64)            /* m64 blocks per consumer */
 #define NT8 (BN / 8)
 #ifndef BRES
@@ -94,9 +100,6 @@
 #define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
 #endif
 #define EPI_BYTES (8 * 1024) /* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring */
-#ifndef SWAP
-#define SWAP 0
-#endif
 /* a consumer's accumulators: MB m64 blocks x NT8 n8 tiles, or transposed (SWAP) one m64 block of channels (of a
  * cooperative tile: consumer i's channels 64i ..) x all BM pixels */
 #define ACC_MB (SWAP ? 1 : MB)
@@ -133,7 +136,7 @@ static_assert(!COOP || (TMA && !BRES), "cooperative rows: TMA copies, B in the r
 static_assert(!RSM || TMA, "a staged residual: TMA rows (the cp.async rows' producer owns the cp.async groups)");
 static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (n64: TMA rows, no cp.async loader)");
 static_assert(ACC_MB * ACC_NT8 * 4 <= 128, "accumulators of a consumer thread");
-static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM == 64 || BM == 128 || BM == 256)),
+static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM == 64 || BM == 128 || BM == 192 || BM == 256)),
               "the transposed tile: a TMA row, 64 channels per consumer, BM pixels a wgmma n");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");

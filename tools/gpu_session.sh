@@ -9,7 +9,7 @@
 #                                        sanitize-f32 ncu-fp32
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
-#                                        flush-ab pdl-ab pdl3 pair ws-rows swap
+#                                        flush-ab pdl-ab pdl3 pair ws-rows swap x192 vgg-x192 clocks
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -183,12 +183,14 @@ rows_ab() {
 # env_ab TAG OFFVAR [FILTER] (its tables in logs.tgz: the device tool returns only a few files from $OUT): one binary
 # with OFFVAR=0 against without, each arm with its own empty cache, ResNet-50
 # per layer (every tuned layer's candidates and their times in the log) and three models whole (batches
-# AB_BATCHES, default 64,256); cuDNN's convs alone in the same call; then the per-layer times of both arms and
+# AB_BATCHES, default 64,256; AB_OFF_VALUE: OFFVAR's value in the off arm, default 0; AB_ON_ENV: more settings of
+# the on arm); cuDNN's convs alone in the same call; then the per-layer times of both arms and
 # cuDNN's side by side (bench/ab_layers.py, printed and in logs.tgz as TAG-ab-layers.md)
 env_ab() {
     local tag=$1 offvar=$2 filter=${3:-} arm env
     for arm in off on; do
-        env="CNN_CACHE_DIR=/tmp/cnn-cache-$tag-$arm"; [ $arm = off ] && env="$env $offvar=0"
+        env="CNN_CACHE_DIR=/tmp/cnn-cache-$tag-$arm"; [ $arm = off ] && env="$env $offvar=${AB_OFF_VALUE:-0}"
+        [ $arm = on ] && env="$env ${AB_ON_ENV:-}" # AB_ON_ENV: settings of the on arm other than the default
         rm -rf /tmp/cnn-cache-$tag-$arm
         stage "$tag-$arm-layers-r50" 150 bash -c "env $env $BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --layers --device cuda --repeat 20 --warmup 5 -v >$LOGDIR/$tag-$arm-layers-r50.md 2>/tmp/$tag-$arm-tune.log"
         grep -h 'tuned fprop_tc' /tmp/$tag-$arm-tune.log | sed 's/^/# /' >>"$LOGDIR/$tag-$arm-layers-r50.md"
@@ -204,6 +206,56 @@ env_ab() {
 if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.cu TMA=1)
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
 if has swap; then rows_ab swap /x CNN_CONV_SWAP; fi # the transposed-tile rows (SWAP=1)
+if has x192; then AB_OFF_VALUE=tc192 rows_ab x192 tc192 CNN_CONV_SKIP; fi # the 192-pixel transposed tile
+if has vgg-x192; then # VGG-16 bf16 b64 without and with the 192-pixel row, three processes each, interleaved
+    for rep in 1 2 3; do
+        for arm in off on; do
+            env="CNN_CACHE_DIR=/tmp/cnn-cache-vx-$arm"; [ $arm = off ] && env="$env CNN_CONV_SKIP=tc192"
+            stage "vgg-x192-$arm-$rep" 150 bash -c "env $env $BUILD/cnn bench --model vgg16 --batch 64 --dtypes bf16 --device cuda --repeat 100 --warmup 10 >$LOGDIR/vgg-x192-$arm-$rep.md 2>/dev/null"
+            grep -hE '^\| vgg16 \| 224x224' $LOGDIR/vgg-x192-$arm-$rep.md | sed "s/^/# $arm $rep /"
+        done
+    done
+fi
+if has clocks; then # SM clock, power and throttle reasons (nvidia-smi every 20 ms) while our ResNet-50 bf16 b256
+    # forward runs step by step (warm cache, 1000 runs of each step) and while cuDNN's convs of it run alone (1000 runs
+    # of each shape); then the mean of each phase
+    cache=/tmp/cnn-cache-clk
+    stage clk-warm 200 "$BUILD/cnn" bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache --layers --repeat 3 --warmup 1
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv,noheader,nounits -lms 20 >$LOGDIR/clocks.csv 2>&1 &
+    smi=$!
+    mark() { echo "$1,$(date -u '+%Y/%m/%d %H:%M:%S.%N')" >>$LOGDIR/clock-marks.csv; }
+    : >$LOGDIR/clock-marks.csv
+    sleep 2; mark idle-end
+    stage clk-ours 200 bash -c "$BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache --layers --repeat 1000 --warmup 5 >$LOGDIR/clk-ours.md"
+    mark ours-end
+    stage clk-cudnn 200 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 1000 --warmup 20 >$LOGDIR/clk-cudnn.jsonl"
+    mark cudnn-end
+    kill $smi
+    $PYTHON - "$LOGDIR/clocks.csv" "$LOGDIR/clock-marks.csv" <<'PY' | sed 's/^/# /'
+import sys, datetime as dt
+def t(s): return dt.datetime.strptime(s.strip()[:26], "%Y/%m/%d %H:%M:%S.%f")
+rows = []
+for line in open(sys.argv[1]):
+    f = line.split(",")
+    try: rows.append((t(f[0]), float(f[1]), float(f[2]), float(f[3]), f[4].strip()))
+    except (ValueError, IndexError): pass
+marks = [(l.split(",")[0], t(l.split(",")[1][:26])) for l in open(sys.argv[2])]
+lo = rows[0][0] if rows else None
+for name, hi in marks:
+    ph = [r for r in rows if lo <= r[0] < hi and r[2] > 150.0]  # samples with the GPU busy (over 150 W)
+    if ph:
+        n = len(ph); reasons = {}
+        for r in ph: reasons[r[4]] = reasons.get(r[4], 0) + 1
+        print("%-10s %4d busy samples: SM clock mean %.0f MHz (min %.0f), power mean %.0f W (max %.0f), temp max %.0f C, reasons %s" % (
+            name, n, sum(r[1] for r in ph) / n, min(r[1] for r in ph), sum(r[2] for r in ph) / n, max(r[2] for r in ph),
+            max(r[3] for r in ph), sorted(reasons.items(), key=lambda x: -x[1])[:3]))
+    else:
+        print("%-10s no busy samples" % name)
+    lo = hi
+PY
+    $PYTHON bench/ab_layers.py $LOGDIR/clk-ours.md $LOGDIR/clk-ours.md $LOGDIR/clk-cudnn.jsonl | sed 's/^/# /'
+fi
 if has flush-ab; then env_ab flush CNN_TUNE_FLUSH; fi # the tuner's timing with L2 flushed (on) or as left (off)
 if has pdl-ab; then AB_BATCHES=1,16,64,256 env_ab pdl CNN_PDL; fi # programmatic dependent launch on and off
 if has pdl3; then # three arms, interleaved twice: the base tree (tmp/ab-base.tgz) without and with programmatic

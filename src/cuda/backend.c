@@ -12,7 +12,8 @@
  * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
  * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_CONV_WS=0 (no warp-specialised
  * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_CONV_COOP=0 (none of their cooperative
- * rows), CNN_CONV_SWAP=0 (none of their transposed-tile rows), CNN_CONV_PAIR=0 (the eval plan sums no two
+ * rows), CNN_CONV_SWAP=0 (none of their transposed-tile rows), CNN_CONV_SKIP=a,b (no tensor-core row whose name
+ * contains a or b), CNN_CONV_PAIR=0 (the eval plan sums no two
  * convolutions in one kernel), CNN_COMPILE_THREADS (nvrtc.c).
  */
 #include "cuda/internal.h"
@@ -500,6 +501,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
     const char *swap = getenv("CNN_CONV_SWAP");
     cb->no_swap = swap && strcmp(swap, "0") == 0;
+    const char *skip = getenv("CNN_CONV_SKIP");
+    snprintf(cb->conv_skip, sizeof cb->conv_skip, "%s", skip ? skip : "");
     const char *coop = getenv("CNN_CONV_COOP");
     cb->no_coop = coop && strcmp(coop, "0") == 0;
     const char *pair = getenv("CNN_CONV_PAIR");
@@ -600,6 +603,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
         cnn_log(1, "cnn: %s: no TMA convolution kernels", cu.TensorMapEncodeIm2col ? "CNN_CONV_TMA=0" : "the driver has no tensor-map encoder");
     if (cb->no_coop && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_COOP=0: no cooperative convolution kernels");
     if (cb->no_swap && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_SWAP=0: no transposed-tile convolution kernels");
+    if (cb->conv_skip[0]) cnn_log(1, "cnn: CNN_CONV_SKIP=%s: no tensor-core convolution rows of those names", cb->conv_skip);
     if (!cb->pdl && cb->cc_major >= 9)
         cnn_log(1, "cnn: %s: kernels launched without programmatic serialization",
                 cu.LaunchKernelEx ? "CNN_PDL=0" : "the driver has no cuLaunchKernelEx");

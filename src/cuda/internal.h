@@ -224,6 +224,7 @@ typedef struct cuda_be {
                                * tensor-map encoders */
     bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
     bool no_swap;             /* CNN_CONV_SWAP=0: nor their transposed-tile rows (A/B timing) */
+    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the tensor-core rows whose names contain a or b (A/B timing) */
     bool no_pair;             /* CNN_CONV_PAIR=0: the eval plan fuses no conv pairs (A/B timing) */
     bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
     bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with

@@ -1227,9 +1227,12 @@ static void g_conv_tc(ctx *t) {
         if (t->dt == CNN_DTYPE_F32 && (strstr(cnn_cuda_conv_config_name(cfg), "wg") || strstr(cnn_cuda_conv_config_name(cfg), "ws"))) /* by design */
             printf("# conv_tc.%s: %s is a wgmma config; F32 (TF32 or fp32 FMA) runs on the mma.sync ones\n", t->dts,
                    cnn_cuda_conv_config_name(cfg));
-        else if (!cnn_cuda_conv_config_usable(t->gpu, cfg))
-            printf("SKIP conv_tc.%s.%s: needs more shared memory per block than this GPU has, or wgmma off sm_90a\n",
-                   t->dts, cnn_cuda_conv_config_name(cfg));
+        else if (!cnn_cuda_conv_config_usable(t->gpu, cfg)) {
+            char name[160];
+            snprintf(name, sizeof name, "conv_tc.%s.%s", t->dts, cnn_cuda_conv_config_name(cfg));
+            skip(name, "needs more shared memory per block than this GPU has, wgmma off sm_90a, or an environment "
+                       "variable turns it off (CNN_CONV_WS, _TMA, _COOP, _SWAP, _SKIP)");
+        }
     int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
     /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits; the persistent
      * rows (no split-K) at the same time: a CTA per tile (these outputs have fewer tiles than the GPU has SMs; 2
