@@ -23,6 +23,7 @@ typedef struct bench_layer {
     int step;
     char name[2 * CNN_NAME_MAX + 4], kind[12], fused[32], layer[200];
     double ms_median, ms_min, ms_max, gflop, gbyte;
+    int runs; /* timed runs (--repeat, or more under --layer-min-ms) */
 } bench_layer;
 
 typedef struct bench_row {
@@ -155,14 +156,28 @@ static cnn_status time_back_to_back(cnn_backend *be, cnn_model *m, int batch, in
     return st;
 }
 
-/* The eval forward step by step: warmup untimed passes, then each step run `repeat` times back to back with a
- * timing mark after each (as the cuDNN rows of bench/pytorch_bench.py time each conv shape): a step's time is
- * the gap between its marks, with its inputs and weights as warm in L2 as repetition leaves them. Steps that
- * write in place (a ReLU, a residual add into its input) change the data from one repetition to the next, not
- * the work. */
-static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warmup, int repeat, bench_row *r) {
+/* How each step of --layers is timed. rest_ms > 0: before a step, the device is drained and left idle rest_ms
+ * milliseconds, then the step runs `warmup` times untimed, so every step starts from the same idle GPU (clocks and
+ * power as after a pause) whatever ran before it. min_ms > 0: a step is timed over at least min_ms milliseconds
+ * of runs (more than `repeat` where its runs are short, estimated from 3 timed runs first), so every step is timed
+ * at the clocks a sustained load settles at. bench/pytorch_bench.py's --layer-rest-ms and --layer-min-ms time
+ * cuDNN's convs by the same rules (docs/BENCH.md). */
+typedef struct layer_protocol {
+    int rest_ms, min_ms;
+} layer_protocol;
+
+#define LAYER_MAX_RUNS 20000
+
+/* The eval forward step by step: warmup untimed passes, then each step run `repeat` times (or as lp says) back to
+ * back with a timing mark after each (as the cuDNN rows of bench/pytorch_bench.py time each conv shape): a step's
+ * time is the gap between its marks, with its inputs and weights as warm in L2 as repetition leaves them. Steps
+ * that write in place (a ReLU, a residual add into its input) change the data from one repetition to the next,
+ * not the work. */
+static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warmup, int repeat, layer_protocol lp,
+                              bench_row *r) {
     int ns = cnn_model_eval_steps(m);
-    double *ms = calloc((size_t)ns * repeat, sizeof *ms);
+    int cap = lp.min_ms > 0 ? LAYER_MAX_RUNS : repeat;
+    double *ms = calloc((size_t)(cap > 3 ? cap : 3), sizeof *ms);
     r->layers = calloc((size_t)(ns ? ns : 1), sizeof *r->layers);
     if (!ms || !r->layers) {
         free(ms);
@@ -173,13 +188,29 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
     cnn_status st = CNN_OK;
     for (int it = 0; st == CNN_OK && it < warmup; it++) st = cnn_model_forward_eval_steps(m, batch, 0, ns);
     if (st == CNN_OK) st = be->sync(be);
-    for (int s = 0; st == CNN_OK && s < ns; s++) st = time_back_to_back(be, m, batch, s, repeat, &ms[(size_t)s * repeat]);
     r->layers_ms_sum = 0;
     for (int s = 0; st == CNN_OK && s < ns; s++) {
-        bench_stats t = summarize(&ms[(size_t)s * repeat], repeat);
+        if (lp.rest_ms > 0) { /* an idle GPU, then this step's own warm-up */
+            st = be->sync(be);
+            if (st == CNN_OK) cnn_sleep_ms(lp.rest_ms);
+            for (int it = 0; st == CNN_OK && it < warmup; it++) st = cnn_model_forward_eval_steps(m, batch, s, 1);
+        }
+        int runs = repeat;
+        if (st == CNN_OK && lp.min_ms > 0) { /* enough runs to fill min_ms, from the median of 3 */
+            st = time_back_to_back(be, m, batch, s, 3, ms);
+            if (st == CNN_OK) {
+                double per = summarize(ms, 3).median;
+                double want = per > 0 ? (double)lp.min_ms / per + 1.0 : (double)LAYER_MAX_RUNS;
+                runs = want > LAYER_MAX_RUNS ? LAYER_MAX_RUNS : want > repeat ? (int)want : repeat;
+            }
+        }
+        if (st == CNN_OK) st = time_back_to_back(be, m, batch, s, runs, ms);
+        if (st != CNN_OK) break;
+        bench_stats t = summarize(ms, runs);
         r->layers[s].ms_median = t.median;
         r->layers[s].ms_min = t.min;
         r->layers[s].ms_max = t.max;
+        r->layers[s].runs = runs;
         r->layers_ms_sum += t.median;
     }
     free(ms);
@@ -187,7 +218,7 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
 }
 
 static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int w, int batch, bool train, bool layers,
-                          int warmup, int repeat, bench_row *r) {
+                          layer_protocol lp, int warmup, int repeat, bench_row *r) {
     double t0 = cnn_now();
     cnn_model *m = NULL;
     cnn_status st = cnn_model_create(mo, be, h, w, batch, train, &m);
@@ -244,7 +275,7 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
         r->tflops = r->gflop / r->ms_median;  /* GFLOP per ms = TFLOP/s */
         r->mem_mib = (double)(be->peak_bytes ? be->peak_bytes(be) : cnn_model_device_bytes(m)) / 1048576.0;
     }
-    if (st == CNN_OK && layers && !train) st = time_layers(be, m, batch, warmup, repeat, r);
+    if (st == CNN_OK && layers && !train) st = time_layers(be, m, batch, warmup, repeat, lp, r);
     if (mom) be->free(be, mom);
     free(x);
     free(labels);
@@ -258,6 +289,7 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
 typedef struct bench_out {
     const char *device, *backend, *runtime, *date;
     bool layers;
+    layer_protocol lp;
 } bench_out;
 
 /* s as the inside of a JSON string (quotes and backslashes escaped, control characters as spaces). */
@@ -307,7 +339,10 @@ static void print_md(const bench_row *rows, int nr, const bench_out *o) {
     if (!o->layers) return;
     printf("\nPer layer: the eval forward one step at a time (eager, no graph), each step timed alone; median of the "
            "same runs. A conv step includes what is fused into it (BN, residual add, ReLU). TFLOP/s for conv and "
-           "linear (2 per multiply-add), GB/s of activations read and written for the rest.\n\n");
+           "linear (2 per multiply-add), GB/s of activations read and written for the rest.");
+    if (o->lp.rest_ms > 0) printf(" Before each step: the GPU idle %d ms, then --warmup runs of the step.", o->lp.rest_ms);
+    if (o->lp.min_ms > 0) printf(" Each step timed over at least %d ms of runs.", o->lp.min_ms);
+    printf("\n\n");
     printf("| model | batch | dtype | step | name | kind | fused | shape | ms (median) | TFLOP/s | GB/s |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nr; i++) {
@@ -345,7 +380,7 @@ static void print_csv(const bench_row *rows, int nr, const bench_out *o) {
             snprintf(L->gflop > 0 ? tf : gb, sizeof tf, "%.9g", layer_rate(L));
             printf("cnn,%s,%s,%d,%s,layer,%s,%s,%.9g,%.9g,,,%.9g,,%s,,,%d,%d,%s,%s,\"\",\"%s\",%s,%s,%s,%s,\n",
                    r->model, r->input, r->batch, r->dtype, dev, o->backend, L->ms_median, L->ms_min, L->ms_max, tf,
-                   r->repeat, r->warmup, CNN_COMMIT, o->date, L->layer, csv_esc(L->name, name, sizeof name), L->kind,
+                   L->runs, r->warmup, CNN_COMMIT, o->date, L->layer, csv_esc(L->name, name, sizeof name), L->kind,
                    L->fused, gb);
         }
     }
@@ -371,6 +406,8 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
                CNN_COMMIT, o->date, json_esc(r->error, err, sizeof err));
         if (o->runtime[0]) printf(",\"runtime\":\"%s\"", json_esc(o->runtime, err, sizeof err));
         if (nl) printf(",\"layer_steps\":%d,\"layers_ms_sum\":%.9g", nl, r->layers_ms_sum);
+        if (nl && (o->lp.rest_ms > 0 || o->lp.min_ms > 0))
+            printf(",\"layer_rest_ms\":%d,\"layer_min_ms\":%d", o->lp.rest_ms, o->lp.min_ms);
         printf("}%s\n", !lines && !(last_row && nl == 0) ? "," : "");
         for (int s = 0; s < nl; s++) {
             const bench_layer *L = &r->layers[s];
@@ -383,8 +420,10 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
                    L->ms_max);
             if (L->gflop > 0) printf("\"gflop_per_batch\":%.9g,\"tflops\":%.9g,", L->gflop, layer_rate(L));
             else printf("\"gbyte_per_batch\":%.9g,\"gbps\":%.9g,", L->gbyte, layer_rate(L));
+            if (o->lp.rest_ms > 0 || o->lp.min_ms > 0)
+                printf("\"layer_rest_ms\":%d,\"layer_min_ms\":%d,", o->lp.rest_ms, o->lp.min_ms);
             printf("\"repeat\":%d,\"warmup\":%d,\"version\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\",\"error\":\"\"}%s\n",
-                   r->repeat, r->warmup, CNN_VERSION, CNN_COMMIT, o->date,
+                   L->runs, r->warmup, CNN_VERSION, CNN_COMMIT, o->date,
                    !lines && !(last_row && s + 1 == nl) ? "," : "");
         }
     }
@@ -398,6 +437,7 @@ int cmd_bench(int argc, char **argv) {
     const char *batches = "32", *mode = "infer", *format = "md", *dtypes = NULL;
     int repeat = 10, warmup = 2;
     bool layers = false;
+    layer_protocol lp = {0, 0};
     cli_add_model(&t, &mm, false);
     cli_add(&t, (cli_opt){"batch", 0, CLI_STR, "B[,B...]", &batches, 0, 0, NULL, "batch sizes"});
     cli_add(&t, (cli_opt){"mode", 0, CLI_CHOICE, NULL, &mode, 0, 0, "infer|train",
@@ -406,6 +446,10 @@ int cmd_bench(int argc, char **argv) {
     cli_add(&t, (cli_opt){"warmup", 0, CLI_INT, "N", &warmup, 0, 100000, NULL, "untimed runs first"});
     cli_add(&t, (cli_opt){"layers", 0, CLI_FLAG, NULL, &layers, 0, 0, NULL,
                           "then time each step of the eval forward alone (eager): a per-layer breakdown (infer only)"});
+    cli_add(&t, (cli_opt){"layer-rest-ms", 0, CLI_INT, "MS", &lp.rest_ms, 0, 60000, NULL,
+                          "--layers: leave the GPU idle MS ms before each step, then --warmup runs of it"});
+    cli_add(&t, (cli_opt){"layer-min-ms", 0, CLI_INT, "MS", &lp.min_ms, 0, 600000, NULL,
+                          "--layers: time each step over at least MS ms of runs, up to 20000 (0: --repeat runs)"});
     cli_add(&t, (cli_opt){"output", 'o', CLI_CHOICE, NULL, &format, 0, 0, "md|csv|json|jsonl", "output format"});
     cli_add(&t, (cli_opt){"dtypes", 0, CLI_STR, "D[,D...]", &dtypes, 0, 0, NULL, "several of fp32,tf32,bf16,fp16 (overrides --dtype)"});
     cli_add_common(&t, &c);
@@ -463,7 +507,7 @@ int cmd_bench(int argc, char **argv) {
                 r->batch = bvals[bi];
                 r->repeat = repeat;
                 r->warmup = warmup;
-                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, warmup, repeat, r);
+                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, lp, warmup, repeat, r);
                 if (r->st != CNN_OK) {
                     snprintf(r->error, sizeof r->error, "%s", cnn_error_msg());
                     fprintf(stderr, "cnn: %s batch %d %s: %s\n", r->model, r->batch, r->dtype, r->error);
@@ -477,7 +521,7 @@ int cmd_bench(int argc, char **argv) {
         char date[32];
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-        bench_out o = {.device = device_name, .backend = backend_name, .runtime = runtime, .date = date, .layers = layers};
+        bench_out o = {.device = device_name, .backend = backend_name, .runtime = runtime, .date = date, .layers = layers, .lp = lp};
         if (strcmp(format, "md") == 0) print_md(rows, nr, &o);
         else if (strcmp(format, "csv") == 0) print_csv(rows, nr, &o);
         else print_json(rows, nr, &o, strcmp(format, "jsonl") == 0);

@@ -152,6 +152,11 @@ def parser():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--layer-rest-ms", type=int, default=0,
+                    help="cudnn rows: after a shape's algorithm search, the GPU idle MS ms, then --warmup runs "
+                         "(cnn bench --layer-rest-ms)")
+    ap.add_argument("--layer-min-ms", type=int, default=0,
+                    help="cudnn rows: time each shape over at least MS ms of runs, up to 20000 (cnn bench --layer-min-ms)")
     ap.add_argument("--jobs", default=None, help="file of option lines, one configuration group each ('-': stdin)")
     return ap
 
@@ -169,8 +174,9 @@ def main():
     for n, line in enumerate(lines, 1):  # parse every line first: a typo fails before anything runs
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        g = ap.parse_args(shlex.split(line), namespace=argparse.Namespace(repeat=args.repeat, warmup=args.warmup,
-                                                                          threads=args.threads))
+        g = ap.parse_args(shlex.split(line), namespace=argparse.Namespace(
+            repeat=args.repeat, warmup=args.warmup, threads=args.threads, layer_rest_ms=args.layer_rest_ms,
+            layer_min_ms=args.layer_min_ms))
         if not g.model or g.jobs:
             ap.error(f"{args.jobs}:{n}: a job line needs --model and no --jobs")
         groups.append(g)
@@ -363,6 +369,31 @@ def conv_shapes(model, h, w):
     return shapes
 
 
+LAYER_MAX_RUNS = 20000  # as cnn bench --layer-min-ms
+
+
+def time_conv_shape(fn, args):
+    """Per-run times of one conv shape, by the rules `cnn bench --layers` times our steps with (apps/cmd_bench.c):
+    by default --warmup runs (the first one is cudnn.benchmark's search) then --repeat timed ones. --layer-rest-ms:
+    the search first, then the GPU idle that long, then --warmup runs, so every shape starts from an idle GPU.
+    --layer-min-ms: at least that long of timed runs (from the median of 3 timed first), at the clocks a sustained
+    load settles at."""
+    if args.layer_rest_ms <= 0 and args.layer_min_ms <= 0:
+        return time_cuda(fn, args.warmup, args.repeat)
+    warmup = args.warmup
+    if args.layer_rest_ms > 0:
+        fn()  # cudnn.benchmark's search for this shape, before the pause
+        torch.cuda.synchronize()
+        time.sleep(args.layer_rest_ms / 1e3)
+    runs = args.repeat
+    if args.layer_min_ms > 0:
+        per = statistics.median(time_cuda(fn, warmup, 3))
+        warmup = 0
+        want = args.layer_min_ms / per + 1.0 if per > 0 else LAYER_MAX_RUNS
+        runs = int(min(LAYER_MAX_RUNS, max(args.repeat, want)))
+    return time_cuda(fn, warmup, runs)
+
+
 def run_cudnn(args, base, batch, dt, model_name, device):
     """One row per distinct conv shape: F.conv2d alone, NHWC, cudnn.benchmark; fp32 is true fp32 (TF32 off, which
     is not PyTorch's default for cuDNN convolutions)."""
@@ -372,11 +403,13 @@ def run_cudnn(args, base, batch, dt, model_name, device):
         x = torch.randn(batch, c, h, w, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
         wt = torch.randn(k, c, r, r, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
         with torch.no_grad():
-            ms = time_cuda(lambda: F.conv2d(x, wt, stride=s, padding=p), args.warmup, args.repeat)
+            ms = time_conv_shape(lambda: F.conv2d(x, wt, stride=s, padding=p), args)
         pq = ((h + 2 * p - r) // s + 1) * ((w + 2 * p - r) // s + 1)
         gflop = 2.0 * batch * pq * k * c * r * r / 1e9
         row(args, "cudnn", model_name, batch, args.dtype, "conv", ms, gflop, 0.0, device, 0,
-            {"layer": f"{c}->{k} {h}x{w} {r}x{r}/{s} p{p}", "count": count})
+            dict({"layer": f"{c}->{k} {h}x{w} {r}x{r}/{s} p{p}", "count": count, "repeat": len(ms)},
+                 **({"layer_rest_ms": args.layer_rest_ms, "layer_min_ms": args.layer_min_ms}
+                    if args.layer_rest_ms > 0 or args.layer_min_ms > 0 else {})))
 
 
 if __name__ == "__main__":

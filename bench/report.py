@@ -182,6 +182,12 @@ def _slug(s):
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(s))
 
 
+def _protocol(r):
+    """how a per-layer record was timed: (idle ms before each shape, least ms of runs per shape); (0, 0) is the
+    default (--repeat runs, shapes back to back)"""
+    return (int(r.get("layer_rest_ms") or 0), int(r.get("layer_min_ms") or 0))
+
+
 def per_layer(ok, records, svg_dir):
     """Markdown sections and SVG names comparing our conv layers with cuDNN's, per (model, batch, dtype).
 
@@ -193,9 +199,9 @@ def per_layer(ok, records, svg_dir):
     convs = [r for r in ok if r["mode"] == "conv" and r.get("layer")]
     if not ours and not convs:
         return [], []
-    whole = {(r["model"], r["batch"], r["dtype"]): r for r in ok
+    whole = {(r["model"], r["batch"], r["dtype"], _protocol(r)): r for r in ok
              if r["impl"] == "cnn" and r["mode"] == "infer" and r.get("layers_ms_sum")}
-    configs = sorted({(r["model"], r["batch"], r["dtype"]) for r in ours + convs})
+    configs = sorted({(r["model"], r["batch"], r["dtype"], _protocol(r)) for r in ours + convs})
     out, svgs = ["## Per layer", "",
                  "Ours: each conv of the eval forward timed alone (`cnn bench --layers`, eager, BN / residual add / "
                  "ReLU fused in, and the max-pool after the ResNet stem where the step's `fused` field says "
@@ -206,14 +212,14 @@ def per_layer(ok, records, svg_dir):
                  "A row `A + B` is a fused pair, a ResNet block's last conv and its downsample conv summed in one "
                  "kernel (each with its BN, then the ReLU; neither branch stored): its rival is the sum of the two "
                  "convolutions alone. ratio = rival ms / ours: > 1 means we are faster.", ""], []
-    for model, batch, dtype in configs:
+    for model, batch, dtype, proto in configs:
         mine = defaultdict(list)
         for r in ours:
-            if (r["model"], r["batch"], r["dtype"]) == (model, batch, dtype):
+            if (r["model"], r["batch"], r["dtype"], _protocol(r)) == (model, batch, dtype, proto):
                 mine[r["layer"]].append(r["ms_median"])
         theirs = defaultdict(dict)
         for r in convs:
-            if (r["model"], r["batch"], r["dtype"]) == (model, batch, dtype) and r["impl"] != "cnn":
+            if (r["model"], r["batch"], r["dtype"], _protocol(r)) == (model, batch, dtype, proto) and r["impl"] != "cnn":
                 best = theirs[r["layer"]].get(r["impl"])
                 if best is None or r["ms_median"] < best["ms_median"]:
                     theirs[r["layer"]][r["impl"]] = r
@@ -229,7 +235,12 @@ def per_layer(ok, records, svg_dir):
         rivals = sorted({impl for g in theirs.values() for impl in g})
         shapes = sorted(set(mine) | set(theirs), key=lambda l: (-max(mine.get(l, [0])), l))
         head = ["layer", "count", "cnn ms"] + [c for i in rivals for c in (f"{i} ms", "ratio")]
-        out += [f"### {model}, batch {batch}, {dtype}", "", "| " + " | ".join(head) + " |",
+        how = ""
+        if proto[0] > 0:
+            how += f", each shape after {proto[0]} ms of an idle GPU"
+        if proto[1] > 0:
+            how += f", each shape timed over at least {proto[1]} ms of runs (both sides: `--layer-min-ms {proto[1]}`)"
+        out += [f"### {model}, batch {batch}, {dtype}{how}", "", "| " + " | ".join(head) + " |",
                 "|" + "---|" * len(head)]
         groups = []
         for shape in shapes:
@@ -246,7 +257,13 @@ def per_layer(ok, records, svg_dir):
                 cells += [f'{v["ms_median"]:.4f}', f'**{v["ms_median"] / ms:.2f}x**' if ms else ""]
             out.append("| " + " | ".join(cells) + " |")
             groups.append((shape, g))
-        w = whole.get((model, batch, dtype))
+        for impl in rivals:  # single convs (pairs are not single shapes): ours at the rival's time or better
+            singles = [sh for sh in shapes if " + " not in sh and sh in mine and impl in theirs.get(sh, {})]
+            if singles:
+                wins = sum(1 for sh in singles if theirs[sh][impl]["ms_median"] >= _median(mine[sh]))
+                out += ["", f"Single conv shapes (with their fused epilogue) at least as fast as {impl}'s conv "
+                        f"alone: {wins} of {len(singles)}."]
+        w = whole.get((model, batch, dtype, proto))
         if w:
             out += ["", f'All {w.get("layer_steps", "?")} steps of our forward one at a time: '
                     f'{w["layers_ms_sum"]:.3f} ms in all; the whole forward: {w["ms_median"]:.3f} ms.']
@@ -258,7 +275,8 @@ def per_layer(ok, records, svg_dir):
         chart.mb = 130
         svg = chart.bars(groups, names)
         if svg:
-            name = f"layers_{_slug(model)}_b{batch}_{_slug(dtype)}.svg"
+            suffix = (f"_rest{proto[0]}" if proto[0] else "") + (f"_min{proto[1]}" if proto[1] else "")
+            name = f"layers_{_slug(model)}_b{batch}_{_slug(dtype)}{suffix}.svg"
             open(os.path.join(svg_dir, name), "w").write(svg)
             svgs.append(name)
     return out, svgs
@@ -272,6 +290,10 @@ def report(records, svg_dir, title, command):
     checks = [r for r in ok if r["impl"].startswith("check-")]
     cold = [r for r in ok if r.get("cache") == "cold"]
     ok = [r for r in ok if r["mode"] != "peak" and not r["impl"].startswith("check-") and r.get("cache") != "cold"]
+    # a per-layer timing protocol's own run (`--layer-min-ms`): its whole-forward row repeats the main one, so it
+    # stays out of the tables of whole forwards and serves the per-layer section only
+    layer_runs = ok
+    ok = [r for r in ok if not (r["mode"] == "infer" and _protocol(r) != (0, 0))]
     ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train")]
     rivals = [r for r in ok if r["impl"] != "cnn" and r["mode"] in ("infer", "train")]
     out = [f"# {title}", ""]
@@ -407,7 +429,7 @@ def report(records, svg_dir, title, command):
             svgs.append("latency_b1.svg")
     # plot 3: per layer, ours (mode=layer, one record per conv of the model) against cuDNN alone (mode=conv,
     # one record per distinct shape), matched on the `layer` shape string
-    sections, layer_svgs = per_layer(ok, records, svg_dir)
+    sections, layer_svgs = per_layer(layer_runs, records, svg_dir)
     out += sections
     svgs += layer_svgs
     # plot 4: training images/s

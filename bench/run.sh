@@ -48,8 +48,8 @@ ours() { # model stem batches dtype mode [extra]
         --repeat "$REPEAT" --warmup "$WARMUP" -o jsonl ${6:-} 2>>"$log" >>"$tmp" || echo "cnn bench $* failed (see $log)" >&2
 }
 jobs=$(mktemp)
-theirs() { # model stem batches dtype mode impls: one line of the PyTorch side's job list, run by theirs_run
-    echo "--model $1 --stem $2 --batch $3 --dtype $4 --mode $5 --impl $6" >>"$jobs"
+theirs() { # model stem batches dtype mode impls [extra]: one line of the PyTorch side's job list, run by theirs_run
+    echo "--model $1 --stem $2 --batch $3 --dtype $4 --mode $5 --impl $6 ${7:-}" >>"$jobs"
 }
 theirs_run() { # the job list in one process (one import of torch, one CUDA context, instead of one per line)
     timed "pytorch_bench.py: $(wc -l <"$jobs") job lines" "$PYTHON" bench/pytorch_bench.py --jobs "$jobs" \
@@ -76,6 +76,9 @@ if [ $DEV = cuda ]; then
         ours vgg16 imagenet 64 $dt infer
         [ $dt = tf32 ] || ours resnet18 cifar 1,10000 $dt infer
     done
+    # per layer again, each step timed over at least 300 ms of runs (cuDNN's convs below by the same rule): both
+    # sides at the clocks a sustained load settles at (docs/perf-log.md step 50)
+    ours resnet50 imagenet 256 bf16 infer "--layers --layer-min-ms 300"
     theirs resnet50 imagenet 1,16,64,256 fp32 infer eager-fp32,eager-tf32
     theirs resnet50 imagenet 1,16,64,256 bf16 infer eager-cl,graph
     theirs resnet50 imagenet 1,256 bf16 infer $compile
@@ -96,6 +99,10 @@ if [ $DEV = cuda ]; then
     # own cudnn.benchmark choice; the report takes the faster: one choice was now and then 2-7x slower)
     for pass in 1 2; do
         theirs resnet50 imagenet 256 bf16 infer cudnn
+        theirs_run
+    done
+    for pass in 1 2; do
+        theirs resnet50 imagenet 256 bf16 infer cudnn "--layer-min-ms 300"
         theirs_run
     done
 else

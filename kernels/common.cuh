@@ -453,6 +453,73 @@ __device__ __forceinline__ void tma_prefetch_map(const void *map) {
 #endif
 }
 
+/* writes of the generic proxy to shared memory (st.shared, cp.async), made visible to the async proxy that reads
+ * them next (wgmma's operand reads, a TMA store's source) */
+__device__ __forceinline__ void fence_proxy_async(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* ---- TMA stores (sm_90): shared -> global, asynchronous, tracked per thread in bulk groups ----
+ * tma_store_tile_2d copies a box of shared memory (laid out as the tiled map's box: rows of box[0] elements, no
+ * swizzle where the map has none) to the tensor at inner coordinate c0, outer c1; elements outside the tensor are
+ * not written. The issuing thread groups its stores with bulk_commit(); bulk_wait_read<N>() returns once at most
+ * N of its groups still read shared memory (the source may then be overwritten), bulk_wait_all() once every one
+ * has completed. Writes of the generic proxy to the source must be made visible to the copy engine first
+ * (fence_proxy_async, conv2d_wgmma.cuh). The emulator copies synchronously (emu_tmap.h's emu_tma_store). */
+__device__ __forceinline__ void tma_store_tile_2d(const void *map, const void *src, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(smem_u32(src)) : "memory");
+#elif defined(__CUDA_ARCH__)
+    (void)map, (void)src, (void)c0, (void)c1;
+    __trap();
+#else
+    const int coord[4] = {c0, c1, 0, 0};
+    emu_tma_store((const emu_tensor_map *)map, (const unsigned char *)src, coord);
+#endif
+}
+__device__ __forceinline__ void bulk_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void bulk_wait_read(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait_all(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
+/* stmatrix.x4.trans (sm_90): the inverse of a transposing ldmatrix. r[j] holds, for matrix j, the two 16-bit
+ * elements 2*(l%4), 2*(l%4)+1 of row l/4 (the accumulator layout, low half first); lane l gives the address of
+ * memory row l%8 of matrix l/8 (16 contiguous bytes in shared memory), which receives column l%8 of that matrix:
+ * its 8 elements, row 0 first. */
+__device__ __forceinline__ void stmatrix_x4_trans(void *p, const unsigned *r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(smem_u32(p)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+#elif defined(__CUDA_ARCH__)
+    (void)p, (void)r;
+    __trap();
+#else
+    unsigned char *all[32];
+    emu_rt_ptr->allgather(&p, all, (int)sizeof p);
+    unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int lane = (int)(lin & 31);
+    /* this lane's elements: row lane/4, columns 2*(lane%4) + b, of each matrix j -> memory row (column) 2*(lane%4)
+     * + b of matrix j, element lane/4 */
+    for (int j = 0; j < 4; j++)
+        for (int b = 0; b < 2; b++) memcpy(all[j * 8 + 2 * (lane % 4) + b] + 2 * (lane / 4), (const char *)&r[j] + 2 * b, 2);
+    __syncwarp();
+#endif
+}
+
 /* ldmatrix.x4: lane l gives the address of row l%8 of matrix l/8 (16 contiguous bytes in shared memory); r[j]
  * receives, from matrix j, the two 16-bit elements 2*(l%4), 2*(l%4)+1 of row l/4 -- the mma.m16n8k16 fragment
  * layout. */

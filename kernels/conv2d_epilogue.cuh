@@ -17,6 +17,9 @@
  *                          channels, columns pixels): scale/shift and ReLU per channel, each value rounded into
  *                          1 KB of shared memory as 16 pixels x 16 channels and read back as 8 channels of one
  *                          pixel per lane, 16-byte stores (no residual)
+ *   tile_epilogue_cols_tma the same for conv2d_ws.cu's OST rows: the warp's 16 channels x NT8*8 pixels rounded into a
+ *                          box of shared memory of its own (stmatrix, transposed: 32 bytes per pixel), then one TMA
+ *                          store of the box that completes while the next tile is multiplied
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
@@ -264,6 +267,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
             }
     }
 }
+
 #endif
 
 /* One warp's transposed tile (conv2d_ws.cu, SWAP=1): acc[j][2h + e] is output channel cbase + g + 8h of pixel
@@ -309,5 +313,48 @@ __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const flo
         if (m < a.gm && n < a.gn) *(uint4 *)(y + (long long)m * a.gn + n) = u;
     }
 }
+
+/* tile_epilogue_cols with its stores handed to the copy engine: the warp's 16 channels (cbase ..) x NT8*8 pixels
+ * (mbase ..) after scale/shift and ReLU, rounded, written by stmatrix.trans into `box` (this warp's own, pixel-major,
+ * 16 channels = 32 bytes per pixel, 16-byte aligned; the layout of the y map's box) and stored by lane 0 with one
+ * TMA store, which clips at the tensor's edges. The store of the warp's previous tile must have read the box
+ * before it is written again: lane 0 waits for that (bulk_wait_read), the warp then goes on together. */
+#if ACT != ACT_F32 /* conv2d_ws.cu's (F16/BF16); act2_pack and stmatrix move 16-bit elements */
+template <int NT8>
+__device__ __forceinline__ void tile_epilogue_cols_tma(const conv_args &a, const void *y_map, const float (&acc)[NT8][4],
+                                                       int mbase, int cbase, int lane, act_t *box) {
+    static_assert(NT8 % 2 == 0, "stmatrix.x4: two n8 tiles (16 pixels) x two 8-channel halves");
+    const int g = lane >> 2;
+    float sc[2], sh[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int n = cbase + g + 8 * h;
+        const bool ok = n < a.gn;
+        sc[h] = a.scale && ok ? a.scale[n] : 1.0f;
+        sh[h] = a.shift && ok ? a.shift[n] : 0.0f;
+    }
+    if (lane == 0) bulk_wait_read<0>();
+    __syncwarp();
+    const int mi = lane >> 3, row = lane & 7; /* the matrix and memory row whose address this lane gives */
+#pragma unroll
+    for (int j = 0; j < NT8; j += 2) {
+        unsigned r[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) { /* matrix k: pixels of n8 tile j + k/2, channels 8*(k%2) .. */
+            const int jj = j + (k >> 1), h = k & 1;
+            float v0 = acc[jj][2 * h] * sc[h] + sh[h], v1 = acc[jj][2 * h + 1] * sc[h] + sh[h];
+            if (a.relu) v0 = v0 > 0.0f ? v0 : 0.0f, v1 = v1 > 0.0f ? v1 : 0.0f;
+            r[k] = act2_pack(v0, v1);
+        }
+        stmatrix_x4_trans(box + ((j + (mi >> 1)) * 8 + row) * 16 + (mi & 1) * 8, r);
+    }
+    fence_proxy_async(); /* this lane's writes, visible to the copy engine */
+    __syncwarp();
+    if (lane == 0) {
+        tma_store_tile_2d(y_map, box, cbase, mbase);
+        bulk_commit();
+    }
+}
+#endif
 
 #endif

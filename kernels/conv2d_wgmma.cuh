@@ -4,7 +4,7 @@
  *   wg_desc                the matrix descriptor of such an operand
  *   wgmma_n64/n128/n192/n256  one m64 x N x k16 product (wgmma_bn<N>::mma picks by N)
  *   wg_multiply_slice      a warpgroup's products over one slice (the emulator computes them per thread)
- *   wg_fence, wg_commit_and_wait_prev, wg_wait_all, fence_proxy_async, acc_zero, acc_fence_all
+ *   wg_fence, wg_commit_and_wait_prev, wg_wait_all, acc_zero, acc_fence_all (fence_proxy_async: common.cuh)
  * Needs ACT (common.cuh) and conv2d_loader.cuh.
  */
 #ifndef CNN_KERNELS_CONV2D_WGMMA_CUH
@@ -38,12 +38,6 @@ __device__ __forceinline__ void wg_commit_and_wait_prev(void) {
 __device__ __forceinline__ void wg_wait_all(void) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-/* cp.async wrote the stage through the generic proxy; the tensor cores read it through the async proxy */
-__device__ __forceinline__ void fence_proxy_async(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 /* keeps the compiler from moving accumulator reads or writes across the asynchronous MMA */

@@ -60,7 +60,14 @@
  * 64i + 63 of the shared tile against all BM pixels (BM = 192 too: m64n192, for problems whose pixel count makes
  * whole rounds of 192-pixel tiles, perf-log step 48). The stages, copies and tile order are the pixel-major
  * tile's; the epilogue transposes back (conv2d_epilogue.cuh's tile_epilogue_cols).
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, ACT.
+ * OST=1 (the `/o` rows; transposed tiles only): the epilogue's stores go through the copy engine. Each consumer
+ * warp rounds its 16 channels x BM pixels into a box of shared memory of its own (stmatrix, transposed, in place of
+ * the 1 KB scratch) and one thread issues one TMA store of it (targs.y_map), which completes while the consumers
+ * multiply the next tile; before the box is written again the store must have read it (conv2d_epilogue.cuh's
+ * tile_epilogue_cols_tma). The tensor cores then wait on a cooperative tile's epilogue only for its rounding into
+ * shared memory, not for its stores to drain; the boxes take 32 x BM bytes per warp, so the ring is shorter than
+ * the twin's without /o. Measured gain: small (docs/perf-log.md step 50).
+ * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -83,6 +90,9 @@
 #ifndef SWAP
 #define SWAP 0
 #endif
+#ifndef OST
+#define OST 0
+#endif
 /* rows a consumer multiplies: all of its tile's, or its half of the shared one (a transposed tile's consumers
  * split its channels instead) */
 #define CBM (COOP && !SWAP ? BM / 2 : BM)
@@ -99,7 +109,10 @@
 #else
 #define STAGE_ELEMS ((BM + BN) * BK) /* a ring stage: an A slice, then a B slice */
 #endif
-#define EPI_BYTES (8 * 1024) /* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring */
+/* the epilogue's scratch, 1 KB per consumer warp, ahead of the ring; OST: each consumer warp's box of 16 channels x
+ * BM pixels instead */
+#define EPI_WARP_BYTES (OST ? 32 * BM : 1024)
+#define EPI_BYTES (8 * EPI_WARP_BYTES)
 /* a consumer's accumulators: MB m64 blocks x NT8 n8 tiles, or transposed (SWAP) one m64 block of channels (of a
  * cooperative tile: consumer i's channels 64i ..) x all BM pixels */
 #define ACC_MB (SWAP ? 1 : MB)
@@ -138,6 +151,7 @@ static_assert(BN == 128 || BN == 256 || (TMA && BN == 64), "wgmma n128 or n256 (
 static_assert(ACC_MB * ACC_NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM == 64 || BM == 128 || BM == 192 || BM == 256)),
               "the transposed tile: a TMA row, 64 channels per consumer, BM pixels a wgmma n");
+static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue (tile_epilogue_cols_tma)");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -355,8 +369,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         if (lane == 0) mbar_arrive(&empty[(i * ktiles + ktiles - 1) % STAGES]);
         int m0, n0;
         tile_origin(i, m0, n0);
-        float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * 1024); /* this warp's own scratch */
-#if SWAP /* warp w holds channels n0 + 16w .. + 15 of all the tile's pixels */
+        /* this warp's own scratch (OST: its box) */
+        float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * EPI_WARP_BYTES);
+#if SWAP && OST /* warp w holds channels n0 + 16w .. + 15 of all the tile's pixels */
+        tile_epilogue_cols_tma<ACC_NT8>(a, &targs.y_map, acc[0], m0, n0 + ch_off + warp * 16, lane, (act_t *)scr);
+#elif SWAP
         tile_epilogue_cols<ACC_NT8>(a, acc[0], m0, n0 + ch_off + warp * 16, lane, scr);
 #else
         if (!a.residual) {
@@ -374,4 +391,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         }
 #endif
     }
+#if OST
+    if (lane == 0) bulk_wait_all(); /* the last tile's stores: done before the CTA (and its shared memory) goes */
+#endif
 }

@@ -58,6 +58,8 @@ typedef struct conv_tma_args {
     conv_tma_map b_map;      /* wt (K, R*S*C) tiled: BN rows x 64 elements per copy, 128-byte swizzle */
     conv_tma_map a2_map;     /* a pair's second convolution (a.pair_ktiles > 0): x2 and wt2 likewise */
     conv_tma_map b2_map;
+    conv_tma_map y_map;      /* the output (N*P*Q, K) tiled, for the rows storing through TMA (OST=1): 16 channels x
+                              * BM pixels per store, no swizzle */
     conv_args a;
 } conv_tma_args;
 

@@ -10,6 +10,7 @@
 #                                        startup startup-bf16 cli sanitize tune bench bench-bf16 bench-tf32 layers
 #                                        check hostvar cudnn-kernels suite train-ab tma coop ws-tests ncu-cmp
 #                                        flush-ab pdl-ab pdl3 pair ws-rows swap x192 vgg-x192 clocks
+#                                        protocols xo
 #                                        (default: build ops e2e startup
 #                                        cli sanitize bench). GIT_COMMIT=hash: the
 #                                        commit the build records.
@@ -207,6 +208,7 @@ if has tma; then rows_ab tma /t CNN_CONV_TMA; fi     # the TMA rows (conv2d_ws.c
 if has coop; then rows_ab coop /c/ CNN_CONV_COOP; fi # the cooperative rows (COOP=1)
 if has swap; then rows_ab swap /x CNN_CONV_SWAP; fi # the transposed-tile rows (SWAP=1)
 if has x192; then AB_OFF_VALUE=tc192 rows_ab x192 tc192 CNN_CONV_SKIP; fi # the 192-pixel transposed tile
+if has xo; then AB_OFF_VALUE=/o rows_ab xo /o CNN_CONV_SKIP; fi # the transposed tiles storing through TMA (OST=1)
 if has vgg-x192; then # VGG-16 bf16 b64 without and with the 192-pixel row, three processes each, interleaved
     for rep in 1 2 3; do
         for arm in off on; do
@@ -215,6 +217,20 @@ if has vgg-x192; then # VGG-16 bf16 b64 without and with the 192-pixel row, thre
             grep -hE '^\| vgg16 \| 224x224' $LOGDIR/vgg-x192-$arm-$rep.md | sed "s/^/# $arm $rep /"
         done
     done
+fi
+if has protocols; then # ResNet-50 bf16 b256 per layer, ours and cuDNN's conv alone, under the same timing protocol on
+    # both sides, three protocols: as the suite (20 runs after 5, steps back to back), each shape after 100 ms of an
+    # idle GPU (--layer-rest-ms), and each shape over at least 300 ms of runs (--layer-min-ms); then the ratios
+    cache=/tmp/cnn-cache-proto
+    stage proto-tune 200 "$BUILD/cnn" bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache --layers --repeat 3 --warmup 1
+    args=""
+    for p in suite:0:0 rest:100:0 long:0:300; do
+        IFS=: read -r name rest min <<<"$p"
+        stage "proto-$name-ours" 200 bash -c "$BUILD/cnn bench --model resnet50 --batch 256 --dtypes bf16 --device cuda --cache-dir $cache --layers --repeat 20 --warmup 5 --layer-rest-ms $rest --layer-min-ms $min >$LOGDIR/proto-$name-ours.md"
+        stage "proto-$name-cudnn" 200 bash -c "$PYTHON bench/pytorch_bench.py --model resnet50 --batch 256 --dtype bf16 --impl cudnn --repeat 20 --warmup 5 --layer-rest-ms $rest --layer-min-ms $min >$LOGDIR/proto-$name-cudnn.jsonl"
+        args="$args $name=$LOGDIR/proto-$name-ours.md,$LOGDIR/proto-$name-cudnn.jsonl"
+    done
+    $PYTHON bench/layer_protocols.py $args | tee $LOGDIR/protocols.md | sed 's/^/# /'
 fi
 if has clocks; then # SM clock, power and throttle reasons (nvidia-smi every 20 ms) while our ResNet-50 bf16 b256
     # forward runs step by step (warm cache, 1000 runs of each step) and while cuDNN's convs of it run alone (1000 runs

@@ -77,5 +77,7 @@ static inline bool cnn_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
 
 /* Wall-clock seconds from a monotonic clock. */
 double cnn_now(void);
+/* Sleep the calling thread ms milliseconds (resumed after a signal until the time is up). */
+void cnn_sleep_ms(int ms);
 
 #endif

@@ -1,6 +1,7 @@
 /* status.c — status strings, the thread-local error message, the abort funnel, logging, checked malloc. */
 #include "cnn/cnn.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,4 +93,10 @@ double cnn_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cnn_sleep_ms(int ms) {
+    struct timespec left = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
 }

@@ -77,80 +77,89 @@ typedef struct tc_config {
                    * tuned only where the conv adds a residual */
     bool swap;    /* ws TMA row multiplying the transposed tile (SWAP=1, the /x rows: the filter slice is wgmma's
                    * m64 operand, the bm pixels its n operand); no residual and no pair (swap_twin runs those) */
+    bool ost;     /* transposed-tile row storing its output through TMA (OST=1, the /o rows: each consumer warp's
+                   * 16 channels x bm pixels rounded into a box of shared memory, one TMA store each), a ring stage
+                   * shorter than its twin without /o (ost_twin), which runs what its y map cannot describe */
 } tc_config;
 static const tc_config tc_configs[] = {
-    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false, false},
-    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, false},
-    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, false},
-    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false, false},
-    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false, false}, /* 64x64 warp tiles */
-    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false, false},
-    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false, false},
+    {"tc128x128/w2x4/s3", 128, 128, 32, 2, 4, 3, 2, 1.00f, false, false, false, false, false, false, false, false, false},
+    {"tc128x64/w2x2/s4", 128, 64, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, false, false},
+    {"tc64x128/w2x2/s4", 64, 128, 32, 2, 2, 4, 1, 0.85f, false, false, false, false, false, false, false, false, false},
+    {"tc64x64/w2x2/s4", 64, 64, 32, 2, 2, 4, 1, 0.70f, false, false, false, false, false, false, false, false, false},
+    {"tc128x128/w2x2/s3", 128, 128, 32, 2, 2, 3, 1, 0.95f, false, false, false, false, false, false, false, false, false}, /* 64x64 warp tiles */
+    {"tc256x128/w4x2/s2", 256, 128, 32, 4, 2, 2, 1, 0.90f, false, false, false, false, false, false, false, false, false},
+    {"tc128x256/w2x4/s2", 128, 256, 32, 2, 4, 2, 1, 0.90f, false, false, false, false, false, false, false, false, false},
     /* 64-channel slices: half the barriers per multiply-add, twice the bytes in flight per stage; over 48 KB of
      * shared memory, so dynamic */
-    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false, false},
-    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false, false},
-    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false, false},
+    {"tc128x128k64/w2x4/s3", 128, 128, 64, 2, 4, 3, 1, 1.05f, false, false, false, false, false, false, false, false, false},
+    {"tc128x256k64/w2x4/s3", 128, 256, 64, 2, 4, 3, 1, 1.02f, false, false, false, false, false, false, false, false, false},
+    {"tc128x64k64/w2x2/s4", 128, 64, 64, 2, 2, 4, 1, 0.88f, false, false, false, false, false, false, false, false, false},
     /* wgmma (conv2d_wg.cu), after every mma.sync config: two warpgroups of 64 rows each */
-    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false, false},
-    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false, false},
-    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false, false},
-    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
-    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false, false}, /* two m64 blocks per warpgroup */
+    {"tc128x128wg/g2/s6", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, false, false, false, false, false, false, false, false},
+    {"tc128x256wg/g2/s4", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, false, false, false, false, false, false, false, false},
+    {"tc128x64wg/g2/s4", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, false, false, false, false, false, false, false, false},
+    {"tc64x128wg/g1/s4", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, false, false, false, false, false, false, false, false}, /* one warpgroup: many CTAs per SM */
+    {"tc256x128wg/g2/s4", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, false, false, false, false, false, false, false, false}, /* two m64 blocks per warpgroup */
     /* the same programs on a persistent grid (as many CTAs as fit, each looping over tiles, so the next tile's
      * first slices load during this one's epilogue): the memory-bound short reductions. Last, after every row
      * that has its own program */
-    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false, false},
-    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false, false},
-    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false, false},
-    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false, false},
-    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false, false},
+    {"tc128x128wg/g2/s6/p", 128, 128, 64, 2, 1, 6, 1, 2.00f, true, true, false, false, false, false, false, false, false},
+    {"tc128x256wg/g2/s4/p", 128, 256, 64, 2, 1, 4, 1, 1.95f, true, true, false, false, false, false, false, false, false},
+    {"tc128x64wg/g2/s4/p", 128, 64, 64, 2, 1, 4, 1, 1.80f, true, true, false, false, false, false, false, false, false},
+    {"tc64x128wg/g1/s4/p", 64, 128, 64, 1, 1, 4, 1, 1.70f, true, true, false, false, false, false, false, false, false},
+    {"tc256x128wg/g2/s4/p", 256, 128, 64, 2, 1, 4, 1, 1.90f, true, true, false, false, false, false, false, false, false},
     /* warp-specialised (conv2d_ws.cu): the tile is each consumer warpgroup's; a CTA works on two at once, one
      * multiplying while the other runs its epilogue. Last: N_TC_WS rows, each its own program */
-    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false, false},
-    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false, false},
-    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false, false},
-    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false, false},
-    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false, false},
+    {"tc64x256ws/s5", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, false, false, false, false, false},
+    {"tc128x128ws/s6", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, false, false, false, false, false},
+    {"tc64x128ws/s8", 64, 128, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, false, false, false, false, false},
+    {"tc64x256ws/s8/b", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, false, false, false, false, false},
+    {"tc128x128ws/s6/b", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, false, false, false, false, false},
     /* the same with TMA copies (the producer one thread, the consumers with more registers) */
-    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false, false},
-    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false, false},
-    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false, false},
-    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false, false},
+    {"tc128x128ws/s6/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, false, false, false, false},
+    {"tc64x256ws/s5/t", 64, 256, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, false, false, false, false},
+    {"tc64x256ws/s8/b/t", 64, 256, 64, 2, 1, 8, 1, 1.95f, false, false, true, true, true, false, false, false, false},
+    {"tc128x128ws/s6/b/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, true, true, false, false, false, false},
     /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
      * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
-    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false, false},
+    {"tc128x64ws/s8/t", 128, 64, 64, 2, 1, 8, 1, 1.80f, false, false, true, false, true, false, false, false, false},
     /* cooperative (both consumers on one tile, m64n256 or 2 x m64n128 each): per stage one B slice for twice
      * the rows of a consumer's tile; the tuner takes them for most of ResNet-50's long reductions, by small
      * margins (VGG-16 b256 8% faster, perf-log step 30) */
-    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, false},
-    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, false},
+    {"tc128x256ws/s4/c/t", 128, 256, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, false, false},
+    {"tc256x128ws/s4/c/t", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, false, false},
     /* m64n128 each: half the tile of the two above, for long reductions over few output tiles, where those
      * leave the last round of tiles half the SMs (ResNet-50's 7x7 layers at b256: 196 tiles of 128x256 on 132
      * SMs, 392 of 128x128) */
-    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false, false},
+    {"tc128x128ws/s6/c/t", 128, 128, 64, 2, 1, 6, 1, 1.95f, false, false, true, false, true, true, false, false, false},
     /* the residual staged in shared memory, 64 KB for the two consumers' tiles, the ring shortened to make the
      * room: ResNet-50's 256->1024 and 512->2048 convs with a residual 6% faster (perf-log step 43). The same with
      * 64x256 tiles (3 stages, with and without /b) and with the cooperative 128x256 and 128x128 tiles was slower
      * than the rows above on every residual conv of ResNet-50: not kept */
-    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true, false},
+    {"tc128x128ws/s4/t/r", 128, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, false, true, false, false},
     /* the transposed tile for 64 output channels (the filter slice as wgmma's m64 operand, 256 pixels as its n):
      * one m64n256 per k16 step reads 10 KB of shared memory where the 128x64 row's two m64n64 read 8 KB for half
      * the multiply-adds */
-    {"tc256x64ws/s5/t/x", 256, 64, 64, 2, 1, 5, 1, 1.80f, false, false, true, false, true, false, false, true},
+    {"tc256x64ws/s5/t/x", 256, 64, 64, 2, 1, 5, 1, 1.80f, false, false, true, false, true, false, false, true, false},
     /* and cooperative: 256 pixels x 128 channels, each consumer m64n256 over its 64 channels, where the
      * pixel-major 256x128 tile's consumers issue two m64n128 each */
-    {"tc256x128ws/s4/c/t/x", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, true},
+    {"tc256x128ws/s4/c/t/x", 256, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, true, false},
     /* 192 pixels (m64n192 per consumer): ResNet-50's 7x7 layers at b256 (12544 pixels x 512 channels) make 264
      * tiles of 192x128, two full rounds on 132 SMs, where 196 of 256x128 leave half the second round idle and the
      * 128x128 tiles move more shared-memory bytes per multiply-add: at the tensor cores' rate 53 bytes per clock
      * of copies landing and 85 of wgmma operand reads, against 64 and 96 */
-    {"tc192x128ws/s5/c/t/x", 192, 128, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, true, false, true},
+    {"tc192x128ws/s5/c/t/x", 192, 128, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, true, false, true, false},
+    /* the cooperative transposed tiles with their stores handed to the copy engine (/o): both consumers' epilogues
+     * stall the tensor cores only while they round into shared memory, not while their stores drain; their boxes
+     * (48 and 64 KB) cost a ring stage (two for 256x128). Small gains: the tuner's winner for 128->128 28x28 3x3
+     * by 2-3%, elsewhere within 1% or slower than the rows above (docs/perf-log.md step 50) */
+    {"tc192x128ws/s4/c/t/x/o", 192, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, true, true},
+    {"tc256x128ws/s3/c/t/x/o", 256, 128, 64, 2, 1, 3, 1, 1.95f, false, false, true, false, true, true, false, true, true},
 };
 #define N_TC ((int)(sizeof tc_configs / sizeof tc_configs[0]))
 #define N_TC_MMA 10 /* the first N_TC_MMA are conv2d_tc.cu's, the rest conv2d_wg.cu's */
 #define N_TC_WG 5   /* conv2d_wg.cu programs; the rows after them are their persistent twins */
-#define N_TC_WS 17  /* conv2d_ws.cu programs: the last rows */
+#define N_TC_WS 19  /* conv2d_ws.cu programs: the last rows */
 #define FIRST_WS (N_TC - N_TC_WS)
 
 enum { PASS_FPROP = 0, PASS_DGRAD = 1, PASS_WGRAD = 2 };
@@ -249,8 +258,9 @@ static int wg_persistent_twin(int tv) {
 static void def_fprop_ws(int cfg, char *buf, size_t cap) {
     const tc_config *c = &tc_configs[FIRST_WS + cfg];
     CNN_ASSERT(c->ws && c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d", c->bm, c->bn,
-             c->stages, c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0, c->swap ? 1 : 0);
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d -DOST=%d", c->bm,
+             c->bn, c->stages, c->bres ? 1 : 0, c->tma ? 1 : 0, c->coop ? 1 : 0, c->rsm ? 1 : 0, c->swap ? 1 : 0,
+             c->ost ? 1 : 0);
 }
 static const char *ws_name(int cfg) { return tc_configs[FIRST_WS + cfg].name; }
 static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
@@ -299,8 +309,9 @@ static bool tc_hopper(const tc_config *c) { return c->wg || c->ws; }
  * holds only A slices, and every B slice of the reduction follows it */
 static int64_t tc_launch_smem(const tc_config *c, int stages, int64_t gk) {
     const int64_t align = tc_hopper(c) ? 1024 : 0;
-    /* conv2d_ws.cu's epilogue scratch (EPI_BYTES) and staged residual (RSM_BYTES: the two consumers' rows) */
-    const int64_t epi = (c->ws ? 8 * 1024 : 0) + (c->rsm ? 2 * (int64_t)(c->coop ? c->bm / 2 : c->bm) * c->bn * 2 : 0);
+    /* conv2d_ws.cu's epilogue scratch (EPI_BYTES: 1 KB per consumer warp, or its box of 16 channels x bm pixels)
+     * and staged residual (RSM_BYTES: the two consumers' rows) */
+    const int64_t epi = (c->ws ? 8 * (c->ost ? 32 * (int64_t)c->bm : 1024) : 0) + (c->rsm ? 2 * (int64_t)(c->coop ? c->bm / 2 : c->bm) * c->bn * 2 : 0);
     if (c->bres) return epi + (int64_t)c->bm * c->bk * 2 * stages + cdiv(gk, c->bk) * c->bn * c->bk * 2 + align;
     return epi + (int64_t)(c->bm + c->bn) * c->bk * 2 * stages + align;
 }
@@ -409,6 +420,22 @@ static int swap_twin(int tv) {
     }
     CNN_ASSERT(found >= 0 && "a transposed-tile row without its twin");
     return found;
+}
+
+/* whether a /o row's y map describes the output: (N*P*Q, K) rows 16-byte aligned (K % 8 == 0, y aligned), at
+ * most 2^32 of them (cuTensorMapEncodeTiled) */
+static bool ost_fits(int64_t gm, int64_t gn, const void *y) {
+    return gn % 8 == 0 && ((uintptr_t)y & 15) == 0 && gm <= ((int64_t)1 << 32);
+}
+/* the transposed-tile row without /o of a /o row's tile: what its y map cannot describe */
+static int ost_twin(int tv) {
+    const tc_config *x = &tc_configs[tv];
+    for (int i = FIRST_WS; i < N_TC; i++) {
+        const tc_config *c = &tc_configs[i];
+        if (c->swap && !c->ost && c->coop == x->coop && c->bm == x->bm && c->bn == x->bn) return i;
+    }
+    CNN_ASSERT(!"a /o row without its twin");
+    return -1;
 }
 
 /* whether the TMA rows' tensor maps describe a forward problem: x (N, H, W, C) in im2col mode, 64 channels of one
@@ -574,6 +601,20 @@ static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *
     return CNN_OK;
 }
 
+/* a /o row's map of the output y (gm x gn, row-major): 16 channels x bm pixels per store (a consumer warp's part
+ * of the transposed tile), no swizzle (tile_epilogue_cols_tma writes its box pixel-major, 32 bytes per pixel) */
+static cnn_status ost_encode(cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, void *y, conv_tma_map *y_map) {
+    const CUtensorMapDataType dt =
+        cb->pub.act_dtype == CNN_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const cuuint64_t dim[2] = {(cuuint64_t)gn, (cuuint64_t)gm}, stride[1] = {(cuuint64_t)gn * 2};
+    const cuuint32_t box[2] = {16, (cuuint32_t)c->bm}, trav[2] = {1, 1};
+    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)y_map, dt, 2, y, dim, stride, box, trav, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                   CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           "cuTensorMapEncodeTiled (the output of a TMA-store conv)");
+    return CNN_OK;
+}
+
 /* The second convolution of a pair (cuda_conv2d_fprop_pair): summed into the same output by the TMA rows. */
 typedef struct conv_pair {
     const cnn_conv2d *cv;
@@ -593,6 +634,11 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     const tc_config *c = &tc_configs[tv];
     CUfunction f, fe = NULL;
     if (c->swap && ((ep && ep->residual) || pr || !tma_fits(cv))) c = &tc_configs[tv = swap_twin(tv)];
+    if (c->ost) {
+        int64_t gm0, gn0, gk0;
+        gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
+        if (!ost_fits(gm0, gn0, y)) c = &tc_configs[tv = ost_twin(tv)];
+    }
     if (c->bres) {
         int64_t gm0, gn0, gk0;
         gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
@@ -669,9 +715,11 @@ static cnn_status tc_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         memset(&t, 0, sizeof t);
         CNN_TRY(tma_encode(cb, c, cv, x, w, &t.a_map, &t.b_map));
         if (pr) CNN_TRY(tma_encode(cb, c, pr->cv, pr->x, pr->w, &t.a2_map, &t.b2_map));
+        if (c->ost) CNN_TRY(ost_encode(cb, c, gm, gn, y, &t.y_map));
         t.a = a;
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
         cb->stats.tma_launches++;
+        if (c->ost) cb->stats.ost_launches++;
     } else {
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
     }
@@ -709,6 +757,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, tc_c
                                : tc_configs[i].tma && !tma_fits(cv) ? -1.0
                                : tc_configs[i].rsm && !res ? -1.0
                                : tc_configs[i].swap && res ? -1.0
+                               : tc_configs[i].ost && gn % 8 ? -1.0
                                : tc_score(cb, &tc_configs[i], gm, gn);
     for (int i = 1; i < N_TC; i++) /* insertion sort, best first */
         for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]] + 1e-9; j--) {
@@ -744,6 +793,7 @@ static int tc_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, tc_c
     for (int i = FIRST_WS; i < N_TC && cb->tune == CNN_TUNE_FAST; i++)
         if (tc_usable(cb, &tc_configs[i]) && (!tc_configs[i].bres || bres_fits(cb, &tc_configs[i], gn, gk)) &&
             (!tc_configs[i].tma || tma_fits(cv)) && (!tc_configs[i].rsm || res) && (!tc_configs[i].swap || !res) &&
+            (!tc_configs[i].ost || gn % 8 == 0) &&
             cdiv(gm, tc_configs[i].bm) * cdiv(gn, tc_configs[i].bn) >= (tc_configs[i].coop ? 1LL : 2LL) * cb->sm_count)
             out[n++] = (tc_cand){i, 1};
     return n;

@@ -65,6 +65,7 @@ typedef struct cnn_cuda_stats {
     long module_loads;   /* cuModuleLoadData calls */
     long launches;
     long tma_launches;   /* of them, convolutions whose operands came by TMA (conv2d_ws.cu's /t rows) */
+    long ost_launches;   /* of those, convolutions whose output went by TMA too (the /o rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
 } cnn_cuda_stats;
 

@@ -22,11 +22,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CUDA_TUNE_VERSION 7 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
+#define CUDA_TUNE_VERSION 8 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
                               * of convs with a residual end in " res". 3: warp-specialised rows (conv2d_ws.cu)
                               * join the fast search. 4: their TMA rows join it. 5: so do the 64-wide TMA row
                               * and the cooperative rows. 6: and the two transposed-tile rows. 7: and the
-                              * 192-pixel one */
+                              * 192-pixel one. 8: and the two storing through TMA (/o) */
 
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;

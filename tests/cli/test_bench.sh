@@ -185,6 +185,24 @@ assert all(float(r["ms_median"]) > 0 for r in steps) and abs(sum(float(r["ms_med
 assert all((r["tflops"] != "") == (r["kind"] in ("conv", "linear")) and (r["gbps"] != "") != (r["tflops"] != "") for r in steps)
 ' "$TMP/layers.csv" && pass layers.csv_vgg11_bn || fail layers.csv_vgg11_bn "$(head -c 600 "$TMP/layers.csv")"
 expect layers.train_is_usage_error 2 'layers.*--mode infer' -- "$CNN" bench --model resnet18 --mode train --layers --device cpu
+# --layer-rest-ms / --layer-min-ms: each step after the idle pause, timed over at least min-ms of runs (more than
+# --repeat), the protocol in every layer record and in the run's infer row
+"$CNN" bench --model resnet18 --stem cifar --batch 1 --repeat 2 --warmup 1 --device cpu --layers --layer-rest-ms 3 \
+    --layer-min-ms 40 -o json >"$TMP/proto.json" 2>"$TMP/proto.err" \
+    && "$PYTHON" -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+main = [r for r in rows if r["mode"] == "infer"]
+steps = [r for r in rows if r["mode"] == "layer"]
+assert len(main) == 1 and (main[0]["layer_rest_ms"], main[0]["layer_min_ms"]) == (3, 40), main
+assert len(steps) == 19 and all((s["layer_rest_ms"], s["layer_min_ms"]) == (3, 40) for s in steps)
+# at least 40 ms of runs each (from an estimate of 3 runs: allow a third off), more runs than --repeat for short steps
+assert all(s["repeat"] >= 2 and (s["repeat"] * s["ms_median"] >= 40 / 1.5 or s["repeat"] == 20000) for s in steps), \
+    [(s["name"], s["repeat"], s["ms_median"]) for s in steps]
+assert any(s["repeat"] > 2 for s in steps)
+' "$TMP/proto.json" 2>"$TMP/proto.py.err" && pass layers.protocol_options \
+    || fail layers.protocol_options "$(tail -c 400 "$TMP/proto.err") $(tail -c 600 "$TMP/proto.py.err")"
+expect layers.protocol_range 2 'layer-min-ms' -- "$CNN" bench --model resnet18 --layers --layer-min-ms -1 --device cpu
 
 # ---- (b) bench/report.py on the fixture --------------------------------------------------------------------
 "$PYTHON" "$ROOT/bench/report.py" "$FIXTURE" --out-md "$TMP/report/report.md" --svg-dir "$TMP/report/plots" \
@@ -202,7 +220,11 @@ lines = md.splitlines()
 # the throughput table: every ok cnn infer/train record beside every ok rival of the same model, input, batch,
 # mode and dtype, with speed-up = rival ms / ours
 ok = [r for r in recs if r["ok"]]
-ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train") and r.get("cache") != "cold"]
+# (a per-layer protocol's own run repeats a whole-forward row: the report keeps it out of this table)
+ours = [r for r in ok if r["impl"] == "cnn" and r["mode"] in ("infer", "train") and r.get("cache") != "cold"
+        and not r.get("layer_min_ms")]
+verdict(not any(l.startswith("| resnet50 | 224x224 | 64 |") and "99.000" in l for l in lines),
+        "report.protocol_run_not_a_throughput_row")
 pairs = [(o, v) for o in ours for v in ok if v["impl"] != "cnn" and v["mode"] == o["mode"]
          and not v["impl"].startswith("check-")
          and (v["model"], v["input"], v["batch"], v["dtype"]) == (o["model"], o["input"], o["batch"], o["dtype"])]
@@ -235,13 +257,15 @@ b1 = [l for l in lines if l.startswith("| resnet50 | 224x224 | 1 | infer | bf16 
 verdict(any("| pytorch-eager-cl |" in l and "‡" in l for l in b1) and not any("| pytorch-graph |" in l and "‡" in l for l in b1)
         and any(l.startswith("‡ ") for l in lines), "report.timer_disagreement_marked", b1)
 # per layer: our conv steps per distinct shape (median) against pytorch-cudnn's conv rows of the same shape
+# (the default protocol: records of a --layer-min-ms run are their own table, checked below)
+proto = lambda r: bool(r.get("layer_rest_ms") or r.get("layer_min_ms"))
 mine = {}
 for r in ok:
-    if r["mode"] == "layer" and r["kind"] == "conv":
+    if r["mode"] == "layer" and r["kind"] == "conv" and not proto(r):
         mine.setdefault((r["model"], r["batch"], r["dtype"], r["layer"]), []).append(r["ms_median"])
 cud = {}  # the fastest pytorch-cudnn row of each shape (the suite times cuDNN in two processes)
 for r in ok:
-    if r["impl"] == "pytorch-cudnn" and r["mode"] == "conv":
+    if r["impl"] == "pytorch-cudnn" and r["mode"] == "conv" and not proto(r):
         k = (r["model"], r["batch"], r["dtype"], r["layer"])
         if k not in cud or r["ms_median"] < cud[k]["ms_median"]:
             cud[k] = r
@@ -268,6 +292,16 @@ for (model, batch, dtype, layer), ms in mine.items():
     if row not in lines:
         bad.append(row)
 verdict(n >= 1 and not bad, "report.per_layer_pair_ratio", "; ".join(bad) or f"{n} pairs matched")
+# a per-layer protocol (--layer-min-ms 300 on both sides): its own table, heading, count line and whole-forward line
+i = next((k for k, l in enumerate(lines) if l.startswith("### resnet50, batch 64, bf16, each shape timed over at least 300 ms")), -1)
+sec = lines[i:i + 12] if i >= 0 else []
+verdict("| 64->64 56x56 1x1/1 p0 | 1 | 0.0500 | 0.0550 | **1.10x** |" in sec
+        and any(l.startswith("Single conv shapes") and l.endswith(": 1 of 1.") for l in sec)
+        and any("the whole forward: 99.000 ms" in l for l in sec), "report.per_layer_protocol_table", sec)
+d = next((k for k, l in enumerate(lines) if l == "### resnet50, batch 64, bf16"), -1)
+e = next((k for k in range(d + 1, len(lines)) if lines[k].startswith("#")), len(lines))
+row = [l for l in lines[d:e] if l.startswith("| 64->64 56x56 1x1/1 p0 |")]
+verdict(d >= 0 and len(row) == 1 and "| 0.0600 |" in row[0], "report.per_layer_protocols_apart", row)
 # plots: every SVG the report links exists, parses as XML and has both axis labels
 svg_dir = sys.argv[3]
 linked = re.findall(r"!\[[^\]]*\]\(([^)]+\.svg)\)", md)

@@ -1262,10 +1262,11 @@ static void g_conv_tc(ctx *t) {
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 6); /* B-resident: 3 or 2 CTAs per column block */
                 conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
-    /* the TMA rows where their tensor maps apply (C % 64 == 0), quick mode too: the im2col map's bounding box,
-     * traversal strides and filter-tap offsets over batch 1, H != W, R != S, strides 2x1 and 2, pads 0 to 3, a
-     * 7x7/2, rows past the last image (the map's zeros) and K ragged; one CTA, then three looping over the tiles.
-     * Each must have run by TMA (the backend counts those launches), not through its twin. */
+    /* the TMA rows (/t, and those with more after it: /t/r, /t/x, /t/x/o) where their tensor maps apply (C % 64
+     * == 0), quick mode too: the im2col map's bounding box, traversal strides and filter-tap offsets over batch 1,
+     * H != W, R != S, strides 2x1 and 2, pads 0 to 3, a 7x7/2, rows past the last image (the map's zeros) and K
+     * ragged; one CTA, then three looping over the tiles. Each must have run by TMA (the backend counts those
+     * launches), not through its twin; a /o row's output too, where the epilogue adds no residual. */
     static const conv_case tma_cases[] = {
         {1, 64, 9, 13, 72, 5, 3, 2, 1, 2, 1},   /* batch 1, H != W, 5x3, stride 2x1, pad 2x1 */
         {3, 64, 7, 7, 40, 7, 7, 2, 2, 3, 3},    /* 7x7/2 pad 3: tap offsets to 6, the box wider than the image */
@@ -1275,8 +1276,8 @@ static void g_conv_tc(ctx *t) {
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++) {
         const char *nm = cnn_cuda_conv_config_name(cfg);
         const size_t len = strlen(nm);
-        if (len < 2 || strcmp(nm + len - 2, "/t") != 0 || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg))
-            continue;
+        const bool tma_row = (len >= 2 && strcmp(nm + len - 2, "/t") == 0) || strstr(nm, "/t/"); /* /t, /t/r, /t/x.. */
+        if (!tma_row || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
         for (int i = 0; i < (int)(sizeof tma_cases / sizeof tma_cases[0]); i++) {
             cnn_cuda_conv_force_grid(t->gpu, i % 2 ? 3 : 1);
             cnn_cuda_stats st0, st1;
@@ -1287,6 +1288,11 @@ static void g_conv_tc(ctx *t) {
             snprintf(name, sizeof name, "conv_tc.%s.tma_launched.%s.case%d", t->dts, nm, i);
             check(st1.tma_launches > st0.tma_launches, name, "TMA launches %ld before, %ld after (equal: its twin ran)",
                   st0.tma_launches, st1.tma_launches);
+            if (len >= 2 && strcmp(nm + len - 2, "/o") == 0 && (cfg + i) % 4 != 3 /* conv_one's variant 3 adds a residual: the twin */) {
+                snprintf(name, sizeof name, "conv_tc.%s.tma_store_launched.%s.case%d", t->dts, nm, i);
+                check(st1.ost_launches > st0.ost_launches, name,
+                      "TMA-store launches %ld before, %ld after (equal: its twin ran)", st0.ost_launches, st1.ost_launches);
+            }
         }
     }
     cnn_cuda_conv_force_grid(t->gpu, 0);
@@ -1364,8 +1370,8 @@ static void g_conv_pair(ctx *t) {
     for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++) {
         const char *nm = cnn_cuda_conv_config_name(cfg);
         const size_t len = strlen(nm);
-        if (len < 2 || strcmp(nm + len - 2, "/t") != 0 || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg))
-            continue;
+        const bool tma_row = (len >= 2 && strcmp(nm + len - 2, "/t") == 0) || strstr(nm, "/t/"); /* /t, /t/r, /t/x.. */
+        if (!tma_row || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
         for (int i = 0; i < n; i++) {
             cnn_cuda_conv_force_grid(t->gpu, (i + cfg) % 2 ? 3 : 1);
             pair_one(t, &pair_cases[i], cfg, (i + cfg) % 2 == 0, 1, 8100 + 100 * i + cfg);

@@ -84,10 +84,10 @@ static emu_rt rt;
 static ucontext_t sched;
 static std::vector<ucontext_t> fctx;
 static std::vector<char *> stacks;
-static std::vector<int> fstate, fmask;
+static std::vector<int> fstate, fmask, fbytes; /* fbytes: the payload of each thread's pending shuffle or gather */
 static std::vector<std::vector<unsigned char>> slot, result;
 static void *gather_out[1024];
-static int cur, slot_bytes;
+static int cur;
 static void (*cur_fn)(const void *);
 static const void *cur_args;
 #if EMU_ASAN
@@ -143,7 +143,7 @@ static void emu_yield(void) {
 }
 
 static void emu_allgather(const void *in, void *out, int bytes) {
-    slot_bytes = bytes;
+    fbytes[cur] = bytes;
     memcpy(slot[cur].data(), in, (size_t)bytes);
     gather_out[cur] = out;
     fstate[cur] = F_GATHER;
@@ -151,7 +151,7 @@ static void emu_allgather(const void *in, void *out, int bytes) {
 }
 
 static void emu_shfl(const void *in, void *out, int bytes, int mask) {
-    slot_bytes = bytes;
+    fbytes[cur] = bytes;
     memcpy(slot[cur].data(), in, (size_t)bytes);
     fmask[cur] = mask;
     fstate[cur] = F_WARP;
@@ -167,6 +167,7 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
         fctx.resize((size_t)n);
         fstate.resize((size_t)n);
         fmask.resize((size_t)n);
+        fbytes.resize((size_t)n);
         slot.resize((size_t)n, std::vector<unsigned char>(SLOT));
         result.resize((size_t)n, std::vector<unsigned char>(SLOT));
         while ((int)stacks.size() < n) stacks.push_back((char *)malloc(STACK));
@@ -213,11 +214,24 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
                 waiting += fstate[(size_t)t] == F_WARP;
                 gathering += fstate[(size_t)t] == F_GATHER;
             }
+            /* every lane of a warp's collective gives the same payload size (warps run theirs interleaved, each
+             * with its own sizes) */
+            bool sizes_differ = false;
+            for (int t = lo; t < hi; t++) sizes_differ |= fbytes[(size_t)t] != fbytes[(size_t)lo];
+            if ((gathering > 0 && gathering == live) || (waiting > 0 && waiting == live)) {
+                if (sizes_differ && live == hi - lo) {
+                    char where[96];
+                    snprintf(where, sizeof where, "block (%u,%u,%u) warp %d", bx, by, bz, w);
+                    fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " " + where + ": lanes in collectives of different sizes");
+                    return false;
+                }
+            }
+            const size_t slot_bytes = (size_t)fbytes[(size_t)lo];
             if (gathering > 0 && gathering == live && live == hi - lo) {
                 for (int t = lo; t < hi; t++) {
                     unsigned char *out = (unsigned char *)gather_out[t];
                     for (int l = lo; l < hi; l++)
-                        memcpy(out + (size_t)(l - lo) * (size_t)slot_bytes, slot[(size_t)l].data(), (size_t)slot_bytes);
+                        memcpy(out + (size_t)(l - lo) * slot_bytes, slot[(size_t)l].data(), slot_bytes);
                     fstate[(size_t)t] = F_RUN;
                 }
                 progress = true;
@@ -233,7 +247,7 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
             for (int t = lo; t < hi; t++) {
                 int src = lo + ((t - lo) ^ fmask[(size_t)t]);
                 if (src >= hi) src = t;
-                memcpy(result[(size_t)t].data(), slot[(size_t)src].data(), (size_t)slot_bytes);
+                memcpy(result[(size_t)t].data(), slot[(size_t)src].data(), slot_bytes);
             }
             for (int t = lo; t < hi; t++) fstate[(size_t)t] = F_RUN;
             progress = true;

@@ -1,6 +1,7 @@
 /* emu_tmap.h -- the emulator's tensor maps: what its cuTensorMapEncodeTiled / cuTensorMapEncodeIm2col
  * (emu_cuda.cc) write into a CUtensorMap's 128 bytes, and the copy a TMA load instruction makes from one
- * (emu_tma_load, called by kernels/common.cuh's tma_load_* when compiled for the emulator, through emu.h).
+ * (emu_tma_load, called by kernels/common.cuh's tma_load_* when compiled for the emulator, through emu.h), and the
+ * copy a TMA store makes to one (emu_tma_store, tma_store_tile_2d).
  * Only what the engine encodes is modelled: 2-byte or 4-byte elements, rank 2 (tiled) or 4 (im2col, NHWC),
  * no interleave, no swizzle or the 128-byte swizzle with 128-byte box rows, zeros outside the tensor.
  * Test infrastructure only. */
@@ -72,6 +73,23 @@ static inline unsigned emu_tma_load(const emu_tensor_map *m, unsigned char *dst,
         }
     }
     return (unsigned)(m->ppc * m->cpp * e);
+}
+
+/* the copy of one store of a tiled map's box from shared memory (src) at coordinates coord: the elements inside
+ * the tensor, and nothing outside it */
+static inline void emu_tma_store(const emu_tensor_map *m, const unsigned char *src, const int *coord) {
+    if (m->kind != EMU_TMAP_TILED) {
+        fputs("emu: a TMA store through an im2col map\n", stderr);
+        abort();
+    }
+    const size_t e = m->elem, row_bytes = m->box[0] * e;
+    for (uint32_t i = 0; i < m->box[1]; i++)
+        for (uint32_t j = 0; j < m->box[0]; j++) {
+            const int64_t x0 = (int64_t)coord[0] + j, x1 = (int64_t)coord[1] + i;
+            if (x0 >= 0 && x0 < m->dim[0] && x1 >= 0 && x1 < m->dim[1])
+                memcpy((unsigned char *)m->base + (size_t)x1 * m->stride[0] + (size_t)x0 * e,
+                       src + emu_tmap_dst(m, row_bytes, i, j * e), e);
+        }
 }
 
 #endif
