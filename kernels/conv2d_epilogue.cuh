@@ -18,8 +18,8 @@
  *                          1 KB of shared memory as 16 pixels x 16 channels and read back as 8 channels of one
  *                          pixel per lane, 16-byte stores (no residual)
  *   tile_epilogue_cols_tma the same for conv2d_ws.cu's OST rows: the warp's 16 channels x NT8*8 pixels rounded into a
- *                          box of shared memory of its own (stmatrix, transposed: 32 bytes per pixel), then one TMA
- *                          store of the box that completes while the next tile is multiplied
+ *                          box of shared memory of its own (stmatrix, transposed: 32 bytes per pixel), stored by TMA
+ *                          in pieces while the next tile is multiplied (ost_store)
  *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
@@ -314,16 +314,36 @@ __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const flo
     }
 }
 
-/* tile_epilogue_cols with its stores handed to the copy engine: the warp's 16 channels (cbase ..) x NT8*8 pixels
- * (mbase ..) after scale/shift and ReLU, rounded, written by stmatrix.trans into `box` (this warp's own, pixel-major,
- * 16 channels = 32 bytes per pixel, 16-byte aligned; the layout of the y map's box) and stored by lane 0 with one
- * TMA store, which clips at the tensor's edges. The store of the warp's previous tile must have read the box
- * before it is written again: lane 0 waits for that (bulk_wait_read), the warp then goes on together. */
+/* tile_epilogue_cols with its stores handed to the copy engine, a piece at a time: the warp's 16 channels (cbase ..)
+ * x NT8*8 pixels (mbase ..) after scale/shift and ReLU, rounded, written by stmatrix.trans into `box` (this warp's
+ * own, pixel-major, 16 channels = 32 bytes per pixel, 16-byte aligned) as OST_PIECES pieces of NT8*8/OST_PIECES
+ * pixels, each the y map's box. The stores are issued later, by ost_store, one piece every few slices of the
+ * next tile's mainloop (conv2d_ws.cu), so that the CTAs, which all finish their tiles together, do not write their
+ * outputs in one burst; a TMA store clips at the tensor's edges. Before the box is written again, lane 0 issues
+ * whatever is left of the previous tile and waits until its stores have read the box (bulk_wait_read); the warp
+ * then goes on together. `ost` is lane 0's record of the pieces not yet stored. */
+#define OST_PIECES CONV_OST_PIECES
+struct ost_state {
+    int left, m0, c0; /* pieces of the box not yet stored; the box's origin in y */
+};
+/* lane 0: store the next piece of the box, or every piece left (flush) */
+template <int NT8>
+__device__ __forceinline__ void ost_store(const void *y_map, const act_t *box, ost_state &ost, bool flush) {
+    constexpr int ROWS = NT8 * 8 / OST_PIECES;
+    for (; ost.left > 0; ) {
+        const int piece = OST_PIECES - ost.left;
+        tma_store_tile_2d(y_map, box + piece * ROWS * 16, ost.c0, ost.m0 + piece * ROWS);
+        bulk_commit();
+        ost.left--;
+        if (!flush) break;
+    }
+}
 #if ACT != ACT_F32 /* conv2d_ws.cu's (F16/BF16); act2_pack and stmatrix move 16-bit elements */
 template <int NT8>
 __device__ __forceinline__ void tile_epilogue_cols_tma(const conv_args &a, const void *y_map, const float (&acc)[NT8][4],
-                                                       int mbase, int cbase, int lane, act_t *box) {
+                                                       int mbase, int cbase, int lane, act_t *box, ost_state &ost) {
     static_assert(NT8 % 2 == 0, "stmatrix.x4: two n8 tiles (16 pixels) x two 8-channel halves");
+    static_assert((NT8 * 8) % OST_PIECES == 0, "whole pieces of the box");
     const int g = lane >> 2;
     float sc[2], sh[2];
 #pragma unroll
@@ -333,7 +353,10 @@ __device__ __forceinline__ void tile_epilogue_cols_tma(const conv_args &a, const
         sc[h] = a.scale && ok ? a.scale[n] : 1.0f;
         sh[h] = a.shift && ok ? a.shift[n] : 0.0f;
     }
-    if (lane == 0) bulk_wait_read<0>();
+    if (lane == 0) {
+        ost_store<NT8>(y_map, box, ost, true);
+        bulk_wait_read<0>();
+    }
     __syncwarp();
     const int mi = lane >> 3, row = lane & 7; /* the matrix and memory row whose address this lane gives */
 #pragma unroll
@@ -350,10 +373,7 @@ __device__ __forceinline__ void tile_epilogue_cols_tma(const conv_args &a, const
     }
     fence_proxy_async(); /* this lane's writes, visible to the copy engine */
     __syncwarp();
-    if (lane == 0) {
-        tma_store_tile_2d(y_map, box, cbase, mbase);
-        bulk_commit();
-    }
+    ost.left = OST_PIECES, ost.m0 = mbase, ost.c0 = cbase;
 }
 #endif
 

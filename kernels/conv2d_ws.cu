@@ -62,11 +62,12 @@
  * tile's; the epilogue transposes back (conv2d_epilogue.cuh's tile_epilogue_cols).
  * OST=1 (the `/o` rows; transposed tiles only): the epilogue's stores go through the copy engine. Each consumer
  * warp rounds its 16 channels x BM pixels into a box of shared memory of its own (stmatrix, transposed, in place of
- * the 1 KB scratch) and one thread issues one TMA store of it (targs.y_map), which completes while the consumers
- * multiply the next tile; before the box is written again the store must have read it (conv2d_epilogue.cuh's
- * tile_epilogue_cols_tma). The tensor cores then wait on a cooperative tile's epilogue only for its rounding into
- * shared memory, not for its stores to drain; the boxes take 32 x BM bytes per warp, so the ring is shorter than
- * the twin's without /o. Measured gain: small (docs/perf-log.md step 50).
+ * the 1 KB scratch); its lane 0 stores the box by TMA (targs.y_map) in CONV_OST_PIECES pieces, one every few slices
+ * of the next tile's mainloop, and before the box is written again every piece has been issued and has read it
+ * (conv2d_epilogue.cuh's tile_epilogue_cols_tma, ost_store). The tensor cores then wait on a cooperative tile's
+ * epilogue only for its rounding into shared memory, and the CTAs, which finish their tiles together, do not write
+ * their outputs in one burst: without the epilogue's global stores the 3x3 convs took 6-10% less time. The boxes
+ * take 32 x BM bytes per warp, so the ring is shorter than the twin's without /o (docs/perf-log.md steps 50, 52).
  * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT.
  */
 #include "common.cuh"
@@ -335,6 +336,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 #if BRES
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
+#if OST /* lane 0: the pieces of this warp's box still to store, one every ost_every slices of the next tile */
+    ost_state ost = {0, 0, 0};
+    const int ost_every = ktiles / OST_PIECES > 1 ? ktiles / OST_PIECES : 1;
+    act_t *ost_box = (act_t *)(smem + (size_t)((role - 1) * 4 + warp) * EPI_WARP_BYTES);
+#endif
     for (int i = COOP ? 0 : me, j = 0; i < my_tiles; i += COOP ? 1 : 2, j++) {
         if (a.residual) { /* what this tile's epilogue will add: into shared memory (RSM) or L2 (a hint) while
                            * the mainloop runs */
@@ -362,6 +368,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
             wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
             if (kt > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
+#if OST
+            if (lane == 0 && ost.left > 0 && kt % ost_every == ost_every - 1)
+                ost_store<ACC_NT8>(&targs.y_map, ost_box, ost, false);
+#endif
         }
         if (!COOP && lane == 0) mbar_arrive(&turn[me]); /* the next tile's consumer may start issuing */
         wg_wait_all();
@@ -372,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
         /* this warp's own scratch (OST: its box) */
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * EPI_WARP_BYTES);
 #if SWAP && OST /* warp w holds channels n0 + 16w .. + 15 of all the tile's pixels */
-        tile_epilogue_cols_tma<ACC_NT8>(a, &targs.y_map, acc[0], m0, n0 + ch_off + warp * 16, lane, (act_t *)scr);
+        tile_epilogue_cols_tma<ACC_NT8>(a, &targs.y_map, acc[0], m0, n0 + ch_off + warp * 16, lane, (act_t *)scr, ost);
 #elif SWAP
         tile_epilogue_cols<ACC_NT8>(a, acc[0], m0, n0 + ch_off + warp * 16, lane, scr);
 #else
@@ -392,6 +402,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_a
 #endif
     }
 #if OST
-    if (lane == 0) bulk_wait_all(); /* the last tile's stores: done before the CTA (and its shared memory) goes */
+    if (lane == 0) { /* the last tile's stores: issued, and done before the CTA (and its shared memory) goes */
+        ost_store<ACC_NT8>(&targs.y_map, ost_box, ost, true);
+        bulk_wait_all();
+    }
 #endif
 }

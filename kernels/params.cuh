@@ -59,9 +59,11 @@ typedef struct conv_tma_args {
     conv_tma_map a2_map;     /* a pair's second convolution (a.pair_ktiles > 0): x2 and wt2 likewise */
     conv_tma_map b2_map;
     conv_tma_map y_map;      /* the output (N*P*Q, K) tiled, for the rows storing through TMA (OST=1): 16 channels x
-                              * BM pixels per store, no swizzle */
+                              * BM/CONV_OST_PIECES pixels per store, no swizzle */
     conv_args a;
 } conv_tma_args;
+/* the pieces an OST row stores each consumer warp's part of a tile in (conv2d_epilogue.cuh's ost_store) */
+#define CONV_OST_PIECES 8
 
 /* Elementwise and layout ops (pointwise.cu). */
 typedef struct pw_args {

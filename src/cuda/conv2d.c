@@ -149,10 +149,11 @@ static const tc_config tc_configs[] = {
      * 128x128 tiles move more shared-memory bytes per multiply-add: at the tensor cores' rate 53 bytes per clock
      * of copies landing and 85 of wgmma operand reads, against 64 and 96 */
     {"tc192x128ws/s5/c/t/x", 192, 128, 64, 2, 1, 5, 1, 1.95f, false, false, true, false, true, true, false, true, false},
-    /* the cooperative transposed tiles with their stores handed to the copy engine (/o): both consumers' epilogues
-     * stall the tensor cores only while they round into shared memory, not while their stores drain; their boxes
-     * (48 and 64 KB) cost a ring stage (two for 256x128). Small gains: the tuner's winner for 128->128 28x28 3x3
-     * by 2-3%, elsewhere within 1% or slower than the rows above (docs/perf-log.md step 50) */
+    /* the cooperative transposed tiles with their stores handed to the copy engine (/o), in pieces spread over the
+     * next tile's mainloop: both consumers' epilogues stall the tensor cores only while they round into shared
+     * memory, and the CTAs' outputs are not written in one burst; their boxes (48 and 64 KB) cost a ring stage
+     * (two for 256x128). The tuner's winner on four of ResNet-50's layers, by up to 6% (128->128 28x28 3x3),
+     * elsewhere within 1% or slower than the rows above (docs/perf-log.md steps 50 and 52) */
     {"tc192x128ws/s4/c/t/x/o", 192, 128, 64, 2, 1, 4, 1, 1.95f, false, false, true, false, true, true, false, true, true},
     {"tc256x128ws/s3/c/t/x/o", 256, 128, 64, 2, 1, 3, 1, 1.95f, false, false, true, false, true, true, false, true, true},
 };
@@ -601,13 +602,15 @@ static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *
     return CNN_OK;
 }
 
-/* a /o row's map of the output y (gm x gn, row-major): 16 channels x bm pixels per store (a consumer warp's part
- * of the transposed tile), no swizzle (tile_epilogue_cols_tma writes its box pixel-major, 32 bytes per pixel) */
+/* a /o row's map of the output y (gm x gn, row-major): 16 channels x bm/CONV_OST_PIECES pixels per store (a piece
+ * of a consumer warp's part of the transposed tile), no swizzle (tile_epilogue_cols_tma writes its box pixel-major,
+ * 32 bytes per pixel) */
 static cnn_status ost_encode(cuda_be *cb, const tc_config *c, int64_t gm, int64_t gn, void *y, conv_tma_map *y_map) {
     const CUtensorMapDataType dt =
         cb->pub.act_dtype == CNN_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const cuuint64_t dim[2] = {(cuuint64_t)gn, (cuuint64_t)gm}, stride[1] = {(cuuint64_t)gn * 2};
-    const cuuint32_t box[2] = {16, (cuuint32_t)c->bm}, trav[2] = {1, 1};
+    CNN_ASSERT(c->bm % CONV_OST_PIECES == 0);
+    const cuuint32_t box[2] = {16, (cuuint32_t)(c->bm / CONV_OST_PIECES)}, trav[2] = {1, 1};
     CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)y_map, dt, 2, y, dim, stride, box, trav, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                    CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
