@@ -277,6 +277,17 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
  * which write pixels 2*t4 and channels g, g + 8, hit distinct banks), then each lane reads back 8 channels of one
  * pixel (pixel lane/2, half lane%2) and stores them: 32 bytes of a pixel's row per two lanes. K % 8 == 0 (the host
  * checks), so a half is wholly inside the output or wholly past it. scr: 512 bytes of this warp's own. */
+/* the transposed tile's per-channel scale and shift: a lane's accumulator rows are channels n and n + 8 (1 and 0
+ * past the last channel, or where the epilogue has none) */
+__device__ __forceinline__ void cols_scale_shift(const conv_args &a, int n, float sc[2], float sh[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const bool ok = n + 8 * h < a.gn;
+        sc[h] = a.scale && ok ? a.scale[n + 8 * h] : 1.0f;
+        sh[h] = a.shift && ok ? a.shift[n + 8 * h] : 0.0f;
+    }
+}
+
 template <int NT8>
 __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const float (&acc)[NT8][4], int mbase, int cbase,
                                                    int lane, float *scr) {
@@ -285,13 +296,7 @@ __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const flo
     act_t *t = (act_t *)scr;
     const int g = lane >> 2, t4 = lane & 3;
     float sc[2], sh[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int n = cbase + g + 8 * h;
-        const bool ok = n < a.gn;
-        sc[h] = a.scale && ok ? a.scale[n] : 1.0f;
-        sh[h] = a.shift && ok ? a.shift[n] : 0.0f;
-    }
+    cols_scale_shift(a, cbase + g, sc, sh);
     /* element (pixel px of the pass, channel c of the warp's 16) in the scratch */
     auto at = [](int px, int c) { return px * 16 + (((c >> 3) ^ ((px >> 2) & 1)) << 3) + (c & 7); };
     const int rpx = lane >> 1, rhalf = lane & 1; /* the read-back role */
@@ -346,13 +351,7 @@ __device__ __forceinline__ void tile_epilogue_cols_tma(const conv_args &a, const
     static_assert((NT8 * 8) % OST_PIECES == 0, "whole pieces of the box");
     const int g = lane >> 2;
     float sc[2], sh[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int n = cbase + g + 8 * h;
-        const bool ok = n < a.gn;
-        sc[h] = a.scale && ok ? a.scale[n] : 1.0f;
-        sh[h] = a.shift && ok ? a.shift[n] : 0.0f;
-    }
+    cols_scale_shift(a, cbase + g, sc, sh);
     if (lane == 0) {
         ost_store<NT8>(y_map, box, ost, true);
         bulk_wait_read<0>();
