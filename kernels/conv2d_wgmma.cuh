@@ -2,7 +2,7 @@
  * conv2d_ws.cu use it: both operands K-major in shared memory, 64-element (128-byte) slice rows in the 128-byte
  * swizzle (conv2d_loader.cuh's conv_swz<64>), f32 accumulators in mma.sync's m16n8 layout per warp.
  *   wg_desc                the matrix descriptor of such an operand
- *   wgmma_n64/n128/n192/n256  one m64 x N x k16 product (wgmma_bn<N>::mma picks by N)
+ *   wgmma_n<N>             one m64 x N x k16 product, N = 64, 128, 192 or 256
  *   wg_multiply_slice      a warpgroup's products over one slice (the emulator computes them per thread)
  *   wg_fence, wg_commit_and_wait_prev, wg_wait_all, acc_zero, acc_fence_all (fence_proxy_async: common.cuh)
  * Needs ACT (common.cuh) and conv2d_loader.cuh.
@@ -67,18 +67,40 @@ template <int MB_, int NT8_> __device__ __forceinline__ void acc_fence_all(float
             for (int e = 0; e < 4; e++) acc_fence(acc[b][j][e]);
 }
 
-__device__ __forceinline__ void wgmma_n64(float *d, unsigned long long da, unsigned long long db, int accumulate) {
+/* One m64 x N x k16 product, N = 64, 128, 192 or 256: d (N/2 accumulators of the thread) += A x B^T, or = with
+ * accumulate 0. The asm operands: N/2 accumulators, then the two descriptors and the accumulate flag; WG_D32(i) is
+ * accumulators i .. i + 31, WG_R32_k the template's names for the k-th 32 of them. */
+#define WG_D8(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
+                 "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define WG_D32(i) WG_D8(i), WG_D8((i) + 8), WG_D8((i) + 16), WG_D8((i) + 24)
+#define WG_R32_0 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define WG_R32_1 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_R32_2 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
+#define WG_R32_3 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+/* N, the accumulators' names, the names of (descriptor a, descriptor b, accumulate), then the accumulators */
+#define WG_MMA_ASM(N, REGS, DA, DB, P, ...)                                                                      \
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, " P ", 0;\n"                                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." WG_AB "." WG_AB " {" REGS "}, " DA ", " DB  \
+                 ", p, 1, 1, 0, 0; }\n"                                                                          \
+                 : __VA_ARGS__                                                                                   \
+                 : "l"(da), "l"(db), "r"(accumulate))
+template <int N>
+__device__ __forceinline__ void wgmma_n(float *d, unsigned long long da, unsigned long long db, int accumulate) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma n64, n128, n192 or n256");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-                 "%32, %33, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(accumulate));
+    if constexpr (N == 64)
+        WG_MMA_ASM(64, WG_R32_0, "%32", "%33", "%34", WG_D32(0));
+    else if constexpr (N == 128)
+        WG_MMA_ASM(128, WG_R32_0 "," WG_R32_1, "%64", "%65", "%66", WG_D32(0), WG_D32(32));
+    else if constexpr (N == 192)
+        WG_MMA_ASM(192, WG_R32_0 "," WG_R32_1 "," WG_R32_2, "%96", "%97", "%98", WG_D32(0), WG_D32(32), WG_D32(64));
+    else
+        WG_MMA_ASM(256, WG_R32_0 "," WG_R32_1 "," WG_R32_2 "," WG_R32_3, "%128", "%129", "%130", WG_D32(0),
+                   WG_D32(32), WG_D32(64), WG_D32(96));
 #elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
     (void)d, (void)da, (void)db, (void)accumulate;
     __trap();
@@ -86,113 +108,13 @@ __device__ __forceinline__ void wgmma_n64(float *d, unsigned long long da, unsig
     (void)d, (void)da, (void)db, (void)accumulate;
 #endif
 }
-__device__ __forceinline__ void wgmma_n128(float *d, unsigned long long da, unsigned long long db, int accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-                 "%64, %65, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(accumulate));
-#elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
-    (void)d, (void)da, (void)db, (void)accumulate;
-    __trap();
-#else
-    (void)d, (void)da, (void)db, (void)accumulate;
-#endif
-}
-__device__ __forceinline__ void wgmma_n192(float *d, unsigned long long da, unsigned long long db, int accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, "
-                 "%96, %97, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-                 : "l"(da), "l"(db), "r"(accumulate));
-#elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
-    (void)d, (void)da, (void)db, (void)accumulate;
-    __trap();
-#else
-    (void)d, (void)da, (void)db, (void)accumulate;
-#endif
-}
-__device__ __forceinline__ void wgmma_n256(float *d, unsigned long long da, unsigned long long db, int accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." WG_AB "." WG_AB " "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
-                 "%128, %129, p, 1, 1, 0, 0; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db), "r"(accumulate));
-#elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
-    (void)d, (void)da, (void)db, (void)accumulate;
-    __trap();
-#else
-    (void)d, (void)da, (void)db, (void)accumulate;
-#endif
-}
-
-template <int BN_> struct wgmma_bn;
-template <> struct wgmma_bn<64> {
-    static __device__ __forceinline__ void mma(float *d, unsigned long long da, unsigned long long db) { wgmma_n64(d, da, db, 1); }
-};
-template <> struct wgmma_bn<128> {
-    static __device__ __forceinline__ void mma(float *d, unsigned long long da, unsigned long long db) { wgmma_n128(d, da, db, 1); }
-};
-template <> struct wgmma_bn<192> {
-    static __device__ __forceinline__ void mma(float *d, unsigned long long da, unsigned long long db) { wgmma_n192(d, da, db, 1); }
-};
-template <> struct wgmma_bn<256> {
-    static __device__ __forceinline__ void mma(float *d, unsigned long long da, unsigned long long db) { wgmma_n256(d, da, db, 1); }
-};
+#undef WG_MMA_ASM
+#undef WG_D32
+#undef WG_D8
+#undef WG_R32_0
+#undef WG_R32_1
+#undef WG_R32_2
+#undef WG_R32_3
 
 /* One warpgroup's products of one 64-wide slice: acc[b] += A rows [64b, 64b + 64) x B^T, A and B the slice's
  * tiles in the 128-byte swizzle (A_wg: the warpgroup's first row, a multiple of 8 rows into its tile; Bs: BN_
@@ -210,7 +132,7 @@ __device__ __forceinline__ void wg_multiply_slice(float (&acc)[MB_][BN_ / 8][4],
         const unsigned long long db = wg_desc(Bs) + (unsigned long long)(k16 * 2); /* +32 bytes */
 #pragma unroll
         for (int b = 0; b < MB_; b++)
-            wgmma_bn<BN_>::mma(&acc[b][0][0], wg_desc(A_wg + b * 64 * 64) + (unsigned long long)(k16 * 2), db);
+            wgmma_n<BN_>(&acc[b][0][0], wg_desc(A_wg + b * 64 * 64) + (unsigned long long)(k16 * 2), db, 1);
     }
 #else
     const int g = lane >> 2, t4 = lane & 3;
