@@ -578,7 +578,10 @@ static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t 
 /* the tensor maps of a TMA row's launch (tma_fits holds): x as an NHWC tensor in im2col mode, BM pixels x 64
  * channels per copy, traversal strides the conv's, the bounding box the filter bases of the output pixels; the
  * filter as a K x R*S*C matrix, BN rows x 64 per copy; both in the 128-byte swizzle that wgmma's descriptors read
- * (conv2d_wgmma.cuh), zeros outside */
+ * (conv2d_wgmma.cuh), zeros outside. A 1x1 conv over 256 channels or more reads each pixel's row (512 bytes or
+ * more) in 128-byte pieces, one per slice of the same tile: its copies promote to 256 bytes of L2, so the next
+ * slice's piece comes from L2 and DRAM sees 256-byte reads (ResNet-50's memory-bound 256->64, 256->128, 512->128
+ * and 512->256 1x1 convs 1-3% faster, docs/perf-log.md step 56; elsewhere neutral or slightly slower) */
 static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *cv, const void *x, const void *w,
                              conv_tma_map *a_map, conv_tma_map *b_map) {
     _Static_assert(sizeof(conv_tma_map) == sizeof(CUtensorMap) && _Alignof(conv_tma_map) >= 64, "a CUtensorMap");
@@ -589,9 +592,11 @@ static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *
     const cuuint32_t xtrav[4] = {1, (cuuint32_t)cv->stride_w, (cuuint32_t)cv->stride_h, 1};
     int lo[2], hi[2];
     tma_corners(cv, lo, hi);
+    const CUtensorMapL2promotion xprom =
+        cv->r == 1 && cv->s == 1 && cv->c >= 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
     CU_TRY(cu.TensorMapEncodeIm2col((CUtensorMap *)a_map, dt, 4, (void *)x, xdim, xstride, lo, hi, (cuuint32_t)c->bk,
                                     (cuuint32_t)c->bm, xtrav, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                                    xprom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            "cuTensorMapEncodeIm2col (the input of a TMA conv)");
     const cuuint64_t gk = (cuuint64_t)cv->r * cv->s * cv->c, wdim[2] = {gk, (cuuint64_t)cv->k}, wstride[1] = {gk * e};
     const cuuint32_t box[2] = {(cuuint32_t)c->bk, (cuuint32_t)c->bn}, wtrav[2] = {1, 1};
