@@ -581,7 +581,8 @@ static int tc_splits(const cuda_be *cb, const tc_config *c, int64_t gm, int64_t 
  * (conv2d_wgmma.cuh), zeros outside. A 1x1 conv over 256 channels or more reads each pixel's row (512 bytes or
  * more) in 128-byte pieces, one per slice of the same tile: its copies promote to 256 bytes of L2, so the next
  * slice's piece comes from L2 and DRAM sees 256-byte reads (ResNet-50's memory-bound 256->64, 256->128, 512->128
- * and 512->256 1x1 convs 1-3% faster, docs/perf-log.md step 56; elsewhere neutral or slightly slower) */
+ * and 512->256 1x1 convs 3, 1.5, 2.3 and 0.6% faster, the other convs within 0.5%; promoting every map made the
+ * 3x3 and 64-channel convs 0-1% slower: docs/perf-log.md step 56) */
 static cnn_status tma_encode(cuda_be *cb, const tc_config *c, const cnn_conv2d *cv, const void *x, const void *w,
                              conv_tma_map *a_map, conv_tma_map *b_map) {
     _Static_assert(sizeof(conv_tma_map) == sizeof(CUtensorMap) && _Alignof(conv_tma_map) >= 64, "a CUtensorMap");
