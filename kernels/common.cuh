@@ -467,7 +467,7 @@ __device__ __forceinline__ void fence_proxy_async(void) {
  * not written. The issuing thread groups its stores with bulk_commit(); bulk_wait_read<N>() returns once at most
  * N of its groups still read shared memory (the source may then be overwritten), bulk_wait_all() once every one
  * has completed. Writes of the generic proxy to the source must be made visible to the copy engine first
- * (fence_proxy_async, conv2d_wgmma.cuh). The emulator copies synchronously (emu_tmap.h's emu_tma_store). */
+ * (fence_proxy_async, above). The emulator copies synchronously (emu_tmap.h's emu_tma_store). */
 __device__ __forceinline__ void tma_store_tile_2d(const void *map, const void *src, int c0, int c1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"

@@ -267,16 +267,8 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
             }
     }
 }
-
 #endif
 
-/* One warp's transposed tile (conv2d_ws.cu, SWAP=1): acc[j][2h + e] is output channel cbase + g + 8h of pixel
- * (GEMM row) mbase + 8j + 2*t4 + e, for the warp's 16 channels and NT8*8 pixels. Per pass of 16 pixels (two n8
- * tiles): every value through scale/shift/ReLU, rounded, into the scratch as [16 pixels][16 channels] act_t (the
- * two 16-byte halves of a pixel's row swapped for pixels 4-7 and 12-15 of the pass, so the lanes of one store,
- * which write pixels 2*t4 and channels g, g + 8, hit distinct banks), then each lane reads back 8 channels of one
- * pixel (pixel lane/2, half lane%2) and stores them: 32 bytes of a pixel's row per two lanes. K % 8 == 0 (the host
- * checks), so a half is wholly inside the output or wholly past it. scr: 512 bytes of this warp's own. */
 /* the transposed tile's per-channel scale and shift: a lane's accumulator rows are channels n and n + 8 (1 and 0
  * past the last channel, or where the epilogue has none) */
 __device__ __forceinline__ void cols_scale_shift(const conv_args &a, int n, float sc[2], float sh[2]) {
@@ -288,6 +280,13 @@ __device__ __forceinline__ void cols_scale_shift(const conv_args &a, int n, floa
     }
 }
 
+/* One warp's transposed tile (conv2d_ws.cu, SWAP=1): acc[j][2h + e] is output channel cbase + g + 8h of pixel
+ * (GEMM row) mbase + 8j + 2*t4 + e, for the warp's 16 channels and NT8*8 pixels. Per pass of 16 pixels (two n8
+ * tiles): every value through scale/shift/ReLU, rounded, into the scratch as [16 pixels][16 channels] act_t (the
+ * two 16-byte halves of a pixel's row swapped for pixels 4-7 and 12-15 of the pass, so the lanes of one store,
+ * which write pixels 2*t4 and channels g, g + 8, hit distinct banks), then each lane reads back 8 channels of one
+ * pixel (pixel lane/2, half lane%2) and stores them: 32 bytes of a pixel's row per two lanes. K % 8 == 0 (the host
+ * checks), so a half is wholly inside the output or wholly past it. scr: 512 bytes of this warp's own. */
 template <int NT8>
 __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const float (&acc)[NT8][4], int mbase, int cbase,
                                                    int lane, float *scr) {
