@@ -517,6 +517,7 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
+    cb->wgrad_force_cfg = -1;
     const char *wino = getenv("CNN_CONV_WINOGRAD");
     cb->winograd = wino && strcmp(wino, "0") == 0 ? 0 : wino && strcmp(wino, "1") == 0 ? 1 : -1;
     cb->tune = opts->deterministic ? CNN_TUNE_NONE : opts->tune == CNN_TUNE_DEFAULT ? CNN_TUNE_FAST : opts->tune;

@@ -1198,6 +1198,8 @@ cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     CNN_ASSERT(x && dy && dw);
+    const bool generic_forced = cb->conv_force_cfg >= 0 && cb->conv_force_cfg < N_VARIANTS;
+    if (!generic_forced && cuda_wgrad_wgmma_fits(cb, cv, x, dy)) return cuda_wgrad_wgmma(be, cv, x, dy, dw);
     int v;
     CUfunction f, fr = NULL;
     CNN_TRY(prepare(be, cv, PASS_WGRAD, WGRAD_MAIN, &v, &f));

@@ -67,6 +67,7 @@ typedef struct cnn_cuda_stats {
     long tma_launches;   /* of them, convolutions whose operands came by TMA (conv2d_ws.cu's /t rows) */
     long ost_launches;   /* of those, convolutions whose output went by TMA too (the /o rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
+    long wgrad_tc_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);
@@ -86,6 +87,13 @@ void cnn_cuda_conv_force_config(cnn_backend *be, int v);
 /* Split-K of the tensor-core forward kernels: -1 = the heuristic (splits when the output has too few tiles to
  * fill the GPU), 0 = never, s > 0 = s splits whenever the reduction has at least s slices. */
 void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
+/* wgrad on wgmma (conv2d_wgrad.c, sm_90a): its tile configs, whether one runs on this backend, and forcing one
+ * (-1 = tuned or heuristic) with `splits` reduction splits (0 = the heuristic's) for every following conv2d_wgrad
+ * call the kernel takes. */
+int cnn_cuda_wgrad_config_count(void);
+const char *cnn_cuda_wgrad_config_name(int cfg);
+bool cnn_cuda_wgrad_config_usable(cnn_backend *be, int cfg);
+void cnn_cuda_wgrad_force(cnn_backend *be, int cfg, int splits);
 /* Winograd F(2x2,3x3) for F32 3x3/1 convolutions (winograd.c): -1 the heuristic (default), 0 never, 1 wherever it
  * applies. */
 void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode);

@@ -167,7 +167,8 @@ typedef struct cuda_family {
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc,
     cuda_family_conv2d_fprop_ffma, cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_ws, cuda_family_conv2d_fprop_first,
-    cuda_family_winograd, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep, cuda_family_optim;
+    cuda_family_winograd, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep, cuda_family_optim,
+    cuda_family_conv2d_wgrad_wgmma;
 
 /* Whether a family has programs for activation dtype dt. */
 bool cuda_family_has_dtype(const cuda_family *fam, cnn_dtype dt);
@@ -239,6 +240,8 @@ typedef struct cuda_be {
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
     int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 heuristic, 0 never, 1 wherever it applies */
     int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */
+    int wgrad_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_wgrad.c's config c (tests) */
+    int wgrad_force_splits;   /* with a forced config: its reduction splits (0 = the heuristic's) */
     bool timing;              /* between time_begin and time_end */
     cnn_tune tune;            /* autotuning level (NONE, FAST or FULL) */
     cuda_tune_entry *tune_tab; /* winners (tune.c) */
@@ -319,6 +322,10 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
+/* conv2d_wgrad.c: wgrad on wgmma (sm_90a, F16/BF16): whether it takes a problem (C % 64 == 0, K % 8 == 0, the
+ * tensor maps' limits, 16-byte aligned operands), and the tuned or heuristic launch of one it takes */
+bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);
+cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 /* The tensor-core forward path (conv2d_tc.cu; wgmma rows for F16/BF16 on sm_90a) of conv2d.c, for callers that
  * run a GEMM as a 1x1 convolution (winograd.c): tuned choice + launch of a problem it takes. */
 cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,

@@ -1214,6 +1214,72 @@ static void g_conv_winograd(ctx *t) {
 }
 
 static const char *tc_only; /* CNN_TEST_TC_CONFIG */
+/* wgrad on wgmma (conv2d_wgrad.c: F16/BF16 on sm_90a, C % 64 == 0, K % 8 == 0): every config forced, with its
+ * heuristic splits, one split (the kernel writes dW itself) and three, then the tuned or heuristic choice, on odd
+ * shapes within those preconditions: batch 1, H != W, R != S, strides 2 and 2x1, pads 0 to 3, K a multiple of 8 but
+ * not of 64 (rows past K read dy's zeros and are not stored), C over several 64-channel blocks per tap, the last
+ * slice past the last pixel. Each must have run on wgmma (the backend counts those launches). Quick: 3 cases. */
+static const conv_case wgrad_cases[] = {
+    {1, 64, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
+    {3, 128, 11, 9, 64, 3, 3, 2, 2, 1, 1},   /* stride 2, odd sizes, 2 channel blocks per tap */
+    {4, 64, 20, 20, 72, 3, 3, 1, 1, 1, 1},   /* 25 slices: 3 splits of 9, 9 and 7; K = 72 */
+    {2, 64, 9, 7, 72, 1, 1, 1, 1, 0, 0},     /* 1x1, 126 pixels (2 slices, the last partial) */
+    {2, 64, 15, 13, 64, 7, 7, 2, 2, 3, 3},   /* the 7x7/2 pad 3 */
+    {1, 64, 5, 12, 136, 3, 1, 1, 2, 1, 0},   /* R != S, stride 1x2, K = 136 */
+    {3, 192, 9, 9, 24, 1, 1, 2, 2, 0, 0},    /* 1x1/2, C = 192 */
+};
+
+static void wgrad_one(ctx *t, const conv_case *cc, int cfg, int splits, uint64_t seed) {
+    cnn_conv2d cv = conv_of(cc);
+    const int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c,
+                  ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+    arr x = arr_in(t, nx, true, seed, -1, 1, 0), dy = arr_in(t, ny, true, seed + 1, -1, 1, 0);
+    arr dw = arr_out(t, nw, false, 0);
+    double *rdw = dalloc(nw);
+    conv_ref_wgrad(&cv, x.h, dy.h, rdw);
+    char name[200], extra[64];
+    snprintf(extra, sizeof extra, ".%s.splits%d", cfg < 0 ? "chosen" : cnn_cuda_wgrad_config_name(cfg), splits);
+    conv_name(name, sizeof name, "wgrad_wgmma", t, &cv, -1, extra);
+    cnn_cuda_wgrad_force(t->gpu, cfg, splits);
+    cnn_cuda_stats st0, st1;
+    cnn_cuda_stats_get(t->gpu, &st0);
+    expect_ok(t->gpu->conv2d_wgrad(t->gpu, &cv, x.g.p, dy.g.p, dw.g.p), name);
+    cnn_cuda_stats_get(t->gpu, &st1);
+    cnn_cuda_wgrad_force(t->gpu, -1, 0);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_wgrad(t->cpu, &cv, x.c, dy.c, dw.c), name);
+    layout lw = {"KRSC", {cv.k, cv.r, cv.s, cv.c}};
+    arr *in[] = {&x, &dy};
+    verify(t, name, &dw, rdw, &lw, in, 2);
+    char lname[220];
+    snprintf(lname, sizeof lname, "%s.on_wgmma", name);
+    check(st1.wgrad_tc_launches == st0.wgrad_tc_launches + 1, lname, "wgmma wgrad launches %ld before, %ld after",
+          st0.wgrad_tc_launches, st1.wgrad_tc_launches);
+    free(rdw);
+    arr_free(t, &x), arr_free(t, &dy), arr_free(t, &dw);
+}
+
+static void g_conv_wgrad(ctx *t) {
+    if (t->dt == CNN_DTYPE_F32) {
+        printf("# conv_wgrad.%s: wgrad on wgmma takes F16/BF16; F32 runs on the generic kernels (group conv)\n", t->dts);
+        return;
+    }
+    bool any = false;
+    for (int cfg = 0; cfg < cnn_cuda_wgrad_config_count(); cfg++) any |= cnn_cuda_wgrad_config_usable(t->gpu, cfg);
+    if (!any) {
+        printf("SKIP conv_wgrad.%s: wgrad on wgmma needs sm_90a and the driver's tensor-map encoders\n", t->dts);
+        return;
+    }
+    const int ncase = quick ? 3 : (int)(sizeof wgrad_cases / sizeof wgrad_cases[0]);
+    for (int i = 0; i < ncase; i++) {
+        for (int cfg = 0; cfg < cnn_cuda_wgrad_config_count(); cfg++) {
+            if (!cnn_cuda_wgrad_config_usable(t->gpu, cfg)) continue;
+            for (int sp = 0; sp < 3; sp++) /* the heuristic's splits, one, three */
+                wgrad_one(t, &wgrad_cases[i], cfg, sp == 2 ? 3 : sp, 7000 + 100 * i + 10 * cfg + sp);
+        }
+        wgrad_one(t, &wgrad_cases[i], -1, 0, 7090 + 100 * i);
+    }
+}
+
 static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_config_name(cfg), tc_only) != NULL; }
 
 static void g_conv_tc(ctx *t) {
@@ -2328,7 +2394,7 @@ static const group groups[] = {
     {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
     {"conv_tc", g_conv_tc, true, true},    {"conv_first", g_conv_first, true, false},
-    {"conv_pair", g_conv_pair, true, false},
+    {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},

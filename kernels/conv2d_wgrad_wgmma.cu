@@ -1,0 +1,166 @@
+/* conv2d_wgrad_wgmma.cu -- the filter gradient on Hopper's wgmma (sm_90a): dW[K][R*S*C] = dy^T x im2col(x), the
+ * reduction running over the N*P*Q output pixels (params.cuh's wgrad view: gm = K, gn = R*S*C, gk = N*P*Q).
+ *
+ * Operands, one reduction slice = 64 output pixels:
+ *   A  dy rows of the slice's pixels, BM channels from m0: BM/64 boxes of 64 pixels x 64 channels, copied by TMA
+ *      from dy as an (N*P*Q, K) matrix (tiled map, targs.b_map);
+ *   B  the same pixels' input rows at each of the tile's column blocks: a column block is 64 channels of one filter
+ *      tap (C % 64 == 0, so column n = (r*S + s)*C + c and a block never straddles a tap), copied by TMA from x in
+ *      im2col mode (targs.a_map: 64 pixels per copy from the slice's first pixel at tap (r, s); zeros where the tap
+ *      falls in the padding or past the last image).
+ * Both land in the 128-byte swizzle with the reduction along the rows, which is wgmma's MN-major (transposed)
+ * layout for both operands (conv2d_wgmma.cuh's wg_multiply_slice_mn): nothing is rearranged on the way.
+ * Pixels past N*P*Q in the last slice read zero rows of dy (the tiled map's out-of-bounds fill), so they add 0.
+ *
+ * Roles: a producer warp whose one thread issues the copies into a ring of STAGES stages (full[s] completes on the
+ * copies' byte count, empty[s] on the 8 consumer warps' releases), and two consumer warpgroups sharing each tile:
+ * with BM >= 128 consumer i multiplies m64 blocks [i*MB, (i+1)*MB) against all BN columns; with BM = 64 the one m64
+ * block against columns [i*BN/2, (i+1)*BN/2).
+ * Grid: x = output tiles (BM x BN, column blocks of a row block adjacent), y = reduction splits of
+ * a.ktiles_per_split slices each. With a.splits == 1 a CTA writes its tile of dW (float32, overwritten); otherwise its
+ * partial into a.ws[split] and conv2d_wgrad_wgmma_reduce adds the splits in order (deterministic, no atomics).
+ * Specialisation (-D, src/cuda/conv2d_wgrad.c): BM (64, 128, 256), BN (64 .. 256), STAGES, ACT (F16/BF16).
+ */
+#include "common.cuh"
+#include "params.cuh"
+#include "conv2d_loader.cuh"
+#include "conv2d_wgmma.cuh"
+
+#if !defined(BM) || !defined(BN) || !defined(STAGES)
+#error "conv2d_wgrad_wgmma.cu needs -DBM -DBN -DSTAGES"
+#endif
+#if ACT == ACT_F32
+#error "conv2d_wgrad_wgmma.cu takes F16 or BF16 activations"
+#endif
+
+#define BK 64                     /* output pixels per slice */
+#define BOX (64 * BK)             /* elements of one 64 x 64 box */
+#define NT 384                    /* producer warpgroup + two consumer warpgroups */
+#define CM (BM == 64 ? 64 : BM / 2) /* a consumer's rows (channels of dy) */
+#define CN (BM == 64 ? BN / 2 : BN) /* and columns */
+#define MB (CM / 64)
+#define STAGE_ELEMS ((BM + BN) * BK)
+#define SMEM_BYTES (STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align the ring to 1 KB */
+#define ENTRY_REGS 168
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) / 2) & ~7)
+static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * ENTRY_REGS, "registers handed back cover those taken");
+static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256 channels of dy");
+static_assert(BN % 64 == 0 && (CN == 64 || CN == 128 || CN == 192 || CN == 256), "a consumer's columns: a wgmma n");
+static_assert(MB * CN / 2 <= 128, "accumulators of a consumer thread");
+static_assert(STAGES >= 2 && SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
+
+__device__ __forceinline__ void wgrad_regs_lower(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+#endif
+}
+__device__ __forceinline__ void wgrad_regs_raise(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __grid_constant__ conv_tma_args targs) {
+    pdl_enter();
+    const conv_args &a = targs.a;
+#ifdef __CUDA_ARCH__
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+#else
+    __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES];
+#endif
+    __shared__ unsigned long long full[STAGES], empty[STAGES];
+    unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    act_t(*ring)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem); /* stage s: A boxes, then B boxes */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
+    const int n_tiles = (a.gn + BN - 1) / BN;
+    const int m0 = ((int)blockIdx.x / n_tiles) * BM, n0 = ((int)blockIdx.x % n_tiles) * BN;
+    const int ktiles = (a.gk + BK - 1) / BK;
+    const int g0 = (int)blockIdx.y * a.ktiles_per_split;
+    const int total = min(ktiles - g0, a.ktiles_per_split); /* this split's slices (the host makes none empty) */
+    if (total <= 0 || dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap();
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1u), mbar_init(&empty[s], 8u);
+    }
+    __syncthreads();
+
+    if (role == 0) { /* ---- the producer: thread 0 issues every copy ---- */
+        wgrad_regs_lower();
+        if (tid != 0) return;
+        tma_prefetch_map(&targs.a_map);
+        tma_prefetch_map(&targs.b_map);
+        const int nb = min(BN, a.gn - n0) / 64; /* the tile's column blocks inside dW (gn % 64 == 0) */
+        const unsigned bytes = (unsigned)((BM + nb * 64) * BK * 2);
+        const int pq = a.p * a.q, cblocks = a.c / 64;
+        for (int g = 0; g < total; g++) {
+            const int s = g % STAGES;
+            if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
+            const int pix = (g0 + g) * BK; /* the slice's first output pixel (n, p, q) */
+            const int img = pix / pq, p = (pix - img * pq) / a.q, q = pix - img * pq - p * a.q;
+            const int hb = p * a.stride_h - a.pad_h, wb = q * a.stride_w - a.pad_w;
+            mbar_arrive_expect_tx(&full[s], bytes);
+#pragma unroll
+            for (int i = 0; i < BM / 64; i++) tma_load_tile_2d(&targs.b_map, ring[s] + i * BOX, &full[s], m0 + 64 * i, pix);
+            for (int j = 0; j < nb; j++) {
+                const int cb = n0 / 64 + j, tap = cb / cblocks, c0 = (cb - tap * cblocks) * 64;
+                const int tr = tap / a.s, ts = tap - tr * a.s;
+                tma_load_im2col_4d(&targs.a_map, ring[s] + BM * BK + j * BOX, &full[s], c0, wb, hb, img,
+                                   (unsigned short)ts, (unsigned short)tr);
+            }
+        }
+        return;
+    }
+
+    /* ---- a consumer: its m64 blocks (BM >= 128) or its half of the columns (BM = 64) of the tile ---- */
+    wgrad_regs_raise();
+    const int me = role - 1;
+    const int row_off = BM == 64 ? 0 : me * CM, col_off = BM == 64 ? me * CN : 0;
+    float acc[MB][CN / 8][4];
+    acc_zero(acc);
+    for (int g = 0; g < total; g++) {
+        const int s = g % STAGES;
+        mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
+        wg_multiply_slice_mn<MB, CN>(acc, ring[s] + (row_off / 64) * BOX, ring[s] + BM * BK + (col_off / 64) * BOX,
+                                     warp, lane);
+        wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
+        acc_fence_all(acc);
+        if (g > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
+    }
+    wg_wait_all();
+    acc_fence_all(acc);
+
+    /* epilogue: warp w of the consumer holds rows 16w + g (+ 8) of each m64 block, columns 8j + 2t .. + 1 */
+    float *out = a.splits > 1 ? a.ws + (long long)blockIdx.y * a.gm * a.gn : (float *)a.out;
+    const int g8 = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int b = 0; b < MB; b++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + row_off + b * 64 + warp * 16 + g8 + h * 8;
+            if (row >= a.gm) continue;
+            float *orow = out + (long long)row * a.gn;
+#pragma unroll
+            for (int j = 0; j < CN / 8; j++) {
+                const int col = n0 + col_off + j * 8 + 2 * t4;
+                if (col < a.gn) *(float2 *)(orow + col) = make_float2(acc[b][j][2 * h], acc[b][j][2 * h + 1]);
+            }
+        }
+}
+
+/* dW = the splits' partials added in split order (a.ws: (splits, gm*gn) float32), four elements per thread where
+ * gm*gn % 4 == 0 (the host launches it only then: gn = R*S*C, C % 64 == 0) */
+extern "C" __global__ void __launch_bounds__(256) conv2d_wgrad_wgmma_reduce(const conv_args a) {
+    pdl_enter();
+    const long long n4 = (long long)a.gm * a.gn / 4;
+    const float4 *ws = (const float4 *)a.ws;
+    for (long long i = GRID_TID; i < n4; i += GRID_STRIDE) {
+        float4 s = ws[i];
+        for (int k = 1; k < a.splits; k++) {
+            const float4 v = ws[(long long)k * n4 + i];
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        ((float4 *)a.out)[i] = s;
+    }
+}
