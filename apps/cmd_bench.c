@@ -6,11 +6,13 @@
  * issued back to back with a timing mark after each (no host synchronisation in between, as PyTorch's rows
  * and torch.utils.benchmark time them); a training step ends with its loss on the host, so each is timed alone.
  * With --layers (inference), the eval forward is then also run one plan step at a time (eager, no graph) and
- * each step is timed the same way: a per-layer breakdown whose sum can be set against the whole forward.
+ * each step is timed the same way: a per-layer breakdown whose sum can be set against the whole forward. With
+ * --layers --mode train, every distinct convolution's fprop, dgrad and wgrad are timed alone instead
+ * (bench_passes.c): their sum, weighted by how often each shape occurs, set against the whole step.
  * Output: a markdown table (default), or csv / json (one array) / jsonl (one object per line); the JSON
  * schema is documented in docs/BENCH.md.
  */
-#include "cli.h"
+#include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,9 @@ typedef struct bench_row {
     bench_layer *layers;     /* --layers: one per eval step */
     int n_layers;
     double layers_ms_sum;    /* sum of the steps' medians */
+    bench_pass *passes;      /* --layers --mode train: one per distinct convolution */
+    int n_passes;
+    double passes_ms[3];     /* sum over the model's convolutions of each pass's median */
     cnn_status st;
     char error[256];
 } bench_row;
@@ -57,6 +62,8 @@ static bench_stats summarize(double *ms, int n) {
                      .p90 = ms[(n - 1) - (n - 1) / 10]};
     return s;
 }
+
+double bench_median(double *ms, int n) { return summarize(ms, n).median; }
 
 /* Split "a,b,c" into at most cap entries (modifies s). */
 static int split_list(char *s, char **out, int cap) {
@@ -276,6 +283,11 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
         r->mem_mib = (double)(be->peak_bytes ? be->peak_bytes(be) : cnn_model_device_bytes(m)) / 1048576.0;
     }
     if (st == CNN_OK && layers && !train) st = time_layers(be, m, batch, warmup, repeat, lp, r);
+    if (st == CNN_OK && layers && train) {
+        st = bench_conv_passes(be, net, batch, warmup, repeat, &r->passes, &r->n_passes);
+        for (int i = 0; st == CNN_OK && i < r->n_passes; i++)
+            for (int p = 0; p < 3; p++) r->passes_ms[p] += r->passes[i].count * r->passes[i].ms[p];
+    }
     if (mom) be->free(be, mom);
     free(x);
     free(labels);
@@ -321,6 +333,32 @@ static double layer_rate(const bench_layer *L) {
     return L->gflop > 0 ? L->gflop / L->ms_median : L->gbyte * 1e3 / L->ms_median;
 }
 
+static void print_passes_md(const bench_row *rows, int nr) {
+    bool any = false;
+    for (int i = 0; i < nr; i++) any |= rows[i].st == CNN_OK && rows[i].n_passes > 0;
+    if (!any) return;
+    printf("\nPer convolution: each distinct shape's three passes timed alone (fprop without epilogue, dgrad "
+           "overwriting dx), median of the timed runs; TFLOP/s at 2 per multiply-add; the sums weight each shape by "
+           "its count.\n\n");
+    printf("| model | batch | dtype | conv | count | fprop ms | dgrad ms | wgrad ms | fprop TFLOP/s | dgrad TFLOP/s | "
+           "wgrad TFLOP/s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nr; i++) {
+        const bench_row *r = &rows[i];
+        if (r->st != CNN_OK || !r->n_passes) continue;
+        for (int j = 0; j < r->n_passes; j++) {
+            const bench_pass *p = &r->passes[j];
+            printf("| %s | %d | %s | %s | %d | %.4f | %.4f | %.4f | %.4g | %.4g | %.4g |\n", r->model, r->batch, r->dtype,
+                   p->layer, p->count, p->ms[0], p->ms[1], p->ms[2], p->gflop / p->ms[0], p->gflop / p->ms[1],
+                   p->gflop / p->ms[2]);
+        }
+        const double sum = r->passes_ms[0] + r->passes_ms[1] + r->passes_ms[2];
+        printf("| %s | %d | %s | **sum** | | **%.3f** | **%.3f** | **%.3f** | all passes %.3f ms of the %.3f ms step; "
+               "the rest %.3f ms | | |\n", r->model, r->batch, r->dtype, r->passes_ms[0], r->passes_ms[1],
+               r->passes_ms[2], sum, r->ms_median, r->ms_median - sum);
+    }
+}
+
 static void print_md(const bench_row *rows, int nr, const bench_out *o) {
     printf("device: %s (%s%s%s), cnn %s commit %s, %s\n\n", o->device, o->backend, o->runtime[0] ? "; " : "",
            o->runtime, CNN_VERSION, CNN_COMMIT, o->date);
@@ -337,6 +375,10 @@ static void print_md(const bench_row *rows, int nr, const bench_out *o) {
                r->mem_mib, r->setup_s);
     }
     if (!o->layers) return;
+    print_passes_md(rows, nr);
+    bool any_layers = false;
+    for (int i = 0; i < nr; i++) any_layers |= rows[i].st == CNN_OK && rows[i].n_layers > 0;
+    if (!any_layers) return;
     printf("\nPer layer: the eval forward one step at a time (eager, no graph), each step timed alone; median of the "
            "same runs. A conv step includes what is fused into it (BN, residual add, ReLU). TFLOP/s for conv and "
            "linear (2 per multiply-add), GB/s of activations read and written for the rest.");
@@ -408,7 +450,23 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
         if (nl) printf(",\"layer_steps\":%d,\"layers_ms_sum\":%.9g", nl, r->layers_ms_sum);
         if (nl && (o->lp.rest_ms > 0 || o->lp.min_ms > 0))
             printf(",\"layer_rest_ms\":%d,\"layer_min_ms\":%d", o->lp.rest_ms, o->lp.min_ms);
-        printf("}%s\n", !lines && !(last_row && nl == 0) ? "," : "");
+        const int npass = r->st == CNN_OK ? r->n_passes : 0;
+        if (npass)
+            printf(",\"conv_pass_shapes\":%d,\"fprop_ms_sum\":%.9g,\"dgrad_ms_sum\":%.9g,\"wgrad_ms_sum\":%.9g", npass,
+                   r->passes_ms[0], r->passes_ms[1], r->passes_ms[2]);
+        printf("}%s\n", !lines && !(last_row && nl == 0 && npass == 0) ? "," : "");
+        for (int j = 0; j < npass; j++) {
+            const bench_pass *p = &r->passes[j];
+            const cnn_conv2d *cv = &p->cv;
+            printf("%s{\"impl\":\"cnn\",\"model\":\"%s\",\"input\":\"%s\",\"batch\":%d,\"dtype\":\"%s\","
+                   "\"mode\":\"conv_pass\",\"device\":\"%s\",\"backend\":\"%s\",\"ok\":true,\"layer\":\"%s\","
+                   "\"c\":%d,\"h\":%d,\"w\":%d,\"k\":%d,\"r\":%d,\"s\":%d,\"stride\":%d,\"pad\":%d,\"count\":%d,"
+                   "\"gflop_per_pass\":%.9g,\"fprop_ms\":%.9g,\"dgrad_ms\":%.9g,\"wgrad_ms\":%.9g,\"repeat\":%d,"
+                   "\"warmup\":%d,\"version\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\",\"error\":\"\"}%s\n",
+                   indent, r->model, r->input, r->batch, r->dtype, dev, o->backend, p->layer, cv->c, cv->h, cv->w, cv->k,
+                   cv->r, cv->s, cv->stride_h, cv->pad_h, p->count, p->gflop, p->ms[0], p->ms[1], p->ms[2], r->repeat,
+                   r->warmup, CNN_VERSION, CNN_COMMIT, o->date, !lines && !(last_row && nl == 0 && j + 1 == npass) ? "," : "");
+        }
         for (int s = 0; s < nl; s++) {
             const bench_layer *L = &r->layers[s];
             char name[4 * CNN_NAME_MAX + 8];
@@ -445,7 +503,8 @@ int cmd_bench(int argc, char **argv) {
     cli_add(&t, (cli_opt){"repeat", 0, CLI_INT, "N", &repeat, 1, 100000, NULL, "timed runs (median reported)"});
     cli_add(&t, (cli_opt){"warmup", 0, CLI_INT, "N", &warmup, 0, 100000, NULL, "untimed runs first"});
     cli_add(&t, (cli_opt){"layers", 0, CLI_FLAG, NULL, &layers, 0, 0, NULL,
-                          "then time each step of the eval forward alone (eager): a per-layer breakdown (infer only)"});
+                          "then time each step of the eval forward alone (eager): a per-layer breakdown; with --mode "
+                          "train, each distinct convolution's fprop, dgrad and wgrad alone"});
     cli_add(&t, (cli_opt){"layer-rest-ms", 0, CLI_INT, "MS", &lp.rest_ms, 0, 60000, NULL,
                           "--layers: leave the GPU idle MS ms before each step, then --warmup runs of it"});
     cli_add(&t, (cli_opt){"layer-min-ms", 0, CLI_INT, "MS", &lp.min_ms, 0, 600000, NULL,
@@ -461,7 +520,6 @@ int cmd_bench(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (!mm.model) return cli_usage_error("bench", "--model is required");
     bool train = strcmp(mode, "train") == 0;
-    if (layers && train) return cli_usage_error("bench", "--layers times the inference forward: use it with --mode infer");
     char model_buf[512], batch_buf[256], dtype_buf[128];
     snprintf(model_buf, sizeof model_buf, "%s", mm.model);
     snprintf(batch_buf, sizeof batch_buf, "%s", batches);
@@ -527,7 +585,7 @@ int cmd_bench(int argc, char **argv) {
         else print_json(rows, nr, &o, strcmp(format, "jsonl") == 0);
         rc = failures ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
     }
-    for (int i = 0; i < nr; i++) free(rows[i].layers);
+    for (int i = 0; i < nr; i++) free(rows[i].layers), free(rows[i].passes);
     free(rows);
     return rc;
 }

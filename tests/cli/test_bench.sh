@@ -48,7 +48,8 @@ for line in open(sys.argv[1]):
             cur[f] = (cells[1], cells[2])
     elif not line.startswith("|"):
         cur = None
-verdict(len(tables) == 2, "bench.docs_tables", f"{len(tables)} field tables in docs/BENCH.md")
+# the third (per-pass records of a training step) is checked by layers.train_passes below
+verdict(len(tables) == 3, "bench.docs_tables", f"{len(tables)} field tables in docs/BENCH.md")
 record, layer = tables[0], tables[1] if len(tables) > 1 else {}
 TYPES = {"string": lambda v: isinstance(v, str), "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
          "bool": lambda v: isinstance(v, bool),
@@ -184,7 +185,34 @@ assert [r["name"] for r in steps if r["kind"] == "conv"][:2] == ["features.0", "
 assert all(float(r["ms_median"]) > 0 for r in steps) and abs(sum(float(r["ms_median"]) for r in steps) - float(rows[0]["layers_ms_sum"])) < 1e-3
 assert all((r["tflops"] != "") == (r["kind"] in ("conv", "linear")) and (r["gbps"] != "") != (r["tflops"] != "") for r in steps)
 ' "$TMP/layers.csv" && pass layers.csv_vgg11_bn || fail layers.csv_vgg11_bn "$(head -c 600 "$TMP/layers.csv")"
-expect layers.train_is_usage_error 2 'layers.*--mode infer' -- "$CNN" bench --model resnet18 --mode train --layers --device cpu
+# --mode train --layers: every distinct conv of the CIFAR ResNet-18 (11 shapes, 20 convs), its three passes timed,
+# the records' sums equal to the count-weighted medians
+"$CNN" bench --model resnet18 --stem cifar --batch 2 --repeat 2 --warmup 1 --device cpu --mode train --layers -o json \
+    >"$TMP/passes.json" 2>"$TMP/passes.err" \
+    && "$PYTHON" -c '
+import json, re, sys
+rows = json.load(open(sys.argv[1]))
+doc = open(sys.argv[2]).read().split("## Per-pass records of a training step")[1].split("\n## ")[0]
+fields = {}
+for line in doc.splitlines():
+    if line.startswith("| `"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for f in re.findall(r"`([a-z_0-9]+)`", cells[0]):
+            fields[f] = cells[1]
+kinds = {"string": str, "int": int, "float": (int, float)}
+assert len(fields) == 15, fields
+step = [r for r in rows if r["mode"] == "train"]
+ps = [r for r in rows if r["mode"] == "conv_pass"]
+assert len(step) == 1 and step[0]["ok"] and step[0]["conv_pass_shapes"] == len(ps) == 11, (len(step), len(ps))
+assert sum(p["count"] for p in ps) == 20 and ps[0]["layer"] == "3->64 32x32 3x3/1" and ps[0]["count"] == 1
+for key in ("fprop", "dgrad", "wgrad"):
+    assert all(p[key + "_ms"] > 0 for p in ps)
+    tot = sum(p["count"] * p[key + "_ms"] for p in ps)
+    assert abs(tot - step[0][key + "_ms_sum"]) <= 1e-6 * tot, (key, tot, step[0][key + "_ms_sum"])
+assert all(p["gflop_per_pass"] > 0 and p["batch"] == 2 for p in ps)
+assert all(isinstance(p[f], kinds[t]) for p in ps for f, t in fields.items()), "a record off docs/BENCH.md"
+assert all(isinstance(step[0][f], float) for f in ("fprop_ms_sum", "dgrad_ms_sum", "wgrad_ms_sum"))
+' "$TMP/passes.json" "$ROOT/docs/BENCH.md" && pass layers.train_passes || fail layers.train_passes "$(head -c 600 "$TMP/passes.json"; cat "$TMP/passes.err")"
 # --layer-rest-ms / --layer-min-ms: each step after the idle pause, timed over at least min-ms of runs (more than
 # --repeat), the protocol in every layer record and in the run's infer row
 "$CNN" bench --model resnet18 --stem cifar --batch 1 --repeat 2 --warmup 1 --device cpu --layers --layer-rest-ms 3 \

@@ -1,0 +1,23 @@
+/* bench.h — what `cnn bench`'s files share (cmd_bench.c, bench_passes.c). */
+#ifndef CNN_APPS_BENCH_H
+#define CNN_APPS_BENCH_H
+
+#include "cli.h"
+
+/* One distinct convolution of a model and its three passes timed alone (--mode train --layers). */
+typedef struct bench_pass {
+    cnn_conv2d cv;      /* at the benchmark's batch */
+    int count;          /* convolutions of the model with this shape */
+    char layer[96];     /* "64->64 56x56 3x3/1" */
+    double gflop;       /* of one pass (fprop, dgrad and wgrad are the same multiply-adds) */
+    double ms[3];       /* fprop, dgrad, wgrad: median of the timed runs */
+} bench_pass;
+
+/* Median of n > 0 times (sorts ms). */
+double bench_median(double *ms, int n);
+/* Every distinct convolution of net at `batch`, each pass run `warmup` times, then timed over `repeat` runs back to
+ * back; *out (malloc'd) holds *n_out of them in the order of their first use. */
+cnn_status bench_conv_passes(cnn_backend *be, const cnn_net *net, int batch, int warmup, int repeat,
+                             bench_pass **out, int *n_out);
+
+#endif
