@@ -1,11 +1,16 @@
 /* batchnorm.cu -- per-channel reductions over an (M, C) view of an NHWC tensor and the kernels built on them:
- * channel_sum (bias gradients), BatchNorm training forward (two-pass mean then centred variance) and backward,
- * and the per-channel scale/shift (+ residual, + ReLU) of eval-mode BN.
+ * channel_sum (bias gradients), BatchNorm training forward and backward with the residual add and ReLU that may
+ * follow it fused (y = relu?(bn(x) + residual); backward from dy masked by y > 0, the residual's gradient written
+ * beside dx), and the per-channel scale/shift (+ residual, + ReLU) of eval-mode BN.
  *
- * Reductions are deterministic two-level sums in double, no atomics: chan_partial (grid C/32 x chunks, block
- * 32 x 8) sums a fixed chunk of rows per block in a fixed order into partial[chunk][c]; a finalize kernel (one
- * thread per channel) adds the chunks in order. Double as the CPU backend: BN backward over few rows per channel
- * cancels almost completely, and a float32 sum would lose the result's leading digits. Specialisation: ACT.
+ * Reductions are deterministic two-level sums in double, no atomics: a partial kernel sums a fixed chunk of rows
+ * per block in a fixed order into partial[chunk][c]; a finalize kernel (one thread per channel) adds the chunks in
+ * order. Double as the CPU backend: BN backward over few rows per channel cancels almost completely, and a float32
+ * sum would lose the result's leading digits. Two paths (src/cuda/batchnorm.c picks):
+ *   - vector (C % 8 == 0, 16-byte aligned tensors): each thread loads 8 channels at once (act8); one pass of
+ *     sums of x and x^2 (the variance from them in double), one apply pass; the ResNet/VGG case;
+ *   - scalar (any C): 32 channels x 8 rows per block; mean, then the centred variance, then apply.
+ * Specialisation: ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -35,8 +40,9 @@ extern "C" __global__ void chan_partial(const red_args a) {
             }
         } else {
             const double mu = a.mean[c], is = a.invstd[c];
+            const act_t *y = (const act_t *)a.y;
             for (long long r = r0 + ty; r < r1; r += RED_TY) {
-                double g = act_load(dy, r * a.c + c);
+                double g = a.relu && !(act_load(y, r * a.c + c) > 0.0f) ? 0.0 : act_load(dy, r * a.c + c);
                 double xh = ((double)act_load(x, r * a.c + c) - mu) * is;
                 s0 += g;
                 s1 += g * xh;
@@ -110,30 +116,176 @@ extern "C" __global__ void bn_bwd_finalize(const red_args a) {
     for (long long i = GRID_TID * 4, total_ = (a).m * (a).c; i < total_; i += GRID_STRIDE * 4)               \
         for (int j_ = 0, c = (int)(i % (a).c); j_ < 4 && i + j_ < total_; j_++, c = c + 1 == (a).c ? 0 : c + 1)
 
-/* y = (x - mean) * invstd * gamma + beta */
+/* y = relu?((x - mean) * invstd * gamma + beta + residual) */
 extern "C" __global__ void bn_apply(const red_args a) {
     pdl_enter();
-    const act_t *x = (const act_t *)a.x;
+    const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
     act_t *y = (act_t *)a.out;
     FOR_MC(a, i, c) {
         long long e = i + j_;
         float v = (act_load(x, e) - a.mean[c]) * a.invstd[c] * a.gamma[c] + a.beta[c];
+        if (res) v += act_load(res, e);
+        if (a.relu) v = v > 0.0f ? v : 0.0f;
         act_store(y, e, v);
     }
 }
 
-/* dx (+)= gamma*invstd * (dy - mean dy - xhat * mean dy*xhat), in double: for small M the bracket cancels
- * almost completely and float32 would lose the result's leading digits (the CPU backend computes the same way) */
+/* dx (+)= gamma*invstd * (g - mean g - xhat * mean g*xhat), in double: for small M the bracket cancels almost
+ * completely and float32 would lose the result's leading digits (the CPU backend computes the same way); dres (+)= g.
+ * g = dy, or 0 where the ReLU after the BN did not pass (y <= 0). dx or dres may be NULL. */
 extern "C" __global__ void bn_bwd_apply(const red_args a) {
     pdl_enter();
-    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
-    act_t *dx = (act_t *)a.out;
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
+    act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
     FOR_MC(a, i, c) {
         long long e = i + j_;
-        double xh = ((double)act_load(x, e) - (double)a.mean[c]) * (double)a.invstd[c];
-        double v = a.coef[c] * ((double)act_load(dy, e) - a.coef[a.c + c] - xh * a.coef[2 * a.c + c]);
-        if (a.accumulate) v += (double)act_load(dx, e);
-        act_store(dx, e, (float)v);
+        double g = a.relu && !(act_load(y, e) > 0.0f) ? 0.0 : (double)act_load(dy, e);
+        if (dx) {
+            double xh = ((double)act_load(x, e) - (double)a.mean[c]) * (double)a.invstd[c];
+            double v = a.coef[c] * (g - a.coef[a.c + c] - xh * a.coef[2 * a.c + c]);
+            if (a.accumulate) v += (double)act_load(dx, e);
+            act_store(dx, e, (float)v);
+        }
+        if (dres) act_store(dres, e, (float)(a.dres_accumulate ? g + (double)act_load(dres, e) : g));
+    }
+}
+
+/* ---- the vector path (C % 8 == 0, 16-byte aligned tensors) ---------------------------------------------------
+ * A block of 256 threads: CVT = min(C/8, 256) channel vectors of 8 x RT = 256 / CVT row lanes; blockIdx.x is the
+ * chunk of rows, blockIdx.y the group of CVT channel vectors. */
+#define VEC_T 256
+__device__ __forceinline__ int vec_cvt(int c) { return c / 8 < VEC_T ? c / 8 : VEC_T; }
+
+/* mode 0: P0 = sum x, P1 = sum x^2;  mode 2: P0 = sum g, P1 = sum g * xhat (g as in bn_bwd_apply) */
+extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_args a) {
+    pdl_enter();
+    __shared__ double sh[2][VEC_T * 8]; /* [sum][row lane * CVT * 8 + channel of the group]: 32 KB */
+    const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
+    const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt, cl = (tid % cvt) * 8;
+    const bool active = lane_r < rt && cv < a.c / 8;
+    const long long r0 = (long long)blockIdx.x * a.rows_per_chunk;
+    long long r1 = r0 + a.rows_per_chunk;
+    if (r1 > a.m) r1 = a.m;
+    double s0[8], s1[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) s0[e] = s1[e] = 0.0;
+    if (active) {
+        const act_t *x = (const act_t *)a.x + cv * 8;
+        if (a.mode == 0) {
+            for (long long r = r0 + lane_r; r < r1; r += rt) {
+                float v[8];
+                act8_unpack(act8_load(x + r * a.c), v);
+#pragma unroll
+                for (int e = 0; e < 8; e++) s0[e] += v[e], s1[e] += (double)v[e] * v[e];
+            }
+        } else {
+            const act_t *dy = (const act_t *)a.dy + cv * 8, *y = (const act_t *)a.y + cv * 8;
+            float mu[8], is[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) mu[e] = a.mean[cv * 8 + e], is[e] = a.invstd[cv * 8 + e];
+            for (long long r = r0 + lane_r; r < r1; r += rt) {
+                float xv[8], g[8], yv[8];
+                act8_unpack(act8_load(x + r * a.c), xv);
+                act8_unpack(act8_load(dy + r * a.c), g);
+                if (a.relu) {
+                    act8_unpack(act8_load(y + r * a.c), yv);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) g[e] = yv[e] > 0.0f ? g[e] : 0.0f;
+                }
+#pragma unroll
+                for (int e = 0; e < 8; e++) s0[e] += g[e], s1[e] += (double)g[e] * ((xv[e] - mu[e]) * is[e]);
+            }
+        }
+    }
+    /* the row lanes' sums, added in lane order */
+    const int width = cvt * 8;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        sh[0][lane_r * width + cl + e] = active ? s0[e] : 0.0;
+        sh[1][lane_r * width + cl + e] = active ? s1[e] : 0.0;
+    }
+    __syncthreads();
+    for (int v = tid; v < 2 * width; v += VEC_T) {
+        const int which = v / width, ch = v % width, c = blockIdx.y * width + ch;
+        if (c >= a.c) continue;
+        double t = 0.0;
+        for (int l = 0; l < rt; l++) t += sh[which][l * width + ch];
+        a.partial[((long long)which * a.chunks + blockIdx.x) * a.c + c] = t;
+    }
+}
+
+/* From the vector path's mode 0 partials: mean, the biased variance E[x^2] - mean^2 in double (normalises),
+ * invstd; running statistics as bn_var_finalize. */
+extern "C" __global__ void bn_stats_finalize(const red_args a) {
+    pdl_enter();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.c) return;
+    const double mean = chunk_sum(a, 0, c) / (double)a.m, ex2 = chunk_sum(a, 1, c) / (double)a.m;
+    double var = ex2 - mean * mean, mom = a.momentum;
+    if (var < 0.0) var = 0.0;
+    a.mean[c] = (float)mean;
+    a.invstd[c] = (float)(1.0 / sqrt(var + (double)a.eps));
+    double unbiased = var * (double)a.m / (double)(a.m - 1);
+    a.running_mean[c] = (float)(mom * mean + (1.0 - mom) * (double)a.running_mean[c]);
+    a.running_var[c] = (float)(mom * unbiased + (1.0 - mom) * (double)a.running_var[c]);
+}
+
+/* bn_apply over 8 channels per thread and step */
+extern "C" __global__ void bn_apply_vec(const red_args a) {
+    pdl_enter();
+    const int cvs = a.c / 8;
+    const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
+    act_t *y = (act_t *)a.out;
+    for (long long v = GRID_TID, n = a.m * cvs; v < n; v += GRID_STRIDE) {
+        const int c = (int)(v % cvs) * 8;
+        float xv[8], rv[8];
+        act8_unpack(act8_load(x + v * 8), xv);
+        if (res) act8_unpack(act8_load(res + v * 8), rv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float t = (xv[e] - a.mean[c + e]) * a.invstd[c + e] * a.gamma[c + e] + a.beta[c + e];
+            if (res) t += rv[e];
+            xv[e] = a.relu && !(t > 0.0f) ? 0.0f : t;
+        }
+        act8_store(y + v * 8, xv);
+    }
+}
+
+/* bn_bwd_apply over 8 channels per thread and step */
+extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
+    pdl_enter();
+    const int cvs = a.c / 8;
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
+    act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
+    for (long long v = GRID_TID, n = a.m * cvs; v < n; v += GRID_STRIDE) {
+        const int c = (int)(v % cvs) * 8;
+        float g[8], t[8];
+        act8_unpack(act8_load(dy + v * 8), g);
+        if (a.relu) {
+            act8_unpack(act8_load(y + v * 8), t);
+#pragma unroll
+            for (int e = 0; e < 8; e++) g[e] = t[e] > 0.0f ? g[e] : 0.0f;
+        }
+        if (dx) {
+            float xv[8], o[8];
+            act8_unpack(act8_load(x + v * 8), xv);
+            if (a.accumulate) act8_unpack(act8_load(dx + v * 8), o);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const double xh = ((double)xv[e] - (double)a.mean[c + e]) * (double)a.invstd[c + e];
+                const double d = a.coef[c + e] * ((double)g[e] - a.coef[a.c + c + e] - xh * a.coef[2 * a.c + c + e]);
+                t[e] = (float)(a.accumulate ? d + (double)o[e] : d);
+            }
+            act8_store(dx + v * 8, t);
+        }
+        if (dres) {
+            if (a.dres_accumulate) {
+                act8_unpack(act8_load(dres + v * 8), t);
+#pragma unroll
+                for (int e = 0; e < 8; e++) g[e] += t[e];
+            }
+            act8_store(dres + v * 8, g);
+        }
     }
 }
 

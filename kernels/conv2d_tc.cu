@@ -314,19 +314,52 @@ extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
     }
 }
 
-/* conv2d_dgrad_filter: w (K, R, S, C) -> out (C, R, S, K), out[c][r][s][k] = w[k][R-1-r][S-1-s][c]: the filter of
- * a stride-1 convolution's dgrad run as a forward convolution of dy (src/cuda/conv2d.c, dgrad_tc). One thread
- * per output element. Fields: k r s c (w's), wt, out. */
+/* conv2d_dgrad_filter: one phase of dgrad's filter, flipped and transposed: w (K, R, S, C) -> out (C, RT, ST, K),
+ *     out[c][t][u][k] = w[k][r0 + sh * (RT-1-t)][s0 + sw * (ST-1-u)][c],
+ * the taps r = r0 (mod sh), s = s0 (mod sw) of the phase, reversed: dgrad run as forward convolutions of dy
+ * (src/cuda/conv2d_dgrad.c; a stride-1 convolution is one phase, r0 = s0 = 0, RT = R, ST = S). One thread per output
+ * element. Fields: k r s c (w's), p q (RT, ST), pad_h pad_w (r0, s0), stride_h stride_w (sh, sw), wt, out. */
 extern "C" __global__ void conv2d_dgrad_filter(const conv_args a) {
     pdl_enter();
     const act_t *w = (const act_t *)a.wt;
     act_t *out = (act_t *)a.out;
-    const long long total = (long long)a.c * a.r * a.s * a.k;
+    const long long total = (long long)a.c * a.p * a.q * a.k;
     for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
         const int k = (int)(o % a.k);
         const long long t = o / a.k;
-        const int s = (int)(t % a.s), r = (int)(t / a.s % a.r);
-        const long long c = t / a.s / a.r;
-        act_store(out, o, act_to_f32(w[((k * a.r + (a.r - 1 - r)) * a.s + (a.s - 1 - s)) * a.c + c]));
+        const int u = (int)(t % a.q), v = (int)(t / a.q % a.p);
+        const long long c = t / a.q / a.p;
+        const int r = a.pad_h + a.stride_h * (a.p - 1 - v), s = a.pad_w + a.stride_w * (a.q - 1 - u);
+        act_store(out, o, act_to_f32(w[((k * a.r + r) * a.s + s) * a.c + c]));
+    }
+}
+
+/* conv2d_dgrad_interleave: dx (N, H, W, C) (+)= the phases' outputs: dx[n][h][w] from phase (h % sh, w % sw)'s
+ * block (N, PP, PQ, C) at row h / sh + off_h, column w / sw + off_w, or 0 where no filter tap reaches the phase
+ * (its pointer NULL). C % 8 == 0 and 16-byte aligned blocks (checked by the host): 8 channels per thread and
+ * step (act8). */
+extern "C" __global__ void conv2d_dgrad_interleave(const dgrad_phase_args a) {
+    pdl_enter();
+    act_t *dx = (act_t *)a.dx;
+    const long long total = (long long)a.n * a.h * a.w * (a.c / 8);
+    for (long long v = GRID_TID; v < total; v += GRID_STRIDE) {
+        const int c = (int)(v % (a.c / 8)) * 8;
+        const long long pix = v / (a.c / 8);
+        const int w = (int)(pix % a.w), h = (int)(pix / a.w % a.h);
+        const long long n = pix / a.w / a.h;
+        const int i = h / a.stride_h, j = w / a.stride_w;
+        const int ph = (h - i * a.stride_h) * a.stride_w + (w - j * a.stride_w);
+        float val[8], old[8];
+        const act8 blk = a.block[ph] ? act8_load((const act_t *)a.block[ph] +
+                                                 ((n * a.pp[ph] + i + a.off_h[ph]) * a.pq[ph] + j + a.off_w[ph]) * a.c + c)
+                                     : act8_zero();
+        act8_unpack(blk, val);
+        act_t *d = dx + pix * a.c + c;
+        if (a.accumulate) {
+            act8_unpack(act8_load(d), old);
+#pragma unroll
+            for (int e = 0; e < 8; e++) val[e] += old[e];
+        }
+        act8_store(d, val);
     }
 }

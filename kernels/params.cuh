@@ -65,6 +65,20 @@ typedef struct conv_tma_args {
 /* the pieces an OST row stores each consumer warp's part of a tile in (conv2d_epilogue.cuh's ost_store) */
 #define CONV_OST_PIECES 8
 
+/* dgrad by phases (conv2d_tc.cu's conv2d_dgrad_interleave, src/cuda/conv2d_dgrad.c): dx (N, H, W, C) assembled from
+ * the stride_h x stride_w phases' blocks; phase (a, b) = index a * stride_w + b. */
+#define DGRAD_MAX_PHASES 16
+typedef struct dgrad_phase_args {
+    int n, h, w, c;                 /* dx */
+    int stride_h, stride_w;
+    int accumulate;                 /* dx += the phases */
+    int pad0;
+    void *dx;                       /* (N, H, W, C) act */
+    const void *block[DGRAD_MAX_PHASES]; /* (N, PP, PQ, C) act, or NULL: no tap reaches the phase (zeros) */
+    int pp[DGRAD_MAX_PHASES], pq[DGRAD_MAX_PHASES];       /* the blocks' rows and columns */
+    int off_h[DGRAD_MAX_PHASES], off_w[DGRAD_MAX_PHASES]; /* dx row h / stride_h is block row h / stride_h + off_h */
+} dgrad_phase_args;
+
 /* Elementwise and layout ops (pointwise.cu). */
 typedef struct pw_args {
     long long count;         /* elements */
@@ -87,15 +101,20 @@ typedef struct red_args {
     int c;                   /* channels */
     int chunks;              /* row chunks of the partial pass (gridDim.y) */
     long long rows_per_chunk;
-    int mode;                /* chan_partial: 0 sum x, 1 sum (x-mean)^2, 2 sum dy and sum dy*xhat */
+    int mode;                /* chan_partial: 0 sum x, 1 sum (x-mean)^2, 2 sum g and sum g*xhat; bn_partial_vec: 0 sum x and
+                              * sum x^2, 2 as chan_partial (g: dy where the ReLU passed, y > 0, or everywhere) */
     int accumulate;          /* bn backward: dx += result */
-    int relu;                /* scale_shift */
+    int relu;                /* scale_shift, bn forward (y = relu(...)) and backward (g = dy * (y > 0)) */
+    int dres_accumulate;     /* bn backward: dres += g */
+    int pad1;
     float eps, momentum;
     int pad0;
     const void *x;           /* (M, C) act */
     const void *dy;          /* (M, C) act */
-    const void *residual;    /* scale_shift (M, C) act or NULL */
+    const void *residual;    /* scale_shift and bn forward (M, C) act or NULL */
+    const void *y;           /* bn backward with relu: the forward's output (M, C) act */
     void *out;               /* y / dx (M, C) act */
+    void *dres;              /* bn backward: the residual's gradient (M, C) act or NULL */
     double *partial;         /* (2, chunks, C) workspace */
     double *coef;            /* (3, C) workspace of bn backward: gamma*invstd, mean dy, mean dy*xhat */
     float *fout;             /* channel_sum result (C) */

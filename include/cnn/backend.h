@@ -179,15 +179,24 @@ struct cnn_backend {
     /* sum over the M rows of an (M, C) view: bias gradients */
     cnn_status (*channel_sum)(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
 
-    /* batch norm */
+    /* batch norm in training, with the residual add and ReLU that may follow it fused:
+     *     y = relu?((x - mean) * invstd * gamma + beta + residual)      (residual NULL = none)
+     * batch statistics over the M rows (biased variance normalises; the running variance takes the unbiased one,
+     * momentum as PyTorch); save_mean, save_invstd (C) are what the backward reads. */
     cnn_status (*bn_forward_train)(cnn_backend *be, const cnn_bn *bn, const void *x, /* (M, C) */
                                    const float *gamma, const float *beta,
                                    float *running_mean, float *running_var,  /* updated in place */
                                    float *save_mean, float *save_invstd,     /* (C) for backward   */
+                                   const void *residual, bool relu,          /* (M, C) or NULL     */
                                    void *y);                                 /* (M, C)             */
-    cnn_status (*bn_backward)(cnn_backend *be, const cnn_bn *bn, const void *x, const void *dy,
-                              const float *gamma, const float *save_mean, const float *save_invstd,
-                              void *dx, bool accumulate, float *dgamma, float *dbeta);
+    /* its backward: dy is the gradient of y; with relu only where y > 0 (y: the forward's output) passes,
+     * g = relu ? dy * (y > 0) : dy. dgamma = sum g*xhat, dbeta = sum g (either may be NULL),
+     * dx (+)= gamma*invstd*(g - mean g - xhat*mean(g*xhat)) (NULL: not computed), dres (+)= g, the residual's
+     * gradient (NULL: none) */
+    cnn_status (*bn_backward)(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
+                              const float *gamma, const float *save_mean, const float *save_invstd, bool relu,
+                              void *dx, bool accumulate, void *dres, bool dres_accumulate, float *dgamma,
+                              float *dbeta);
     /* y = relu?(x*scale[c] + shift[c] + residual): eval-mode BN and the unfused epilogue */
     cnn_status (*scale_shift)(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
                               const float *shift, const void *residual, bool relu, void *y);

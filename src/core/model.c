@@ -817,7 +817,7 @@ static cnn_status forward_train(cnn_model *m, int n) {
             float *stats = m->bn + m->bn_off[i];
             st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
                                       (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
-                                      stats + nd->c, y);
+                                      stats + nd->c, NULL, false, y);
             break;
         }
         case CNN_OP_RELU: st = be->relu_forward(be, count, x, y); break;
@@ -1081,8 +1081,8 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             CNN_ASSERT(dx);
             cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
             const float *stats = m->bn + m->bn_off[i];
-            st = be->bn_backward(be, &bn, x, dy, pf(m, nd->param[0]), stats, stats + nd->c, dx, acc,
-                                 gradp(m, nd->param[0]), gradp(m, nd->param[1]));
+            st = be->bn_backward(be, &bn, x, NULL, dy, pf(m, nd->param[0]), stats, stats + nd->c, false, dx, acc,
+                                 NULL, false, gradp(m, nd->param[0]), gradp(m, nd->param[1]));
             break;
         }
         case CNN_OP_RELU:

@@ -1,13 +1,14 @@
 /* batchnorm.c — batch normalisation over an (M, C) view of an NHWC tensor (M = N*H*W), and the per-channel
  * scale/shift used for eval-mode BN and unfused epilogues.
  *
- * Training forward (PyTorch's semantics):
+ * Training forward (PyTorch's semantics), with the residual add and ReLU that may follow it fused:
  *     mean = sum x / M,   var = sum (x - mean)^2 / M   (biased, normalises),   invstd = 1 / sqrt(var + eps)
- *     y = (x - mean) * invstd * gamma + beta
+ *     y = relu?((x - mean) * invstd * gamma + beta + residual)
  *     running_mean = (1 - momentum) * running_mean + momentum * mean
  *     running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1)   (unbiased)
- * Backward, with xhat = (x - mean) * invstd:
- *     dbeta = sum dy,   dgamma = sum dy * xhat,   dx (+)= gamma * invstd / M * (M * dy - dbeta - xhat * dgamma)
+ * Backward through the same, with xhat = (x - mean) * invstd and g = dy where y > 0 (or everywhere without ReLU):
+ *     dbeta = sum g,   dgamma = sum g * xhat,   dx (+)= gamma * invstd / M * (M * g - dbeta - xhat * dgamma),
+ *     dres (+)= g (the residual's gradient)
  * Statistics are two-pass sums in double over fixed row chunks reduced in chunk order, so results do not
  * depend on the thread count.
  */
@@ -32,12 +33,12 @@ static void reduce_chunks(int threads, const double *part, int64_t nch, int c, d
 
 cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *xv, const float *gamma,
                                        const float *beta, float *running_mean, float *running_var, float *save_mean,
-                                       float *save_invstd, void *yv) {
+                                       float *save_invstd, const void *residual, bool relu, void *yv) {
     const int threads = cnn_cpu_threads(be);
     const int64_t M = bn->m;
     const int C = bn->c;
-    const float *x = xv; /* (M, C) */
-    float *y = yv;       /* (M, C) */
+    const float *x = xv, *res = residual; /* (M, C) */
+    float *y = yv;                        /* (M, C) */
     CNN_ASSERT(M >= 0 && C > 0);
     if (M < 2) return cnn_fail(CNN_E_INVALID, "batch norm in training needs more than 1 value per channel (M = %lld)", (long long)M);
     int64_t nch = n_chunks(M);
@@ -88,20 +89,29 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     }
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < M; r++)
-        for (int j = 0; j < C; j++) y[r * C + j] = (float)(((double)x[r * C + j] - mean[j]) * a[j] + b[j]);
+        for (int j = 0; j < C; j++) {
+            double v = ((double)x[r * C + j] - mean[j]) * a[j] + b[j] + (res ? (double)res[r * C + j] : 0.0);
+            y[r * C + j] = relu && v < 0 ? 0.0f : (float)v;
+        }
     free(part), free(stat), free(coef);
     return CNN_OK;
 }
 
-cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *xv, const void *dyv,
-                                  const float *gamma, const float *save_mean, const float *save_invstd, void *dxv,
-                                  bool accumulate, float *dgamma, float *dbeta) {
+/* the gradient reaching the BN's output: dy, where the ReLU after it passed (y > 0) */
+static inline double bn_grad(const float *dy, const float *y, bool relu, int64_t e) {
+    return relu && !(y[e] > 0.0f) ? 0.0 : (double)dy[e];
+}
+
+cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *xv, const void *yv, const void *dyv,
+                                  const float *gamma, const float *save_mean, const float *save_invstd, bool relu,
+                                  void *dxv, bool accumulate, void *dresv, bool dres_accumulate, float *dgamma,
+                                  float *dbeta) {
     const int threads = cnn_cpu_threads(be);
     const int64_t M = bn->m;
     const int C = bn->c;
-    const float *x = xv, *dy = dyv; /* (M, C) */
-    float *dx = dxv;                /* (M, C) */
-    CNN_ASSERT(M > 0 && C > 0);
+    const float *x = xv, *y = yv, *dy = dyv; /* (M, C) */
+    float *dx = dxv, *dres = dresv;          /* (M, C) */
+    CNN_ASSERT(M > 0 && C > 0 && (!relu || y));
     int64_t nch = n_chunks(M);
     double *part = malloc((size_t)nch * 2 * C * sizeof(double));
     double *stat = malloc((size_t)4 * C * sizeof(double));
@@ -117,7 +127,7 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
         int64_t r1 = (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M;
         for (int64_t r = ch * CHUNK; r < r1; r++)
             for (int j = 0; j < C; j++) {
-                double g = dy[r * C + j];
+                double g = bn_grad(dy, y, relu, r * C + j);
                 p0[j] += g;
                 p1[j] += g * (((double)x[r * C + j] - save_mean[j]) * save_invstd[j]);
             }
@@ -142,8 +152,16 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
         for (int64_t r = 0; r < M; r++)
             for (int j = 0; j < C; j++) {
                 double xhat = ((double)x[r * C + j] - save_mean[j]) * save_invstd[j];
-                double g = k_scale[j] * ((double)dy[r * C + j] - sum_dy[j] - xhat * k_proj[j]);
+                double g = k_scale[j] * (bn_grad(dy, y, relu, r * C + j) - sum_dy[j] - xhat * k_proj[j]);
                 dx[r * C + j] = accumulate ? (float)((double)dx[r * C + j] + g) : (float)g;
+            }
+    }
+    if (dres) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t r = 0; r < M; r++)
+            for (int j = 0; j < C; j++) {
+                double g = bn_grad(dy, y, relu, r * C + j);
+                dres[r * C + j] = dres_accumulate ? (float)((double)dres[r * C + j] + g) : (float)g;
             }
     }
     free(part), free(stat);

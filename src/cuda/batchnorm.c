@@ -1,18 +1,25 @@
 /* batchnorm.c -- launchers of kernels/batchnorm.cu: channel_sum, BatchNorm training forward/backward and
  * scale_shift, over (M, C) views of NHWC tensors.
  *
- * Reductions are two-level, deterministic and in double: chan_partial sums `rows_per_chunk` rows of 32 channels
- * per CTA into partial[chunk][c] (fixed order inside the CTA), then one thread per channel adds the chunks in
- * order. The chunking depends only on (M, C) and the SM count. BN forward is two-pass (mean, then the centred
- * variance), which stays accurate when |mean| >> std.
+ * Reductions are two-level, deterministic and in double: a partial kernel sums `rows_per_chunk` rows per CTA into
+ * partial[chunk][c] (fixed order inside the CTA), then one thread per channel adds the chunks in order. The
+ * chunking depends only on (M, C) and the SM count. Where C % 8 == 0 and the tensors are 16-byte aligned (every
+ * BN of the zoo) the vector kernels run: one pass of sums of x and x^2 (the variance from them in double, exact
+ * enough for |mean| / std up to ~1e6), one apply pass, each thread 8 channels; elsewhere the scalar ones: the
+ * mean, then the centred variance, then apply.
  */
 #include "cuda/internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
-enum { BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT, BN_N };
-static const char *const entries[BN_N] = {"chan_partial", "chan_sum_finalize", "bn_mean_finalize", "bn_var_finalize",
-                                          "bn_bwd_finalize", "bn_apply", "bn_bwd_apply", "scale_shift"};
+enum {
+    BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
+    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_N
+};
+static const char *const entries[BN_N] = {"chan_partial",   "chan_sum_finalize", "bn_mean_finalize", "bn_var_finalize",
+                                          "bn_bwd_finalize", "bn_apply",         "bn_bwd_apply",     "scale_shift",
+                                          "bn_partial_vec",  "bn_stats_finalize", "bn_apply_vec",    "bn_bwd_apply_vec"};
 
 static void defines(int cfg, char *buf, size_t cap) {
     (void)cfg;
@@ -23,6 +30,7 @@ const cuda_family cuda_family_batchnorm = {"batchnorm", "batchnorm.cu", entries,
 
 #define RED_TX 32 /* = kernels/batchnorm.cu */
 #define RED_TY 8
+#define VEC_T 256 /* = kernels/batchnorm.cu: threads of bn_partial_vec */
 
 static cnn_status kern(cuda_be *cb, int entry, CUfunction *f) {
     return cuda_kernel(cb, &cuda_family_batchnorm, cb->pub.act_dtype, 0, entry, f);
@@ -37,6 +45,34 @@ static void plan_chunks(const cuda_be *cb, red_args *a) {
     if (chunks < 1) chunks = 1;
     a->rows_per_chunk = (a->m + chunks - 1) / chunks;
     a->chunks = (int)((a->m + a->rows_per_chunk - 1) / a->rows_per_chunk);
+}
+
+/* the vector kernels' preconditions: 8 channels per 16-byte vector */
+static bool vec_ok(const red_args *a) {
+    const void *p[] = {a->x, a->dy, a->y, a->residual, a->out, a->dres};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        if ((uintptr_t)p[i] & 15) return false;
+    return a->c % 8 == 0;
+}
+
+/* chunks of rows for the vector partial pass: ~4 CTAs per SM in all (each covers up to 256 channel vectors), at
+ * least 64 rows per chunk */
+static void plan_chunks_vec(const cuda_be *cb, red_args *a) {
+    const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
+    long long chunks = 4LL * cb->sm_count / groups;
+    const long long max_chunks = (a->m + 63) / 64;
+    if (chunks > max_chunks) chunks = max_chunks;
+    if (chunks < 1) chunks = 1;
+    a->rows_per_chunk = (a->m + chunks - 1) / chunks;
+    a->chunks = (int)((a->m + a->rows_per_chunk - 1) / a->rows_per_chunk);
+}
+
+static cnn_status run_partial_vec(cuda_be *cb, red_args *a, int mode, const char *what) {
+    CUfunction f;
+    CNN_TRY(kern(cb, BN_PARTIAL_VEC, &f));
+    a->mode = mode;
+    const int cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T;
+    return cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c / 8 + cvt - 1) / cvt), 1, VEC_T, 1, a);
 }
 
 static cnn_status run_partial(cuda_be *cb, red_args *a, int mode, const char *what) {
@@ -55,8 +91,9 @@ static cnn_status run_per_channel(cuda_be *cb, red_args *a, int entry, const cha
 static cnn_status run_elementwise(cuda_be *cb, red_args *a, int entry, const char *what) {
     CUfunction f;
     CNN_TRY(kern(cb, entry, &f));
-    /* 4 elements per thread per step */
-    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (a->m * a->c + 3) / 4, 256), 1, 1, 256, 1, a);
+    /* 4 elements per thread per step; the vector kernels 8 */
+    const int per = entry == BN_APPLY_VEC || entry == BN_BWD_APPLY_VEC ? 8 : 4;
+    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (a->m * a->c + per - 1) / per, 256), 1, 1, 256, 1, a);
 }
 
 static void check_mc(int64_t m, int c) {
@@ -83,7 +120,7 @@ cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, f
 
 cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *x, const float *gamma,
                                  const float *beta, float *running_mean, float *running_var, float *save_mean,
-                                 float *save_invstd, void *y) {
+                                 float *save_invstd, const void *residual, bool relu, void *y) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     check_mc(bn->m, bn->c);
@@ -93,14 +130,21 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
                         (long long)bn->m);
     red_args a = {0};
     a.m = bn->m, a.c = bn->c, a.eps = bn->eps, a.momentum = bn->momentum;
-    a.x = x, a.out = y, a.gamma = gamma, a.beta = beta;
+    a.x = x, a.out = y, a.gamma = gamma, a.beta = beta, a.residual = residual, a.relu = relu;
     a.mean = save_mean, a.invstd = save_invstd, a.running_mean = running_mean, a.running_var = running_var;
-    plan_chunks(cb, &a);
+    const bool vec = vec_ok(&a);
+    vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
     void *ws;
-    CNN_TRY(cuda_workspace(cb, (size_t)a.chunks * a.c * sizeof(double), &ws));
+    CNN_TRY(cuda_workspace(cb, (size_t)2 * a.chunks * a.c * sizeof(double), &ws));
     a.partial = ws;
-    char what[96];
-    snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d", cuda_dtype_str(be->act_dtype), (long long)a.m, a.c);
+    char what[112];
+    snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
+             a.c, residual ? " +residual" : "", relu ? " relu" : "");
+    if (vec) {
+        CNN_TRY(run_partial_vec(cb, &a, 0, what));
+        CNN_TRY(run_per_channel(cb, &a, BN_STATS_FIN, what));
+        return run_elementwise(cb, &a, BN_APPLY_VEC, what);
+    }
     CNN_TRY(run_partial(cb, &a, 0, what));
     CNN_TRY(run_per_channel(cb, &a, BN_MEAN_FIN, what));
     CNN_TRY(run_partial(cb, &a, 1, what));
@@ -108,31 +152,33 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     return run_elementwise(cb, &a, BN_APPLY, what);
 }
 
-cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *dy, const float *gamma,
-                            const float *save_mean, const float *save_invstd, void *dx, bool accumulate,
-                            float *dgamma, float *dbeta) {
+cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
+                            const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
+                            bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     check_mc(bn->m, bn->c);
-    CNN_ASSERT(x && dy && gamma && save_mean && save_invstd);
+    CNN_ASSERT(x && dy && gamma && save_mean && save_invstd && (!relu || y));
     red_args a = {0};
     a.m = bn->m, a.c = bn->c;
-    a.x = x, a.dy = dy, a.out = dx, a.gamma = gamma;
+    a.x = x, a.y = y, a.dy = dy, a.out = dx, a.dres = dres, a.gamma = gamma, a.relu = relu;
     a.mean = (float *)save_mean, a.invstd = (float *)save_invstd; /* read only in these kernels */
     a.dgamma = dgamma, a.dbeta = dbeta;
-    a.accumulate = accumulate;
-    plan_chunks(cb, &a);
+    a.accumulate = accumulate, a.dres_accumulate = dres_accumulate;
+    const bool vec = vec_ok(&a);
+    vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
     void *ws;
     size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + 3 * (size_t)a.c) * sizeof(double), &ws));
     a.partial = ws;
     a.coef = (double *)ws + part;
-    char what[96];
-    snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d", cuda_dtype_str(be->act_dtype), (long long)a.m, a.c);
-    CNN_TRY(run_partial(cb, &a, 2, what));
+    char what[112];
+    snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m, a.c,
+             relu ? " relu" : "", dres ? " +residual" : "");
+    CNN_TRY(vec ? run_partial_vec(cb, &a, 2, what) : run_partial(cb, &a, 2, what));
     CNN_TRY(run_per_channel(cb, &a, BN_BWD_FIN, what));
-    if (!dx) return CNN_OK;
-    return run_elementwise(cb, &a, BN_BWD_APPLY, what);
+    if (!dx && !dres) return CNN_OK;
+    return run_elementwise(cb, &a, vec ? BN_BWD_APPLY_VEC : BN_BWD_APPLY, what);
 }
 
 cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,

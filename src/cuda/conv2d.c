@@ -276,11 +276,13 @@ static void def_fprop_tc(int cfg, char *buf, size_t cap) {
 }
 static const char *tc_name(int cfg) { return tc_configs[cfg].name; }
 static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc",   "conv2d_tc_splitk_epilogue", "conv2d_s2d_input",
-                                               "conv2d_s2d_filter", "conv2d_pad_channels",       "conv2d_dgrad_filter"};
+                                               "conv2d_s2d_filter", "conv2d_pad_channels",       "conv2d_dgrad_filter",
+                                               "conv2d_dgrad_interleave"};
 enum {
-    TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4, TC_DGRAD_FILTER = 5
+    TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4, TC_DGRAD_FILTER = 5,
+    TC_DGRAD_INTERLEAVE = 6
 };
-const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 6, CUDA_DT_ALL,
+const cuda_family cuda_family_conv2d_fprop_tc = {"conv2d_fprop_tc", "conv2d_tc.cu", fprop_tc_entries, 7, CUDA_DT_ALL,
                                                  N_TC_MMA, def_fprop_tc, tc_name};
 /* the same programs with the multiply-adds in fp32 FMA (FFMA=1): F32 without allow_tf32 (true fp32) */
 static void def_fprop_ffma(int cfg, char *buf, size_t cap) {
@@ -288,7 +290,7 @@ static void def_fprop_ffma(int cfg, char *buf, size_t cap) {
     size_t len = strlen(buf);
     snprintf(buf + len, cap - len, " -DFFMA=1");
 }
-const cuda_family cuda_family_conv2d_fprop_ffma = {"conv2d_fprop_ffma", "conv2d_tc.cu", fprop_tc_entries, 6,
+const cuda_family cuda_family_conv2d_fprop_ffma = {"conv2d_fprop_ffma", "conv2d_tc.cu", fprop_tc_entries, 7,
                                                    CUDA_DT_F32, N_TC_MMA, def_fprop_ffma, tc_name};
 
 static const cuda_family *family_of(int pass, int v) {
@@ -1131,45 +1133,16 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
                        (unsigned)threads_of(c), 1, &a);
 }
 
-/* ---- dgrad of stride-1 convolutions on the forward tensor-core kernels ------------------------------------
- * With stride 1, dx is the forward convolution of dy (N, P, Q, K) with the filter flipped and transposed,
- * w'[c][r][s][k] = w[k][R-1-r][S-1-s][c], and padding R-1-pad (S-1-pad): a problem of C' = K input channels,
- * K' = C output channels and output H x W. The filter is rewritten into the operands workspace on every call
- * (it is training); accumulate adds dx itself through the epilogue's residual (every output element is read and
- * then written by the same thread, also in the split-K epilogue). Its tile config is tuned under the rewritten
- * problem's forward key, which a forward layer of the same shape shares. Elsewhere (strided convolutions,
- * channel counts the kernels do not take, a generic config forced, F32 with allow_tf32, whose forward kernels
- * multiply in TF32 while dgrad has always been true fp32, CNN_CONV_DGRAD_TC=0) the generic kernels. */
-static bool dgrad_tc_problem(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
-                             cnn_conv2d *s) {
-    if (cb->no_dgrad_tc || cb->allow_tf32 || cv->stride_h != 1 || cv->stride_w != 1 || cv->pad_h > cv->r - 1 ||
-        cv->pad_w > cv->s - 1)
-        return false;
-    *s = (cnn_conv2d){.n = cv->n, .c = cv->k, .h = cv->p, .w = cv->q, .k = cv->c, .r = cv->r, .s = cv->s,
-                      .stride_h = 1, .stride_w = 1, .pad_h = cv->r - 1 - cv->pad_h, .pad_w = cv->s - 1 - cv->pad_w};
-    s->p = s->h + 2 * s->pad_h - s->r + 1, s->q = s->w + 2 * s->pad_w - s->s + 1;
-    if (s->p != cv->h || s->q != cv->w) return false;
-    const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
-    return tc_eligible(cb, s, &ep, dy, dy /* w' lives in the workspace: 256-byte aligned */, dx);
+/* ---- dgrad: on the forward tensor-core kernels where conv2d_dgrad.c takes the problem, else the generic ones ---- */
+
+bool cuda_conv_tc_takes(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                        const void *y) {
+    return tc_eligible(cb, cv, ep, x, w, y);
 }
 
-static cnn_status dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *s, const void *dy, const void *w,
-                           void *dx, bool accumulate) {
-    cuda_be *cb = cuda_impl(be);
-    CNN_TRY(check_problem(s, PASS_FPROP));
-    void *wt;
-    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, (size_t)cv->k * cv->r * cv->s * cv->c * act_size(cb), &wt));
-    CUfunction f;
-    CNN_TRY(cuda_kernel(cb, tc_family(cb), be->act_dtype, 0, TC_DGRAD_FILTER, &f));
-    conv_args a = {0};
-    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.c = cv->c, a.wt = w, a.out = wt;
-    char what[200];
-    snprintf(what, sizeof what, "conv2d_dgrad_filter k%d c%d r%d s%d", cv->k, cv->c, cv->r, cv->s);
-    CNN_TRY(cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)cv->k * cv->r * cv->s * cv->c, 256), 1, 1, 256, 1, &a));
-    const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
-    int tv, splits;
-    CNN_TRY(tc_choose(be, s, accumulate ? &ep : NULL, dy, wt, &tv, &splits));
-    return tc_launch(be, s, accumulate ? &ep : NULL, dy, wt, dx, tv, splits, NULL);
+cnn_status cuda_conv_tc_kernel(cuda_be *cb, int entry, CUfunction *f) {
+    CNN_ASSERT(entry == CUDA_TC_DGRAD_FILTER || entry == CUDA_TC_DGRAD_INTERLEAVE);
+    return cuda_kernel(cb, tc_family(cb), cb->pub.act_dtype, 0, entry == CUDA_TC_DGRAD_FILTER ? TC_DGRAD_FILTER : TC_DGRAD_INTERLEAVE, f);
 }
 
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
@@ -1177,8 +1150,7 @@ cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     CNN_ASSERT(dy && w && dx);
-    cnn_conv2d s;
-    if (dgrad_tc_problem(cb, cv, dy, dx, accumulate, &s)) return dgrad_tc(be, cv, &s, dy, w, dx, accumulate);
+    if (!cb->no_dgrad_tc && cuda_dgrad_tc_fits(cb, cv, dy, dx, accumulate)) return cuda_dgrad_tc(be, cv, dy, w, dx, accumulate);
     int v;
     CUfunction f;
     CNN_TRY(prepare(be, cv, PASS_DGRAD, 0, &v, &f));

@@ -68,6 +68,7 @@ typedef struct cnn_cuda_stats {
     long ost_launches;   /* of those, convolutions whose output went by TMA too (the /o rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
     long wgrad_tc_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
+    long dgrad_tc_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);

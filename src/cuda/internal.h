@@ -322,6 +322,15 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
+/* conv2d.c, for conv2d_dgrad.c: whether the forward tensor-core path takes a problem, and its helper kernels */
+bool cuda_conv_tc_takes(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                        const void *y);
+enum { CUDA_TC_DGRAD_FILTER = 0, CUDA_TC_DGRAD_INTERLEAVE = 1 };
+cnn_status cuda_conv_tc_kernel(cuda_be *cb, int entry, CUfunction *f);
+/* conv2d_dgrad.c: dgrad by phases on the forward tensor-core kernels (every stride): whether it takes a problem,
+ * and the run of one it takes */
+bool cuda_dgrad_tc_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate);
+cnn_status cuda_dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx, bool accumulate);
 /* conv2d_wgrad.c: wgrad on wgmma (sm_90a, F16/BF16): whether it takes a problem (C % 64 == 0, K % 8 == 0, the
  * tensor maps' limits, 16-byte aligned operands), and the tuned or heuristic launch of one it takes */
 bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);
@@ -359,10 +368,10 @@ cnn_status cuda_linear_backward(cnn_backend *be, const cnn_linear *ln, const voi
 cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
 cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *x, const float *gamma,
                                  const float *beta, float *running_mean, float *running_var, float *save_mean,
-                                 float *save_invstd, void *y);
-cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *dy, const float *gamma,
-                            const float *save_mean, const float *save_invstd, void *dx, bool accumulate,
-                            float *dgamma, float *dbeta);
+                                 float *save_invstd, const void *residual, bool relu, void *y);
+cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
+                            const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
+                            bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta);
 cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
                             const float *shift, const void *residual, bool relu, void *y);
 /* pointwise.c */

@@ -657,110 +657,132 @@ static void g_channel_sum(ctx *t) {
 
 /* ---- batch norm ----------------------------------------------------------------------------------------- */
 
+/* BatchNorm in training, alone and with what follows it fused (y = relu?(bn(x) + residual)), forward and backward
+ * (from y's ReLU mask, the residual's gradient accumulated onto what was there), against float64 and the CPU
+ * backend; C % 8 == 0 runs the vector kernels (16-byte aligned operands), other C the scalar ones. */
 static void g_bn(ctx *t) {
     const struct {
         int64_t m;
         int c;
         float offset;
-    } cases[] = {{3 * 5 * 7, 13, 0}, {2, 3, 0} /* M = 2: dx cancels almost completely */, {2 * 16 * 16, 64, 0.5f}, {4096, 7, 10.0f}, {1 * 7 * 7, 130, -3}};
-    for (size_t k = 0; k < (quick ? 2 : sizeof cases / sizeof cases[0]); k++) {
-        int64_t m = cases[k].m;
-        int c = cases[k].c;
-        cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f};
-        char name[128];
-        arr x = arr_in(t, m * c, true, 1300 + k, cases[k].offset - 1.5f, cases[k].offset + 2.0f, 0);
-        arr gamma = arr_in(t, c, false, 1310 + k, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, 1320 + k, -0.5f, 0.5f, 0);
-        arr rm = arr_in(t, c, false, 1330 + k, -0.2f, 0.2f, 0), rv = arr_in(t, c, false, 1340 + k, 0.5f, 1.5f, 0);
-        arr sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0), y = arr_out(t, m * c, true, 0);
-        /* reference */
-        double *mean = dalloc(c), *var = dalloc(c), *inv = dalloc(c), *ry = dalloc(m * c), *rrm = dalloc(c),
-               *rrv = dalloc(c);
-        for (int j = 0; j < c; j++) {
-            double s = 0;
-            for (int64_t r = 0; r < m; r++) s += x.h[r * c + j];
-            mean[j] = s / m;
-            double v = 0;
-            for (int64_t r = 0; r < m; r++) v += (x.h[r * c + j] - mean[j]) * (x.h[r * c + j] - mean[j]);
-            var[j] = v / m;
-            inv[j] = 1.0 / sqrt(var[j] + 1e-5);
-            rrm[j] = 0.9 * rm.h[j] + 0.1 * mean[j];
-            rrv[j] = 0.9 * rv.h[j] + 0.1 * (m > 1 ? var[j] * m / (m - 1) : var[j]);
-            for (int64_t r = 0; r < m; r++) ry[r * c + j] = (x.h[r * c + j] - mean[j]) * inv[j] * gamma.h[j] + beta.h[j];
-        }
-        snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g", t->dts, (long long)m, c,
-                 (double)cases[k].offset);
-        expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, x.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p, y.g.p),
-                  name);
-        if (t->cpu)
-            cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &bn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c, y.c), name);
-        layout l = {"MC", {m, c}}, lc = {"C", {c}};
-        arr *in[] = {&x, &gamma, &beta};
-        char nm[160];
-        snprintf(nm, sizeof nm, "%s.y", name);
-        verify(t, nm, &y, ry, &l, in, 3);
-        snprintf(nm, sizeof nm, "%s.save_mean", name);
-        verify(t, nm, &sm, mean, &lc, in, 0);
-        snprintf(nm, sizeof nm, "%s.save_invstd", name);
-        verify(t, nm, &si, inv, &lc, in, 0);
-        snprintf(nm, sizeof nm, "%s.running_mean", name);
-        verify(t, nm, &rm, rrm, &lc, in, 0);
-        snprintf(nm, sizeof nm, "%s.running_var", name);
-        verify(t, nm, &rv, rrv, &lc, in, 0);
-
-        /* backward from the reference statistics (uploaded as the saved ones) */
-        for (int acc = 0; acc < 2; acc++) {
-            arr smean = arr_make(t, c, false, 0), sinv = arr_make(t, c, false, 0);
-            for (int j = 0; j < c; j++) smean.h[j] = (float)mean[j], sinv.h[j] = (float)inv[j];
-            arr_sync_in(t, &smean);
-            arr_sync_in(t, &sinv);
-            arr dy = arr_in(t, m * c, true, 1350 + k, -1, 1, 0);
-            arr dx = acc ? arr_in(t, m * c, true, 1360 + k, -1, 1, 0) : arr_out(t, m * c, true, 0);
-            arr dg = arr_out(t, c, false, 0), db = arr_out(t, c, false, 0);
-            double *rdx = dalloc(m * c), *rdg = dalloc(c), *rdb = dalloc(c);
+    } cases[] = {{3 * 5 * 7, 13, 0}, {2, 3, 0} /* M = 2: dx cancels almost completely */, {2 * 16 * 16, 64, 0.5f},
+                 {4096, 7, 10.0f}, {1 * 7 * 7, 136, -3}, {9 * 11, 2056, 0.25f} /* two groups of channel vectors */};
+    static const struct {
+        bool residual, relu;
+        const char *tag;
+    } fused[] = {{false, false, ""}, {false, true, ".relu"}, {true, true, ".residual_relu"}, {true, false, ".residual"}};
+    for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++)
+        for (size_t f = 0; f < (quick ? 3 : sizeof fused / sizeof fused[0]); f++) {
+            const bool use_res = fused[f].residual, relu = fused[f].relu;
+            int64_t m = cases[k].m;
+            int c = cases[k].c;
+            cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f};
+            char name[128];
+            arr x = arr_in(t, m * c, true, 1300 + k, cases[k].offset - 1.5f, cases[k].offset + 2.0f, 0);
+            arr gamma = arr_in(t, c, false, 1310 + k, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, 1320 + k, -0.5f, 0.5f, 0);
+            arr rm = arr_in(t, c, false, 1330 + k, -0.2f, 0.2f, 0), rv = arr_in(t, c, false, 1340 + k, 0.5f, 1.5f, 0);
+            arr res = arr_in(t, m * c, true, 1370 + k, -1, 1, 0);
+            arr sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0), y = arr_out(t, m * c, true, 0);
+            /* reference */
+            double *mean = dalloc(c), *var = dalloc(c), *inv = dalloc(c), *ry = dalloc(m * c), *rrm = dalloc(c),
+                   *rrv = dalloc(c);
             for (int j = 0; j < c; j++) {
-                double sdy = 0, sdyx = 0;
+                double s = 0;
+                for (int64_t r = 0; r < m; r++) s += x.h[r * c + j];
+                mean[j] = s / m;
+                double v = 0;
+                for (int64_t r = 0; r < m; r++) v += (x.h[r * c + j] - mean[j]) * (x.h[r * c + j] - mean[j]);
+                var[j] = v / m;
+                inv[j] = 1.0 / sqrt(var[j] + 1e-5);
+                rrm[j] = 0.9 * rm.h[j] + 0.1 * mean[j];
+                rrv[j] = 0.9 * rv.h[j] + 0.1 * (m > 1 ? var[j] * m / (m - 1) : var[j]);
                 for (int64_t r = 0; r < m; r++) {
-                    double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
-                    sdy += dy.h[r * c + j];
-                    sdyx += dy.h[r * c + j] * xh;
-                }
-                rdg[j] = sdyx;
-                rdb[j] = sdy;
-                for (int64_t r = 0; r < m; r++) {
-                    double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
-                    rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) +
-                                     gamma.h[j] * (double)sinv.h[j] / m * (m * (double)dy.h[r * c + j] - sdy - xh * sdyx);
+                    double v2 = (x.h[r * c + j] - mean[j]) * inv[j] * gamma.h[j] + beta.h[j] + (use_res ? res.h[r * c + j] : 0);
+                    ry[r * c + j] = relu && v2 < 0 ? 0 : v2;
                 }
             }
-            snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s", t->dts, (long long)m, c, acc ? ".acc" : "");
-            expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, dx.g.p, acc,
-                                          dg.g.p, db.g.p),
+            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s", t->dts, (long long)m, c,
+                     (double)cases[k].offset, fused[f].tag);
+            expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, x.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p,
+                                               use_res ? res.g.p : NULL, relu, y.g.p),
                       name);
             if (t->cpu)
-                cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, dy.c, gamma.c, smean.c, sinv.c, dx.c, acc, dg.c, db.c),
-                       name);
-            arr *in2[] = {&x, &dy, &gamma, &smean, &sinv};
-            snprintf(nm, sizeof nm, "%s.dx", name);
-            verify(t, nm, &dx, rdx, &l, in2, 5);
-            /* dgamma sums dy*xhat: cancellation makes its relative error larger than the dtype's rounding of dy */
-            snprintf(nm, sizeof nm, "%s.dgamma", name);
-            verify(t, nm, &dg, rdg, &lc, in2, 0);
-            snprintf(nm, sizeof nm, "%s.dbeta", name);
-            verify(t, nm, &db, rdb, &lc, in2, 0);
-            free(rdx);
-            free(rdg);
-            free(rdb);
-            arr_free(t, &smean);
-            arr_free(t, &sinv);
-            arr_free(t, &dy);
-            arr_free(t, &dx);
-            arr_free(t, &dg);
-            arr_free(t, &db);
+                cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &bn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c,
+                                                   use_res ? res.c : NULL, relu, y.c), name);
+            layout l = {"MC", {m, c}}, lc = {"C", {c}};
+            arr *in[] = {&x, &gamma, &beta, &res};
+            char nm[160];
+            snprintf(nm, sizeof nm, "%s.y", name);
+            verify(t, nm, &y, ry, &l, in, 4);
+            snprintf(nm, sizeof nm, "%s.save_mean", name);
+            verify(t, nm, &sm, mean, &lc, in, 0);
+            snprintf(nm, sizeof nm, "%s.save_invstd", name);
+            verify(t, nm, &si, inv, &lc, in, 0);
+            snprintf(nm, sizeof nm, "%s.running_mean", name);
+            verify(t, nm, &rm, rrm, &lc, in, 0);
+            snprintf(nm, sizeof nm, "%s.running_var", name);
+            verify(t, nm, &rv, rrv, &lc, in, 0);
+
+            /* backward from the reference statistics (uploaded as the saved ones) and the reference output (its ReLU
+             * mask), rounded to the dtype as the kernels see them */
+            for (int acc = 0; acc < 2; acc++) {
+                arr smean = arr_make(t, c, false, 0), sinv = arr_make(t, c, false, 0), yin = arr_make(t, m * c, true, 0);
+                for (int j = 0; j < c; j++) smean.h[j] = (float)mean[j], sinv.h[j] = (float)inv[j];
+                for (int64_t i = 0; i < m * c; i++) yin.h[i] = (float)ry[i];
+                arr_sync_in(t, &smean);
+                arr_sync_in(t, &sinv);
+                arr_sync_in(t, &yin);
+                arr dy = arr_in(t, m * c, true, 1350 + k, -1, 1, 0);
+                arr dx = acc ? arr_in(t, m * c, true, 1360 + k, -1, 1, 0) : arr_out(t, m * c, true, 0);
+                arr dres = arr_in(t, m * c, true, 1380 + k, -1, 1, 0); /* accumulated onto */
+                arr dg = arr_out(t, c, false, 0), db = arr_out(t, c, false, 0);
+                double *rdx = dalloc(m * c), *rdg = dalloc(c), *rdb = dalloc(c), *rdres = dalloc(m * c);
+                for (int j = 0; j < c; j++) {
+                    double sdy = 0, sdyx = 0;
+                    for (int64_t r = 0; r < m; r++) {
+                        double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
+                        double g = relu && !(yin.h[r * c + j] > 0) ? 0.0 : dy.h[r * c + j];
+                        sdy += g;
+                        sdyx += g * xh;
+                        rdres[r * c + j] = dres.h[r * c + j] + g;
+                    }
+                    rdg[j] = sdyx;
+                    rdb[j] = sdy;
+                    for (int64_t r = 0; r < m; r++) {
+                        double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
+                        double g = relu && !(yin.h[r * c + j] > 0) ? 0.0 : dy.h[r * c + j];
+                        rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) + gamma.h[j] * (double)sinv.h[j] / m * (m * g - sdy - xh * sdyx);
+                    }
+                }
+                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s", t->dts, (long long)m, c, fused[f].tag,
+                         acc ? ".acc" : "");
+                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, yin.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, relu,
+                                              dx.g.p, acc, use_res ? dres.g.p : NULL, true, dg.g.p, db.g.p),
+                          name);
+                if (t->cpu)
+                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
+                                                  use_res ? dres.c : NULL, true, dg.c, db.c),
+                           name);
+                arr *in2[] = {&x, &dy, &gamma, &smean, &sinv, &yin};
+                snprintf(nm, sizeof nm, "%s.dx", name);
+                verify(t, nm, &dx, rdx, &l, in2, 6);
+                /* dgamma sums dy*xhat: cancellation makes its relative error larger than the dtype's rounding of dy */
+                snprintf(nm, sizeof nm, "%s.dgamma", name);
+                verify(t, nm, &dg, rdg, &lc, in2, 0);
+                snprintf(nm, sizeof nm, "%s.dbeta", name);
+                verify(t, nm, &db, rdb, &lc, in2, 0);
+                if (use_res) {
+                    snprintf(nm, sizeof nm, "%s.dres", name);
+                    verify(t, nm, &dres, rdres, &l, in2, 6);
+                }
+                free(rdx), free(rdg), free(rdb), free(rdres);
+                arr_free(t, &smean), arr_free(t, &sinv), arr_free(t, &yin), arr_free(t, &dy), arr_free(t, &dx);
+                arr_free(t, &dres), arr_free(t, &dg), arr_free(t, &db);
+            }
+            free(mean), free(var), free(inv), free(ry), free(rrm), free(rrv);
+            arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
+            arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
         }
-        free(mean), free(var), free(inv), free(ry), free(rrm), free(rrv);
-        arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
-        arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
-    }
 }
 
 /* ---- scale_shift ---------------------------------------------------------------------------------------- */
@@ -1187,7 +1209,24 @@ static const conv_case dgrad_tc_cases[] = {
     {2, 24, 6, 5, 16, 5, 5, 1, 1, 2, 2},  /* 5x5 pad 2 */
     {2, 16, 5, 8, 32, 3, 3, 1, 1, 2, 2},  /* pad 2 = R - 1: the rewritten problem has none */
     {3, 40, 7, 7, 8, 1, 1, 1, 1, 0, 0},   /* 1x1, K = 8 becomes the reduction */
-    {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1},  /* stride 2: the generic kernels */
+};
+/* strided dgrad by phases (conv2d_dgrad.c): each phase a forward convolution into its block, then the interleave;
+ * with and without accumulation, the tuned choice and one forced config. on_tc: whether the tensor-core path must
+ * have run it (the backend counts those dgrads); where a phase's first row would need negative padding, the
+ * generic kernels. */
+typedef struct dgrad_stride_case {
+    conv_case cc;
+    bool on_tc;
+} dgrad_stride_case;
+static const dgrad_stride_case dgrad_stride_cases[] = {
+    {.cc = {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1}, .on_tc = true},   /* 3x3/2 pad 1, odd H: a block row more */
+    {.cc = {2, 16, 8, 10, 24, 3, 3, 2, 2, 1, 1}, .on_tc = true},  /* even H and W */
+    {.cc = {3, 24, 9, 7, 16, 1, 1, 2, 2, 0, 0}, .on_tc = true},   /* 1x1/2: three phases no tap reaches */
+    {.cc = {1, 16, 15, 13, 8, 7, 7, 2, 2, 3, 3}, .on_tc = true},  /* 7x7/2 pad 3, batch 1, H != W */
+    {.cc = {2, 8, 9, 10, 16, 3, 3, 2, 1, 1, 1}, .on_tc = true},   /* stride 2x1 */
+    {.cc = {1, 16, 11, 11, 16, 3, 3, 3, 3, 0, 0}, .on_tc = true}, /* stride 3, pad 0: 9 phases */
+    {.cc = {2, 16, 7, 9, 8, 2, 2, 2, 2, 0, 0}, .on_tc = true},    /* 2x2/2: one tap per phase */
+    {.cc = {2, 8, 7, 7, 8, 1, 1, 2, 2, 1, 1}, .on_tc = false},    /* 1x1/2 pad 1: negative padding, generic */
 };
 static void g_dgrad_tc(ctx *t) {
     int first_tc = cnn_cuda_conv_config_count();
@@ -1196,6 +1235,20 @@ static void g_dgrad_tc(ctx *t) {
     for (int i = 0; i < n; i++)
         for (int f = 0; f < 2; f++) /* the tuned choice, then the first tensor-core config forced */
             conv_one(t, &dgrad_tc_cases[i], f ? first_tc : -1, 2 * i + f, 7600 + 10 * i + f);
+    const int ns = (int)(sizeof dgrad_stride_cases / sizeof dgrad_stride_cases[0]);
+    for (int i = 0; i < (quick ? 4 : ns); i++)
+        for (int f = 0; f < 2; f++) {
+            cnn_cuda_stats st0, st1;
+            cnn_cuda_stats_get(t->gpu, &st0);
+            conv_one(t, &dgrad_stride_cases[i].cc, f ? first_tc : -1, 2 * i + f, 7700 + 10 * i + f);
+            cnn_cuda_stats_get(t->gpu, &st1);
+            const bool tc = cnn_cuda_conv_config_usable(t->gpu, first_tc) && !t->tf32;
+            char name[160];
+            snprintf(name, sizeof name, "dgrad_tc.%s.case%d.%s.on_tc", t->dts, i, f ? "forced" : "chosen");
+            check((st1.dgrad_tc_launches > st0.dgrad_tc_launches) == (tc && dgrad_stride_cases[i].on_tc), name,
+                  "tensor-core dgrads %ld before, %ld after (expected %s)", st0.dgrad_tc_launches, st1.dgrad_tc_launches,
+                  tc && dgrad_stride_cases[i].on_tc ? "one" : "none");
+        }
 }
 static void g_conv_winograd(ctx *t) {
     cnn_cuda_conv_force_winograd(t->gpu, 1);
@@ -1936,7 +1989,7 @@ static cnn_status step_run(ctx *t, step *s) {
     cnn_epilogue ep = {0};
     CNN_TRY(be->to_act(be, 2880, s->wl, s->wl_act));
     CNN_TRY(be->conv2d_fprop(be, &s->cv, &ep, s->x, s->w, s->y));
-    CNN_TRY(be->bn_forward_train(be, &s->bn, s->y, s->gamma, s->beta, s->rm, s->rv, s->smean, s->sinv, s->z));
+    CNN_TRY(be->bn_forward_train(be, &s->bn, s->y, s->gamma, s->beta, s->rm, s->rv, s->smean, s->sinv, NULL, false, s->z));
     CNN_TRY(be->relu_forward(be, ny, s->z, s->a));
     CNN_TRY(be->pool2d_forward(be, &s->pl, s->a, s->pool));
     /* flatten into the logits' input: reuse dpool as the flattened buffer */
@@ -1947,7 +2000,8 @@ static cnn_status step_run(ctx *t, step *s) {
     CNN_TRY(be->flatten_backward(be, s->fs, s->pool, s->dpool, false));
     CNN_TRY(be->pool2d_backward(be, &s->pl, s->a, s->pool, s->dpool, s->da, false));
     CNN_TRY(be->relu_backward(be, ny, s->a, s->da, s->dz, false));
-    CNN_TRY(be->bn_backward(be, &s->bn, s->y, s->dz, s->gamma, s->smean, s->sinv, s->da, false, s->dg, s->db));
+    CNN_TRY(be->bn_backward(be, &s->bn, s->y, NULL, s->dz, s->gamma, s->smean, s->sinv, false, s->da, false, NULL, false,
+                            s->dg, s->db));
     CNN_TRY(be->conv2d_wgrad(be, &s->cv, s->x, s->da, s->dw));
     CNN_TRY(be->conv2d_dgrad(be, &s->cv, s->da, s->w, s->dx, false));
     cnn_sgd o = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f};

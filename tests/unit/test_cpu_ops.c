@@ -454,9 +454,10 @@ typedef struct bn_ctx {
     int64_t m;
     int c;
     double eps;
+    bool residual, relu; /* what follows the BN, fused: y = relu?(bn(x) + residual) */
 } bn_ctx;
 
-/* in: x (M, C), gamma (C), beta (C); out: y (M, C) */
+/* in: x (M, C), gamma (C), beta (C), residual (M, C) when b->residual; out: y (M, C) */
 static void bn_fwd64(const void *ctx, double *const *in, double *out) {
     const bn_ctx *b = ctx;
     for (int j = 0; j < b->c; j++) {
@@ -466,12 +467,53 @@ static void bn_fwd64(const void *ctx, double *const *in, double *out) {
         for (int64_t i = 0; i < b->m; i++) var += (in[0][i * b->c + j] - mean) * (in[0][i * b->c + j] - mean);
         var /= (double)b->m;
         double invstd = 1 / sqrt(var + b->eps);
-        for (int64_t i = 0; i < b->m; i++) out[i * b->c + j] = (in[0][i * b->c + j] - mean) * invstd * in[1][j] + in[2][j];
+        for (int64_t i = 0; i < b->m; i++) {
+            double v = (in[0][i * b->c + j] - mean) * invstd * in[1][j] + in[2][j] + (b->residual ? in[3][i * b->c + j] : 0);
+            out[i * b->c + j] = b->relu && v < 0 ? 0 : v;
+        }
     }
 }
 
+/* the fused forms: y = relu?(bn(x) + residual), forward against float64 and backward (dx, dgamma, dbeta and the
+ * residual's gradient, from y's ReLU mask) against finite differences of the float64 forward */
+static void test_bn_fused_case(int64_t m, int c, bool residual, bool relu) {
+    bn_ctx bc = {m, c, 1e-5, residual, relu};
+    cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f};
+    int64_t n = m * c;
+    float *x = frand(n, -1, 1), *gamma = frand(c, 0.5f, 1.5f), *beta = frand(c, -0.5f, 0.5f), *res = frand(n, -1, 1);
+    float *dy = frand(n, -1, 1), *rm = frand(c, -0.5f, 0.5f), *rv = frand(c, 0.5f, 1.5f);
+    float *sm = fnan(c), *si = fnan(c), *y = fnan(n);
+    double *x64 = to64(x, n), *g64 = to64(gamma, c), *b64 = to64(beta, c), *res64 = to64(res, n), *dy64 = to64(dy, n);
+    double *y64 = d_alloc(n), *in[4] = {x64, g64, b64, res64};
+    bn_fwd64(&bc, in, y64);
+    char name[120], tag[40];
+    snprintf(tag, sizeof tag, "m%lld,c%d%s%s", (long long)m, c, residual ? ",residual" : "", relu ? ",relu" : "");
+    ok(be->bn_forward_train(be, &bn, x, gamma, beta, rm, rv, sm, si, residual ? res : NULL, relu, y), "bn_forward_train");
+    snprintf(name, sizeof name, "bn.fused_forward[%s]", tag);
+    check_rel(name, y, y64, n, FWD_TOL);
+    double *gx = fd_grad(bn_fwd64, &bc, in, 0, n, dy64, n), *gg = fd_grad(bn_fwd64, &bc, in, 1, c, dy64, n);
+    double *gb = fd_grad(bn_fwd64, &bc, in, 2, c, dy64, n);
+    double *gr = residual ? fd_grad(bn_fwd64, &bc, in, 3, n, dy64, n) : NULL;
+    float *dx = fnan(n), *dg = fnan(c), *db = fnan(c), *dres = residual ? frand(n, -1, 1) : NULL;
+    float *dres0 = residual ? fcopy(dres, n) : NULL;
+    ok(be->bn_backward(be, &bn, x, y, dy, gamma, sm, si, relu, dx, false, dres, true, dg, db), "bn_backward");
+    snprintf(name, sizeof name, "bn.fused_backward_dx[%s]", tag);
+    check_grad(name, dx, gx, n);
+    snprintf(name, sizeof name, "bn.fused_backward_dgamma_dbeta[%s]", tag);
+    check(rel_l2(dg, gg, c) <= GRAD_TOL && rel_l2(db, gb, c) <= GRAD_TOL, name, "dgamma %.1e dbeta %.1e",
+          rel_l2(dg, gg, c), rel_l2(db, gb, c));
+    if (residual) { /* accumulated onto what was there */
+        for (int64_t i = 0; i < n; i++) gr[i] += dres0[i];
+        snprintf(name, sizeof name, "bn.fused_backward_dres_accumulate[%s]", tag);
+        check_grad(name, dres, gr, n);
+    }
+    free(x), free(gamma), free(beta), free(res), free(dy), free(rm), free(rv), free(sm), free(si), free(y);
+    free(x64), free(g64), free(b64), free(res64), free(dy64), free(y64), free(gx), free(gg), free(gb), free(gr);
+    free(dx), free(dg), free(db), free(dres), free(dres0);
+}
+
 static void test_bn_case(int64_t m, int c, float offset, bool fd) {
-    bn_ctx bc = {m, c, 1e-5};
+    bn_ctx bc = {m, c, 1e-5, false, false};
     cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f};
     int64_t n = m * c;
     float *x = frand(n, -1, 1), *gamma = frand(c, 0.5f, 1.5f), *beta = frand(c, -0.5f, 0.5f), *r = frand(n, -1, 1);
@@ -482,7 +524,7 @@ static void test_bn_case(int64_t m, int c, float offset, bool fd) {
     double *in[3] = {x64, g64, b64};
     bn_fwd64(&bc, in, y64);
     char name[120];
-    ok(be->bn_forward_train(be, &bn, x, gamma, beta, rm, rv, sm, si, y), "bn_forward_train");
+    ok(be->bn_forward_train(be, &bn, x, gamma, beta, rm, rv, sm, si, NULL, false, y), "bn_forward_train");
     snprintf(name, sizeof name, "bn.forward[m%lld,c%d,off%g]", (long long)m, c, (double)offset);
     check_rel(name, y, y64, n, FWD_TOL);
     double *mean = d_alloc(c), *inv = d_alloc(c), *erm = d_alloc(c), *erv = d_alloc(c);
@@ -509,7 +551,7 @@ static void test_bn_case(int64_t m, int c, float offset, bool fd) {
         double *gg = fd_grad(bn_fwd64, &bc, in, 1, c, r64, n);
         double *gb = fd_grad(bn_fwd64, &bc, in, 2, c, r64, n);
         float *dx = fnan(n), *dg = fnan(c), *db = fnan(c);
-        ok(be->bn_backward(be, &bn, x, r, gamma, sm, si, dx, false, dg, db), "bn_backward");
+        ok(be->bn_backward(be, &bn, x, NULL, r, gamma, sm, si, false, dx, false, NULL, false, dg, db), "bn_backward");
         snprintf(name, sizeof name, "bn.backward_dx[m%lld,c%d]", (long long)m, c);
         check_grad(name, dx, gx, n);
         snprintf(name, sizeof name, "bn.backward_dgamma_dbeta[m%lld,c%d]", (long long)m, c);
@@ -518,7 +560,7 @@ static void test_bn_case(int64_t m, int c, float offset, bool fd) {
         float *base = frand(n, -1, 1);
         memcpy(dx, base, (size_t)n * sizeof(float));
         poison(dg, c), poison(db, c);
-        ok(be->bn_backward(be, &bn, x, r, gamma, sm, si, dx, true, dg, db), "bn_backward");
+        ok(be->bn_backward(be, &bn, x, NULL, r, gamma, sm, si, false, dx, true, NULL, false, dg, db), "bn_backward");
         for (int64_t i = 0; i < n; i++) gx[i] += base[i];
         snprintf(name, sizeof name, "bn.backward_accumulate[m%lld,c%d]", (long long)m, c);
         check(rel_l2(dx, gx, n) <= GRAD_TOL && rel_l2(db, gb, c) <= GRAD_TOL, name, "dx %.1e", rel_l2(dx, gx, n));
@@ -535,10 +577,11 @@ static void test_bn(void) {
     test_bn_case(600, 7, 0, true);   /* several reduction chunks */
     test_bn_case(quick ? 3000 : 30000, 37, 0, false);
     test_bn_case(2000, 5, 1000, false); /* large mean: the two-pass variance keeps its precision */
+    for (int k = 0; k < 3; k++) test_bn_fused_case(k == 1 ? 7 : 21, k == 1 ? 5 : 6, k != 0, k != 2);
     /* M = 1 is an error, not a NaN */
     cnn_bn bn = {.m = 1, .c = 3, .eps = 1e-5f, .momentum = 0.1f};
     float x[3] = {1, 2, 3}, g[3] = {1, 1, 1}, b[3] = {0}, rm[3] = {0}, rv[3] = {1, 1, 1}, sm[3], si[3], y[3];
-    cnn_status st = be->bn_forward_train(be, &bn, x, g, b, rm, rv, sm, si, y);
+    cnn_status st = be->bn_forward_train(be, &bn, x, g, b, rm, rv, sm, si, NULL, false, y);
     check(st == CNN_E_INVALID && cnn_error_msg()[0], "bn.m1_invalid", "%s", cnn_error_msg());
     /* determinism over threads, many chunks */
     int64_t m = quick ? 5000 : 50000;
@@ -550,8 +593,9 @@ static void test_bn(void) {
         cnn_backend *bk = t ? be1 : be;
         out[t] = fnan(m * c), dx[t] = fnan(m * c), st4[t] = calloc(6 * (size_t)c, sizeof(float));
         float *s = st4[t];
-        ok(bk->bn_forward_train(bk, &bb, xx, gg, be_, s, s + c, s + 2 * c, s + 3 * c, out[t]), "bn fwd");
-        ok(bk->bn_backward(bk, &bb, xx, dy, gg, s + 2 * c, s + 3 * c, dx[t], false, s + 4 * c, s + 5 * c), "bn bwd");
+        ok(bk->bn_forward_train(bk, &bb, xx, gg, be_, s, s + c, s + 2 * c, s + 3 * c, NULL, true, out[t]), "bn fwd");
+        ok(bk->bn_backward(bk, &bb, xx, out[t], dy, gg, s + 2 * c, s + 3 * c, true, dx[t], false, NULL, false, s + 4 * c,
+                           s + 5 * c), "bn bwd");
     }
     check(same_bits(out[0], out[1], m * c) && same_bits(dx[0], dx[1], m * c) && same_bits(st4[0], st4[1], 6 * c),
           "bn.deterministic_1_vs_2_threads", NULL);

@@ -1,0 +1,136 @@
+/* conv2d_dgrad.c -- dgrad on the forward tensor-core kernels, for every stride, by phases.
+ *
+ *     dx[n][h][w][c] = sum over k and the taps (r, s) with h + pad_h - r = p * sh, w + pad_w - s = q * sw
+ *                      (0 <= p < P, 0 <= q < Q) of dy[n][p][q][k] * w[k][r][s][c]
+ * Split dx by phase (a, b) = (h mod sh, w mod sw). Only the taps r = r0 (mod sh), r0 = (a + pad_h) mod sh, reach
+ * the rows h = sh * i + a, and for them p = i + (a + pad_h - r0) / sh - t where r = r0 + sh * t: phase (a, b) is a
+ * stride-1 forward convolution of dy (N, P, Q, K) with its taps flipped and the filter transposed (C output channels
+ * over K input channels; conv2d_tc.cu's conv2d_dgrad_filter writes it), output row i the block's row i + off_h. Its
+ * padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and the last
+ * row below, so the block may have a row or column more than the phase (off_h, off_w skip it).
+ *   - stride 1: one phase, padding R-1-pad, no extra rows: it writes dx itself, adding dx through the epilogue's
+ *     residual when accumulating (every element read and then written by the same thread);
+ *   - larger strides: every phase into its block of the staging workspace, then one kernel interleaves the blocks
+ *     into dx (adding dx when accumulating; zeros for a phase no tap reaches, such as the odd rows of a 1x1/2).
+ * Each phase's convolution is chosen like any forward one (tuned under its own forward key, or the heuristic).
+ * Where the forward kernels do not take a phase (channel counts, alignment, a tap pattern whose first row would
+ * need negative padding), cuda_conv2d_dgrad runs the generic kernels.
+ */
+#include "cuda/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct dgrad_phase {
+    cnn_conv2d cv;    /* the phase's forward convolution over dy; cv.n == 0: no tap reaches the phase */
+    int r0, s0;       /* its first filter tap */
+    int off_h, off_w; /* dx row sh * i + a is the block's row i + off_h */
+} dgrad_phase;
+
+static int cdiv_i(int a, int b) { return (a + b - 1) / b; }
+
+/* phase (a, b) of cv's dgrad; false where a forward convolution cannot express it */
+static bool plan_phase(const cnn_conv2d *cv, int a, int b, dgrad_phase *ph) {
+    memset(ph, 0, sizeof *ph);
+    const int sh = cv->stride_h, sw = cv->stride_w;
+    const int hp = cdiv_i(cv->h - a, sh), wp = cdiv_i(cv->w - b, sw); /* dx rows and columns of the phase */
+    const int r0 = (a + cv->pad_h) % sh, s0 = (b + cv->pad_w) % sw;
+    const int rt = r0 < cv->r ? cdiv_i(cv->r - r0, sh) : 0, st = s0 < cv->s ? cdiv_i(cv->s - s0, sw) : 0;
+    ph->r0 = r0, ph->s0 = s0;
+    if (rt == 0 || st == 0 || hp <= 0 || wp <= 0) return true; /* zeros */
+    /* block row i' reads dy rows i' - pad + t; phase row i needs dy rows i + oh - (rt - 1) + t */
+    const int top = rt - 1 - (a + cv->pad_h - r0) / sh, left = st - 1 - (b + cv->pad_w - s0) / sw;
+    if (top < 0 || left < 0) return false;
+    const int bottom = hp - 1 - top + rt - 1 - (cv->p - 1), right = wp - 1 - left + st - 1 - (cv->q - 1);
+    const int pad_h = top > bottom ? top : bottom, pad_w = left > right ? left : right;
+    ph->off_h = pad_h - top, ph->off_w = pad_w - left;
+    ph->cv = (cnn_conv2d){.n = cv->n, .c = cv->k, .h = cv->p, .w = cv->q, .k = cv->c, .r = rt, .s = st, .stride_h = 1,
+                          .stride_w = 1, .pad_h = pad_h, .pad_w = pad_w, .p = cv->p + 2 * pad_h - rt + 1,
+                          .q = cv->q + 2 * pad_w - st + 1};
+    return ph->cv.p >= hp + ph->off_h && ph->cv.q >= wp + ph->off_w;
+}
+
+/* every phase, or false where one cannot run on the forward tensor-core kernels (or stride_h * stride_w is more
+ * than the interleave takes); *direct: the single phase of a stride-1 dgrad, which writes dx itself */
+static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
+                 dgrad_phase *ph, bool *direct) {
+    const int np = cv->stride_h * cv->stride_w;
+    if (np > DGRAD_MAX_PHASES || cb->allow_tf32) return false; /* TF32 forward kernels; dgrad stays true fp32 */
+    for (int i = 0; i < np; i++) {
+        if (!plan_phase(cv, i / cv->stride_w, i % cv->stride_w, &ph[i])) return false;
+        if (ph[i].cv.n == 0) continue;
+        const cnn_epilogue ep = {.residual = np == 1 && accumulate ? dx : NULL};
+        /* the rewritten filter and the blocks live in 256-byte aligned workspace: dy stands in for them */
+        if (!cuda_conv_tc_takes(cb, &ph[i].cv, &ep, dy, dy, np == 1 ? dx : dy)) return false;
+    }
+    *direct = np == 1 && ph[0].cv.n && ph[0].off_h == 0 && ph[0].off_w == 0 && ph[0].cv.p == cv->h && ph[0].cv.q == cv->w;
+    return np > 1 || *direct;
+}
+
+bool cuda_dgrad_tc_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate) {
+    dgrad_phase ph[DGRAD_MAX_PHASES];
+    bool direct;
+    return (cv->c % 8 == 0 || cv->stride_h * cv->stride_w == 1) && plan(cb, cv, dy, dx, accumulate, ph, &direct);
+}
+
+/* the phase's filter, flipped and transposed, into out (C, RT, ST, K) */
+static cnn_status rewrite_filter(cuda_be *cb, const cnn_conv2d *cv, const dgrad_phase *ph, const void *w, void *out) {
+    CUfunction f;
+    CNN_TRY(cuda_conv_tc_kernel(cb, CUDA_TC_DGRAD_FILTER, &f));
+    conv_args a = {0};
+    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.c = cv->c, a.p = ph->cv.r, a.q = ph->cv.s;
+    a.pad_h = ph->r0, a.pad_w = ph->s0, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
+    a.wt = w, a.out = out;
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_dgrad_filter k%d c%d r%d s%d taps %dx%d from (%d, %d) by %dx%d", cv->k, cv->c,
+             cv->r, cv->s, ph->cv.r, ph->cv.s, ph->r0, ph->s0, cv->stride_h, cv->stride_w);
+    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)cv->c * ph->cv.r * ph->cv.s * cv->k, 256), 1, 1, 256, 1, &a);
+}
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+cnn_status cuda_dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx, bool accumulate) {
+    cuda_be *cb = cuda_impl(be);
+    dgrad_phase ph[DGRAD_MAX_PHASES];
+    bool direct;
+    const bool ok = plan(cb, cv, dy, dx, accumulate, ph, &direct);
+    CNN_ASSERT(ok); /* the caller asked cuda_dgrad_tc_fits */
+    const int np = cv->stride_h * cv->stride_w;
+    const size_t esz = cnn_dtype_size(be->act_dtype);
+    size_t wbytes = 0, bbytes = 0;
+    for (int i = 0; i < np; i++) {
+        if (!ph[i].cv.n) continue;
+        const size_t fb = (size_t)cv->k * ph[i].cv.r * ph[i].cv.s * cv->c * esz;
+        wbytes = fb > wbytes ? fb : wbytes;
+        bbytes += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
+    }
+    void *wt;
+    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, wbytes, &wt));
+    cb->stats.dgrad_tc_launches++;
+    if (direct) {
+        CNN_TRY(rewrite_filter(cb, cv, &ph[0], w, wt));
+        const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
+        return cuda_conv_tc_fprop(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt, dx);
+    }
+    void *blocks = NULL;
+    if (bbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STAGED, bbytes, &blocks));
+    dgrad_phase_args a;
+    memset(&a, 0, sizeof a);
+    a.n = cv->n, a.h = cv->h, a.w = cv->w, a.c = cv->c, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
+    a.accumulate = accumulate, a.dx = dx;
+    size_t off = 0;
+    for (int i = 0; i < np; i++) {
+        if (!ph[i].cv.n) continue;
+        void *blk = (char *)blocks + off;
+        off += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
+        CNN_TRY(rewrite_filter(cb, cv, &ph[i], w, wt));
+        CNN_TRY(cuda_conv_tc_fprop(be, &ph[i].cv, NULL, dy, wt, blk));
+        a.block[i] = blk, a.pp[i] = ph[i].cv.p, a.pq[i] = ph[i].cv.q, a.off_h[i] = ph[i].off_h, a.off_w[i] = ph[i].off_w;
+    }
+    CUfunction f;
+    CNN_TRY(cuda_conv_tc_kernel(cb, CUDA_TC_DGRAD_INTERLEAVE, &f));
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_dgrad_interleave[%s] n%d c%d h%d w%d stride %dx%d%s", cuda_dtype_str(be->act_dtype),
+             cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w, accumulate ? " accumulate" : "");
+    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)cv->n * cv->h * cv->w * (cv->c / 8), 256), 1, 1, 256, 1, &a);
+}
