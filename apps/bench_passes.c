@@ -128,3 +128,50 @@ cnn_status bench_conv_passes(cnn_backend *be, const cnn_net *net, int batch, int
     *out = ps, *n_out = np;
     return CNN_OK;
 }
+
+/* the kind of a train step: its op (a BN step's time includes the residual add and ReLU the plan fused into it) */
+static void op_kind(const cnn_net *net, int node, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", node < 0 ? "loss" : cnn_op_name(net->nodes[node].op));
+}
+
+static void add_op(bench_op_time *ops, int *n, const char *what, bool backward, double ms) {
+    int i = 0;
+    while (i < *n && !(strcmp(ops[i].what, what) == 0 && ops[i].backward == backward)) i++;
+    if (i == *n) {
+        if (*n == BENCH_OP_KINDS) return;
+        ops[i] = (bench_op_time){.backward = backward};
+        snprintf(ops[i].what, sizeof ops[i].what, "%s", what);
+        (*n)++;
+    }
+    ops[i].count++;
+    ops[i].ms += ms;
+}
+
+cnn_status bench_train_ops(cnn_backend *be, cnn_model *m, int batch, const int64_t *labels, float *mom, int repeat,
+                           bench_op_time *ops, int *n_ops) {
+    const cnn_net *net = cnn_model_net(m);
+    const int S = cnn_model_train_steps(m), K = 2 * S + 1;
+    double *t = calloc((size_t)K * repeat, sizeof *t), *col = calloc((size_t)repeat, sizeof *col);
+    double *opt = calloc((size_t)repeat, sizeof *opt);
+    int *node = calloc((size_t)K, sizeof *node);
+    cnn_status st = t && col && opt && node ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory for the profile");
+    cnn_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    for (int r = 0; st == CNN_OK && r < repeat; r++) {
+        st = cnn_model_profile_train(m, batch, labels, t + (size_t)r * K, node);
+        if (st == CNN_OK) st = be->time_mark(be, 0);
+        if (st == CNN_OK) st = be->sgd_update(be, &sgd, net->n_trainable, cnn_model_params(m), cnn_model_grads(m), mom, 1.0f);
+        if (st == CNN_OK) st = cnn_model_params_changed(m);
+        if (st == CNN_OK) st = be->time_mark(be, 1);
+        if (st == CNN_OK) st = be->time_between(be, 0, 1, &opt[r]);
+    }
+    *n_ops = 0;
+    for (int k = 0; st == CNN_OK && k < K; k++) {
+        for (int r = 0; r < repeat; r++) col[r] = t[(size_t)r * K + k];
+        char what[24];
+        op_kind(net, node[k], what, sizeof what);
+        add_op(ops, n_ops, what, k > S, bench_median(col, repeat));
+    }
+    if (st == CNN_OK) add_op(ops, n_ops, "optimizer", true, bench_median(opt, repeat));
+    free(t), free(col), free(opt), free(node);
+    return st;
+}

@@ -39,6 +39,8 @@ typedef struct bench_row {
     bench_pass *passes;      /* --layers --mode train: one per distinct convolution */
     int n_passes;
     double passes_ms[3];     /* sum over the model's convolutions of each pass's median */
+    bench_op_time ops[BENCH_OP_KINDS]; /* --layers --mode train: the step by op kind */
+    int n_ops;
     cnn_status st;
     char error[256];
 } bench_row;
@@ -284,7 +286,8 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
     }
     if (st == CNN_OK && layers && !train) st = time_layers(be, m, batch, warmup, repeat, lp, r);
     if (st == CNN_OK && layers && train) {
-        st = bench_conv_passes(be, net, batch, warmup, repeat, &r->passes, &r->n_passes);
+        st = bench_train_ops(be, m, batch, labels, mom, repeat, r->ops, &r->n_ops);
+        if (st == CNN_OK) st = bench_conv_passes(be, net, batch, warmup, repeat, &r->passes, &r->n_passes);
         for (int i = 0; st == CNN_OK && i < r->n_passes; i++)
             for (int p = 0; p < 3; p++) r->passes_ms[p] += r->passes[i].count * r->passes[i].ms[p];
     }
@@ -352,6 +355,15 @@ static void print_passes_md(const bench_row *rows, int nr) {
                    p->layer, p->count, p->ms[0], p->ms[1], p->ms[2], p->gflop / p->ms[0], p->gflop / p->ms[1],
                    p->gflop / p->ms[2]);
         }
+        double prof = 0;
+        for (int j = 0; j < r->n_ops; j++) prof += r->ops[j].ms;
+        printf("\n%s b%d %s, the training step by op: each step of the train plan timed alone (eager), median; a "
+               "batchnorm step includes the residual add and ReLU fused into it\n\n| op | pass | steps | ms |\n"
+               "|---|---|---|---|\n", r->model, r->batch, r->dtype);
+        for (int j = 0; j < r->n_ops; j++)
+            printf("| %s | %s | %d | %.3f |\n", r->ops[j].what, r->ops[j].backward ? "backward" : "forward",
+                   r->ops[j].count, r->ops[j].ms);
+        printf("| **sum** | | | **%.3f** (the step through its graphs: %.3f) |\n\n", prof, r->ms_median);
         const double sum = r->passes_ms[0] + r->passes_ms[1] + r->passes_ms[2];
         printf("| %s | %d | %s | **sum** | | **%.3f** | **%.3f** | **%.3f** | all passes %.3f ms of the %.3f ms step; "
                "the rest %.3f ms | | |\n", r->model, r->batch, r->dtype, r->passes_ms[0], r->passes_ms[1],

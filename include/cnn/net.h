@@ -190,6 +190,13 @@ cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s); /* s in [0, cnn_mo
  * earlier steps wrote, so run them in order; after all of them the logits are those of
  * cnn_model_forward(m, n, CNN_MODE_EVAL, 0). */
 cnn_status cnn_model_forward_eval_steps(cnn_model *m, int n, int first, int count);
+/* One training step (forward, loss, backward) for n images run eagerly with a timing mark after every step of
+ * the train plan, for a breakdown by op (`cnn bench --mode train --layers`): times[k] for the forward of train
+ * step k (k < cnn_model_train_steps), then the loss with its gradient (k = S), then the backward of step S - 1 - j
+ * at k = S + 1 + j. node[k] the step's op node (-1 for the loss). Arrays of 2 * S + 1; S <= (CNN_TIME_MARKS - 2) / 2.
+ * The step's results are those of cnn_model_forward + cnn_model_backward. */
+int cnn_model_train_steps(const cnn_model *m);
+cnn_status cnn_model_profile_train(cnn_model *m, int n, const int64_t *labels, double *times, int *node);
 /* After a train-mode forward: loss (mean over n) and all parameter gradients. labels are host int64. */
 cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float label_smoothing,
                               float *loss_out);

@@ -1,5 +1,11 @@
-/* fuse.c — the eval plan's steps: which nodes of the graph run as one backend call.
+/* fuse.c — the steps of both plans: which nodes of the graph run as one backend call.
  *
+ * Train (cnn_fuse_train): a BN takes in the residual add that alone reads it (where the add's other input is already
+ * computed) and the ReLU that alone reads what it ends with: one bn_forward_train and one bn_backward, whose value
+ * is the ReLU's (or the add's) and whose backward sends the residual its gradient. The BN's own output and the add's
+ * are never stored. Every other node is a step of its own (the conv's output stays: the BN backward reads it).
+ *
+ * Eval (cnn_fuse_eval):
  * Walking the nodes in order, a step starts at each node not yet absorbed and takes in what follows it alone:
  *   conv -> BN -> residual add -> ReLU   one conv with an epilogue (BN folded into scale/shift; the add's other
  *                                        input already computed, or the network input)
@@ -61,6 +67,38 @@ static bool pair_with_last(const cnn_net *net, cnn_backend *be, int max_batch, c
     cnn_node_conv2d(net, &net->nodes[last->node], max_batch, &first);
     cnn_node_conv2d(net, &net->nodes[st->node], max_batch, &second);
     return be->conv2d_pair_fusable(be, &first, &second);
+}
+
+void cnn_train_step_inputs(const cnn_net *net, const cnn_step *sp, int in[2]) {
+    const cnn_node *nd = &net->nodes[sp->node];
+    in[0] = nd->in[0];
+    in[1] = sp->has_residual ? sp->residual : nd->op == CNN_OP_ADD ? nd->in[1] : -2;
+}
+
+void cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
+    const int n = net->n_nodes;
+    bool *done = calloc((size_t)n, sizeof *done);
+    if (!done) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    p->n_train_steps = 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        cnn_step st = cnn_step_alone(i);
+        if (net->nodes[i].op == CNN_OP_BN) {
+            int j = sole_consumer(net, i);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
+                const int other = net->nodes[j].in[0] == i ? net->nodes[j].in[1] : net->nodes[j].in[0];
+                if (other < 0 || done[other]) { /* computed by an earlier step (node order is topological) */
+                    st.has_residual = true, st.residual = other, st.out = j;
+                    done[j] = true;
+                }
+            }
+            j = sole_consumer(net, st.out);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) st.relu = true, st.out = j, done[j] = true;
+        }
+        done[i] = true;
+        p->train_steps[p->n_train_steps++] = st;
+    }
+    free(done);
 }
 
 void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p) {

@@ -81,6 +81,7 @@ void cnn_model_free(cnn_model *m) {
     free(m->plan.train_off);
     free(m->plan.grad_off);
     free(m->plan.grad_acc);
+    free(m->plan.train_steps);
     free(m->plan.steps);
     free(m->plan.value_of);
     free(m->plan.eval_off);
@@ -116,11 +117,12 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     m->plan.grad_off = calloc((size_t)n, sizeof *m->plan.grad_off);
     m->plan.grad_acc = calloc((size_t)2 * n, sizeof *m->plan.grad_acc);
     m->plan.steps = calloc((size_t)n, sizeof *m->plan.steps);
+    m->plan.train_steps = calloc((size_t)n, sizeof *m->plan.train_steps);
     m->plan.value_of = malloc((size_t)n * sizeof *m->plan.value_of);
     m->plan.eval_off = calloc((size_t)n, sizeof *m->plan.eval_off);
     m->counters = calloc((size_t)net->n_params, sizeof *m->counters);
-    if (!m->bn_off || !m->plan.train_off || !m->plan.grad_off || !m->plan.grad_acc || !m->plan.steps || !m->plan.value_of || !m->plan.eval_off ||
-        !m->counters) {
+    if (!m->bn_off || !m->plan.train_off || !m->plan.grad_off || !m->plan.grad_acc || !m->plan.steps ||
+        !m->plan.train_steps || !m->plan.value_of || !m->plan.eval_off || !m->counters) {
         cnn_model_free(m);
         return cnn_fail(CNN_E_OOM, "out of host memory for the model plan");
     }
@@ -141,6 +143,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
         sp->pair_off = m->pairw_bytes;
         m->pairw_bytes += cnn_pair_layout_of(net, m->esz, sp).bytes;
     }
+    if (train) cnn_fuse_train(net, &m->plan);
     size_t train_bytes = train ? cnn_plan_train(net, max_batch, m->esz, &m->plan) : 0;
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
 
@@ -310,7 +313,7 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
     const int i = sp->node;
     const cnn_node *nd = &net->nodes[i];
     const void *x = value_ptr(m, nd->in[0], mode);
-    void *y = value_ptr(m, i, mode);
+    void *y = value_ptr(m, sp->out, mode);
     const int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
     const float *scale = NULL, *shift = NULL; /* a folded BN (eval) */
     if (sp->bn >= 0) {
@@ -350,7 +353,7 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
             float *stats = m->bn + m->bn_off[i];
             st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
                                       (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
-                                      stats + nd->c, NULL, false, y);
+                                      stats + nd->c, res, sp->relu, y);
         } else {
             st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, scale, shift, res, sp->relu, y);
         }
@@ -393,10 +396,16 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
     return CNN_OK;
 }
 
+/* m->profile: a timing mark after each step (cnn_model_profile_train), mark k + 1 after the k-th op of the step */
+static cnn_status profile_mark(cnn_model *m, int *k) {
+    return m->profile ? m->be->time_mark(m->be, ++*k) : CNN_OK;
+}
+
 static cnn_status forward_train(cnn_model *m, int n) {
-    for (int i = 0; i < m->net->n_nodes; i++) {
-        const cnn_step st = cnn_step_alone(i);
-        CNN_TRY(forward_step(m, n, CNN_MODE_TRAIN, &st));
+    int k = 0;
+    for (int s = 0; s < m->plan.n_train_steps; s++) {
+        CNN_TRY(forward_step(m, n, CNN_MODE_TRAIN, &m->plan.train_steps[s]));
+        CNN_TRY(profile_mark(m, &k));
     }
     return CNN_OK;
 }
@@ -542,12 +551,16 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
                    .grad_scale = m->loss_scale};
     CNN_TRY(be->xent_forward_backward(be, &xe, value_ptr(m, net->output, CNN_MODE_TRAIN), m->labels_dev, m->loss_dev,
                                       grad_ptr(m, net->output)));
-    for (int i = net->n_nodes - 1; i >= 0; i--) {
+    int mark = m->plan.n_train_steps;
+    CNN_TRY(profile_mark(m, &mark));
+    for (int s = m->plan.n_train_steps - 1; s >= 0; s--) {
+        const cnn_step *sp = &m->plan.train_steps[s];
+        const int i = sp->node;
         const cnn_node *nd = &net->nodes[i];
-        const void *dy = grad_ptr(m, i);
+        const void *dy = grad_ptr(m, sp->out);
         const void *x = value_ptr(m, nd->in[0], CNN_MODE_TRAIN);
         void *dx = nd->in[0] >= 0 ? grad_ptr(m, nd->in[0]) : NULL;
-        bool acc = m->plan.grad_acc[2 * i];
+        bool acc = m->plan.grad_acc[2 * s];
         int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
         cnn_status st = CNN_OK;
         switch (nd->op) {
@@ -560,16 +573,18 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             if (st == CNN_OK && dx) st = be->conv2d_dgrad(be, &cv, dy, weight(m, nd->param[0]), dx, acc);
             break;
         }
-        case CNN_OP_BN: {
+        case CNN_OP_BN: { /* with what its step fused: the ReLU's mask from the step's output, the residual's gradient */
             CNN_ASSERT(dx);
             cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
             const float *stats = m->bn + m->bn_off[i];
-            st = be->bn_backward(be, &bn, x, NULL, dy, pf(m, nd->param[0]), stats, stats + nd->c, false, dx, acc,
-                                 NULL, false, gradp(m, nd->param[0]), gradp(m, nd->param[1]));
+            void *dres = sp->has_residual && sp->residual >= 0 ? grad_ptr(m, sp->residual) : NULL;
+            st = be->bn_backward(be, &bn, x, sp->relu ? value_ptr(m, sp->out, CNN_MODE_TRAIN) : NULL, dy,
+                                 pf(m, nd->param[0]), stats, stats + nd->c, sp->relu, dx, acc, dres,
+                                 m->plan.grad_acc[2 * s + 1], gradp(m, nd->param[0]), gradp(m, nd->param[1]));
             break;
         }
         case CNN_OP_RELU:
-            if (dx) st = be->relu_backward(be, count, value_ptr(m, i, CNN_MODE_TRAIN), dy, dx, acc);
+            if (dx) st = be->relu_backward(be, count, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         case CNN_OP_MAXPOOL:
         case CNN_OP_AVGPOOL:
@@ -577,7 +592,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             if (!dx) break;
             cnn_pool2d pl;
             cnn_node_pool2d(net, nd, n, &pl);
-            st = be->pool2d_backward(be, &pl, x, value_ptr(m, i, CNN_MODE_TRAIN), dy, dx, acc);
+            st = be->pool2d_backward(be, &pl, x, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         }
         case CNN_OP_LINEAR: {
@@ -595,19 +610,45 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_FLATTEN: {
             if (!dx) break;
             const cnn_node *src = &net->nodes[nd->in[0]];
-            cnn_shape s = {n, src->c, src->h, src->w};
-            st = be->flatten_backward(be, s, dy, dx, acc);
+            cnn_shape sh = {n, src->c, src->h, src->w};
+            st = be->flatten_backward(be, sh, dy, dx, acc);
             break;
         }
         case CNN_OP_ADD:
             if (dx) st = be->pass_backward(be, count, dy, dx, acc);
             if (st == CNN_OK && nd->in[1] >= 0)
-                st = be->pass_backward(be, count, dy, grad_ptr(m, nd->in[1]), m->plan.grad_acc[2 * i + 1]);
+                st = be->pass_backward(be, count, dy, grad_ptr(m, nd->in[1]), m->plan.grad_acc[2 * s + 1]);
             break;
         default: CNN_ASSERT(!"unknown op");
         }
         if (st != CNN_OK) return cnn_error_prefix(st, "backward of layer %s (%s)", nd->name, cnn_op_name(nd->op));
+        CNN_TRY(profile_mark(m, &mark));
     }
     return CNN_OK;
+}
+
+int cnn_model_train_steps(const cnn_model *m) { return m->plan.n_train_steps; }
+
+cnn_status cnn_model_profile_train(cnn_model *m, int n, const int64_t *labels, double *times, int *node) {
+    const int S = m->plan.n_train_steps;
+    if (!m->train) return cnn_fail(CNN_E_INVALID, "profiling a training step of a model created for inference");
+    if (n < 1 || n > m->max_batch) return cnn_fail(CNN_E_INVALID, "batch %d out of range [1, %d]", n, m->max_batch);
+    if (2 * S + 2 > CNN_TIME_MARKS) return cnn_fail(CNN_E_UNSUPPORTED, "%d train steps: too many to time", S);
+    cnn_backend *be = m->be;
+    CNN_TRY(upload_labels(m, n, labels));
+    m->profile = true;
+    m->last_n = n, m->last_mode = CNN_MODE_TRAIN;
+    cnn_status st = be->time_mark(be, 0);
+    if (st == CNN_OK) st = forward_train(m, n);
+    if (st == CNN_OK) st = backward_ops(m, n, 0.0f);
+    m->profile = false;
+    for (int k = 0; st == CNN_OK && k < 2 * S + 1; k++) {
+        st = be->time_between(be, k, k + 1, &times[k]);
+        node[k] = k < S ? m->plan.train_steps[k].node : k == S ? -1 : m->plan.train_steps[2 * S - k].node;
+    }
+    for (int i = 0; st == CNN_OK && i < m->net->n_nodes; i++) /* the forward moved the running statistics */
+        if (m->net->nodes[i].op == CNN_OP_BN) m->counters[m->net->nodes[i].param[4]]++;
+    m->fold_valid = false;
+    return st;
 }
 

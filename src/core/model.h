@@ -54,6 +54,7 @@ struct cnn_model {
     float *host;             /* host scratch */
     size_t host_elems;
     bool use_graphs, has_dropout;
+    bool profile;            /* cnn_model_profile_train: a timing mark after every step */
     float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
     cnn_graph_entry graphs[CNN_MAX_GRAPHS];
     int n_graphs;

@@ -96,64 +96,71 @@ static size_t node_bytes(const cnn_net *net, int i, int n, size_t esz) {
 static int resolve(const cnn_plan *p, int node) { return node < 0 ? -1 : p->value_of[node]; }
 
 /* ---- train: values and gradients -------------------------------------------------------------------------- */
-/* Which tensors a node's backward reads. */
+
+/* what a train step's backward reads besides its output's gradient: its inputs (conv, BN, pooling, linear) and its
+ * own output (ReLU, pooling, a BN chain ending in a ReLU: the mask) */
 static bool bwd_reads_input(cnn_op op) {
     return op == CNN_OP_CONV || op == CNN_OP_BN || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL ||
            op == CNN_OP_ADAPTIVE_AVGPOOL || op == CNN_OP_LINEAR;
 }
-static bool bwd_reads_output(cnn_op op) {
-    return op == CNN_OP_RELU || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL || op == CNN_OP_ADAPTIVE_AVGPOOL;
+static bool bwd_reads_output(const cnn_step *sp, cnn_op op) {
+    return op == CNN_OP_RELU || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL || op == CNN_OP_ADAPTIVE_AVGPOOL ||
+           (op == CNN_OP_BN && sp->relu);
 }
 
-static int n_inputs(const cnn_node *nd) { return nd->op == CNN_OP_ADD ? 2 : 1; }
-
-/* Train timeline: forward of node i at time i, the loss at n, backward of node i at 2n - i. Activations and
- * gradients share one arena. */
+/* Train timeline over the S steps: forward of step s at time s, the loss at S, backward of step s at 2S - s.
+ * Values and gradients (one each per step, at its `out` node) share one arena. */
 size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p) {
-    int n = net->n_nodes, B = max_batch;
-    cnn_interval *iv = calloc((size_t)2 * n, sizeof *iv);
-    if (!iv) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
-    for (int i = 0; i < n; i++) {
-        cnn_interval *a = &iv[i];
-        a->bytes = node_bytes(net, i, B, esz);
-        a->first = i;
-        a->last = i == net->output ? 2 * n + 1 : i; /* logits stay readable after the step */
-        if (bwd_reads_output(net->nodes[i].op)) a->last = 2 * n - i;
-        /* gradient of node i: from its latest consumer's backward (or the loss) to its own backward */
-        cnn_interval *g = &iv[n + i];
-        g->bytes = a->bytes;
-        g->first = i == net->output ? n : 2 * n;
-        g->last = 2 * n - i;
+    const int S = p->n_train_steps, T = 2 * S;
+    int *step_of = malloc((size_t)net->n_nodes * sizeof *step_of); /* out node -> its step */
+    cnn_interval *iv = calloc((size_t)2 * (S ? S : 1), sizeof *iv);
+    if (!step_of || !iv) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    for (int i = 0; i < net->n_nodes; i++) step_of[i] = -1;
+    for (int s = 0; s < S; s++) {
+        const cnn_step *sp = &p->train_steps[s];
+        step_of[sp->out] = s;
+        cnn_interval *a = &iv[s], *g = &iv[S + s];
+        a->bytes = g->bytes = node_bytes(net, sp->out, max_batch, esz);
+        a->first = s;
+        a->last = sp->out == net->output ? T + 1 : s; /* logits stay readable after the step */
+        if (bwd_reads_output(sp, net->nodes[sp->node].op)) a->last = T - s;
+        /* the gradient: from its latest reader's backward (or the loss) to this step's backward */
+        g->first = sp->out == net->output ? S : T;
+        g->last = T - s;
     }
-    for (int j = 0; j < n; j++) {
-        const cnn_node *nd = &net->nodes[j];
-        for (int s = 0; s < n_inputs(nd); s++) {
-            int i = nd->in[s];
-            if (i < 0) continue;
-            if (iv[i].last < j) iv[i].last = j;
-            if (bwd_reads_input(nd->op) && iv[i].last < 2 * n - j) iv[i].last = 2 * n - j;
-            if (iv[n + i].first > 2 * n - j) iv[n + i].first = 2 * n - j;
+    for (int s = 0; s < S; s++) {
+        const cnn_step *sp = &p->train_steps[s];
+        int in[2];
+        cnn_train_step_inputs(net, sp, in);
+        for (int k = 0; k < 2; k++) {
+            if (in[k] < 0) continue;
+            const int t = step_of[in[k]];
+            CNN_ASSERT(t >= 0 && t < s); /* an input is an earlier step's output */
+            if (iv[t].last < s) iv[t].last = s;
+            if (k == 0 && bwd_reads_input(net->nodes[sp->node].op) && iv[t].last < T - s) iv[t].last = T - s;
+            if (iv[S + t].first > T - s) iv[S + t].first = T - s;
         }
     }
-    size_t total = cnn_plan_arena(iv, 2 * n, CNN_ARENA_ALIGN);
-    for (int i = 0; i < n; i++) {
-        p->train_off[i] = iv[i].offset;
-        p->grad_off[i] = iv[n + i].offset;
+    size_t total = cnn_plan_arena(iv, 2 * S, CNN_ARENA_ALIGN);
+    for (int s = 0; s < S; s++) {
+        p->train_off[p->train_steps[s].out] = iv[s].offset;
+        p->grad_off[p->train_steps[s].out] = iv[S + s].offset;
     }
-    free(iv);
-    /* accumulate flags: in backward order (descending node index) the first writer of a gradient overwrites */
-    bool *written = calloc((size_t)n, sizeof *written);
+    /* accumulate flags: in backward order the first writer of a gradient overwrites */
+    bool *written = calloc((size_t)net->n_nodes, sizeof *written);
     if (!written) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
-    for (int j = n - 1; j >= 0; j--) {
-        const cnn_node *nd = &net->nodes[j];
-        for (int s = 0; s < n_inputs(nd); s++) {
-            int i = nd->in[s];
-            if (i < 0) continue;
-            p->grad_acc[2 * j + s] = written[i];
-            written[i] = true;
+    for (int s = S - 1; s >= 0; s--) {
+        int in[2];
+        cnn_train_step_inputs(net, &p->train_steps[s], in);
+        for (int k = 0; k < 2; k++) {
+            if (in[k] < 0) continue;
+            p->grad_acc[2 * s + k] = written[in[k]];
+            written[in[k]] = true;
         }
     }
     free(written);
+    free(iv);
+    free(step_of);
     return total;
 }
 

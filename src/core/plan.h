@@ -1,7 +1,7 @@
 /* plan.h — what the executor runs and where each value lives (internal to src/core).
  *
- *   fuse.c  the eval plan's steps: which nodes run as one backend call (conv -> BN -> add -> ReLU, conv +
- *           max-pool, two convs summed)
+ *   fuse.c  the steps of both plans: which nodes run as one backend call (eval: conv -> BN -> add -> ReLU, conv +
+ *           max-pool, two convs summed; train: BN -> add -> ReLU)
  *   plan.c  lifetimes and arena offsets of the values (and, in training, gradients) of either plan, and the
  *           greedy packer that places buffers with disjoint lifetimes in the same memory
  *
@@ -26,8 +26,9 @@ typedef struct cnn_interval {
  * intervals overlapping in time overlap in memory. Returns the arena size. Deterministic. */
 size_t cnn_plan_arena(cnn_interval *iv, int n, size_t align);
 
-/* One backend call of a plan: node `node` with what is fused into it. A step of the train plan is a node alone
- * (bn, residual, pool, pair -1; relu false). */
+/* One backend call of a plan: node `node` with what is fused into it. A step of the train plan is a node alone or
+ * a BN with the residual add and ReLU after it (bn, pool, pair -1: the conv output stays stored, the BN backward
+ * reads it). */
 typedef struct cnn_step {
     int node;     /* the op executed                                   */
     int bn;       /* BN node folded into the epilogue (-1)              */
@@ -35,7 +36,8 @@ typedef struct cnn_step {
     int residual; /* node whose value is added before the ReLU (-1 = the network input) */
     bool relu;
     int pool;     /* max-pool node fused after the epilogue (-1)        */
-    int out;      /* the node whose value this step produces            */
+    int out;      /* the node whose buffer holds the step's value (eval: `node`, which absorbed nodes alias; train:
+                   * the chain's last node, which its consumers read)    */
     int pair;     /* conv node summed with `node` in one kernel (-1): its step was absorbed, and `residual` is none */
     int pair_bn;  /* that conv's BN node                                 */
     size_t pair_off; /* byte offset in the model's `pairw` arena of the pair's folded filters and shift */
@@ -50,10 +52,13 @@ static inline cnn_step cnn_step_alone(int node) {
 
 /* Both plans of a model for batches up to max_batch. Arrays of n_nodes entries (grad_acc: 2 per node). */
 typedef struct cnn_plan {
-    /* train: every node runs as itself, forward in node order, backward in reverse */
-    size_t *train_off;  /* byte offset of each node's output                             */
-    size_t *grad_off;   /* byte offset of each node's gradient                           */
-    bool *grad_acc;     /* node x input: the backward accumulates into that input's gradient */
+    /* train: the steps forward in order, backward in reverse; the values and gradients of the steps' `out` nodes */
+    cnn_step *train_steps;
+    int n_train_steps;
+    size_t *train_off;  /* byte offset of each step's output, by its `out` node              */
+    size_t *grad_off;   /* byte offset of the gradient of that output, likewise               */
+    bool *grad_acc;     /* step x input (0: the node's first input, 1: the add's second or the chain's residual):
+                         * the backward accumulates into that input's gradient             */
     /* eval */
     cnn_step *steps;
     int n_steps;
@@ -68,8 +73,12 @@ void cnn_node_pool2d(const cnn_net *net, const cnn_node *nd, int n, cnn_pool2d *
 void cnn_node_in_chw(const cnn_net *net, int in, int *c, int *h, int *w);
 
 /* fuse.c: the eval steps (p->steps, p->n_steps, p->value_of, which starts all -2) of net for batches of
- * max_batch on backend be. */
+ * max_batch on backend be; the train steps (p->train_steps, p->n_train_steps). */
 void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p);
+void cnn_fuse_train(const cnn_net *net, cnn_plan *p);
+/* The inputs of train step sp whose gradients its backward writes: in[0] the node's first input (a chain's BN
+ * input), in[1] an add's second input or a chain's residual, -2 where there is none (-1: the network input). */
+void cnn_train_step_inputs(const cnn_net *net, const cnn_step *sp, int in[2]);
 
 /* A pair step's block in `pairw` (from its pair_off): the first conv's folded filter (w1 act elements) at 0,
  * `node`'s (w2) at o2, the summed shift (k floats) at os; bytes in all. esz: bytes per activation element. */
@@ -79,8 +88,8 @@ typedef struct cnn_pair_layout {
 } cnn_pair_layout;
 cnn_pair_layout cnn_pair_layout_of(const cnn_net *net, size_t esz, const cnn_step *sp);
 
-/* plan.c: arena offsets. Train: values and gradients of every node (p->train_off, grad_off, grad_acc); eval: the
- * values of the steps cnn_fuse_eval made (p->eval_off). Each returns the arena bytes it needs. */
+/* plan.c: arena offsets. Train: values and gradients of the train steps' outputs (p->train_off, grad_off,
+ * grad_acc); eval: the values of the steps cnn_fuse_eval made (p->eval_off). Each returns the arena bytes it needs. */
 size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 

@@ -1415,7 +1415,6 @@ static void g_conv_tc(ctx *t) {
         }
     }
     cnn_cuda_conv_force_grid(t->gpu, 0);
-    g_dgrad_tc(t);
     if (t->dt == CNN_DTYPE_F32 && !t->tf32) g_conv_winograd(t), g_conv_algo(t);
 }
 
@@ -2449,6 +2448,7 @@ static const group groups[] = {
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
     {"conv_tc", g_conv_tc, true, true},    {"conv_first", g_conv_first, true, false},
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
+    {"conv_dgrad", g_dgrad_tc, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},
