@@ -64,34 +64,54 @@ extern "C" __global__ void chan_partial(const red_args a) {
     }
 }
 
-__device__ __forceinline__ double chunk_sum(const red_args &a, int which, int c) {
+/* The finalize kernels: blocks of RED_TX channels x RED_TY lanes (grid C / RED_TX). chunk_sum adds channel c's
+ * partial sums (which: the first or the second array) over the chunks: lane ty takes chunks ty, ty + RED_TY, ...
+ * in order, several loads in flight, then lane 0 adds the lanes in order (deterministic); every thread of the block
+ * calls it (it synchronises), lane 0 gets the total. A channel's chunks, summed one after another by one thread,
+ * were a chain of dependent loads: ResNet-50's BN layers spent most of their time there (docs/perf-log). */
+__device__ double chunk_sum(const red_args &a, int which, int c) {
+    __shared__ double sh[RED_TY][RED_TX + 1];
     double t = 0.0;
-    const double *p = a.partial + (long long)which * a.chunks * a.c;
-    for (int k = 0; k < a.chunks; k++) t += p[(long long)k * a.c + c];
-    return t;
+    if (c < a.c) {
+        const double *p = a.partial + (long long)which * a.chunks * a.c + c;
+#pragma unroll 4
+        for (int k = threadIdx.y; k < a.chunks; k += RED_TY) t += p[(long long)k * a.c];
+    }
+    sh[threadIdx.y][threadIdx.x] = t;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.y == 0)
+        for (int i = 0; i < RED_TY; i++) s += sh[i][threadIdx.x];
+    __syncthreads();
+    return s;
 }
+#define FIN_CHANNEL (blockIdx.x * RED_TX + threadIdx.x)
+#define FIN_WRITES(c) (threadIdx.y == 0 && (c) < a.c)
 
 /* channel_sum: fout[c] = sum of the chunks (mode 0 partials) */
 extern "C" __global__ void chan_sum_finalize(const red_args a) {
     pdl_enter();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < a.c) a.fout[c] = (float)chunk_sum(a, 0, c);
+    const int c = FIN_CHANNEL;
+    const double t = chunk_sum(a, 0, c);
+    if (FIN_WRITES(c)) a.fout[c] = (float)t;
 }
 
 /* mean[c] = sum x / M (mode 0 partials) */
 extern "C" __global__ void bn_mean_finalize(const red_args a) {
     pdl_enter();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < a.c) a.mean[c] = (float)(chunk_sum(a, 0, c) / (double)a.m);
+    const int c = FIN_CHANNEL;
+    const double t = chunk_sum(a, 0, c);
+    if (FIN_WRITES(c)) a.mean[c] = (float)(t / (double)a.m);
 }
 
 /* From the mode 1 partials: biased variance for normalisation, invstd = 1/sqrt(var + eps); running statistics
  * (1-momentum)*old + momentum*batch with the unbiased variance var*M/(M-1). */
 extern "C" __global__ void bn_var_finalize(const red_args a) {
     pdl_enter();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= a.c) return;
-    double var = chunk_sum(a, 0, c) / (double)a.m, mom = a.momentum;
+    const int c = FIN_CHANNEL;
+    const double t = chunk_sum(a, 0, c);
+    if (!FIN_WRITES(c)) return;
+    double var = t / (double)a.m, mom = a.momentum;
     a.invstd[c] = (float)(1.0 / sqrt(var + (double)a.eps));
     double unbiased = var * (double)a.m / (double)(a.m - 1); /* the launcher ensures M >= 2 */
     a.running_mean[c] = (float)(mom * (double)a.mean[c] + (1.0 - mom) * (double)a.running_mean[c]);
@@ -101,9 +121,9 @@ extern "C" __global__ void bn_var_finalize(const red_args a) {
 /* From the mode 2 partials: dbeta = sum dy, dgamma = sum dy*xhat, and the coefficients of dx in double. */
 extern "C" __global__ void bn_bwd_finalize(const red_args a) {
     pdl_enter();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= a.c) return;
-    double sdy = chunk_sum(a, 0, c), sdyx = chunk_sum(a, 1, c);
+    const int c = FIN_CHANNEL;
+    const double sdy = chunk_sum(a, 0, c), sdyx = chunk_sum(a, 1, c);
+    if (!FIN_WRITES(c)) return;
     a.coef[c] = (double)a.gamma[c] * (double)a.invstd[c];
     a.coef[a.c + c] = sdy / (double)a.m;
     a.coef[2 * a.c + c] = sdyx / (double)a.m;
@@ -218,9 +238,9 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
  * invstd; running statistics as bn_var_finalize. */
 extern "C" __global__ void bn_stats_finalize(const red_args a) {
     pdl_enter();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= a.c) return;
+    const int c = FIN_CHANNEL;
     const double mean = chunk_sum(a, 0, c) / (double)a.m, ex2 = chunk_sum(a, 1, c) / (double)a.m;
+    if (!FIN_WRITES(c)) return;
     double var = ex2 - mean * mean, mom = a.momentum;
     if (var < 0.0) var = 0.0;
     a.mean[c] = (float)mean;

@@ -133,6 +133,7 @@ typedef struct pool_args {
     int p, q;
     int accumulate;
     const void *x;           /* (N, H, W, C) act */
+    const void *y;           /* backward: the forward's output (N, P, Q, C) act, or NULL */
     const void *dy;          /* (N, P, Q, C) act */
     void *out;               /* forward y (N, P, Q, C); backward dx (N, H, W, C) */
 } pool_args;

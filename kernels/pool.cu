@@ -195,3 +195,71 @@ extern "C" __global__ void pool_backward(const pool_args a) {
         act_store(dx, o, g);
     }
 }
+
+/* Max and average backward, 16 bytes of channels per thread (the same preconditions as pool_forward_vec): a gather
+ * like pool_backward. Max pooling reads the forward's output y: an input element receives a window's gradient when
+ * it equals the window's maximum (> -inf) and no earlier element of the window in (r, s) scan order does (the first
+ * maximum, as the forward chose it); those earlier elements are read only where an element equals the maximum. */
+extern "C" __global__ void pool_backward_vec(const pool_args a) {
+    pdl_enter();
+    const act_t *x = (const act_t *)a.x, *y = (const act_t *)a.y, *dy = (const act_t *)a.dy;
+    act_t *dx = (act_t *)a.out;
+    const int cv = a.c / ACT_VEC;
+    const int total = a.n * a.h * a.w * cv;
+    const bool mx = a.kind == POOL_MAX;
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
+        int t = o / cv;
+        const int cg = o - t * cv;
+        const int wi = t % a.w;
+        t /= a.w;
+        const int hi = t % a.h;
+        const int n = t / a.h;
+        const long long img = (long long)n * a.h * a.w * a.c + cg * ACT_VEC, oimg = (long long)n * a.p * a.q * a.c + cg * ACT_VEC;
+        float g[ACT_VEC], xv[ACT_VEC], yv[ACT_VEC], dv[ACT_VEC], e[ACT_VEC];
+#pragma unroll
+        for (int k = 0; k < ACT_VEC; k++) g[k] = 0.0f;
+        if (mx) act_load_vec(x + img + ((long long)hi * a.w + wi) * a.c, xv);
+        int p0 = floor_div(hi + a.pad_h - a.r, a.stride_h) + 1, p1 = floor_div(hi + a.pad_h, a.stride_h);
+        int q0 = floor_div(wi + a.pad_w - a.s, a.stride_w) + 1, q1 = floor_div(wi + a.pad_w, a.stride_w);
+        p0 = p0 < 0 ? 0 : p0, q0 = q0 < 0 ? 0 : q0;
+        p1 = p1 > a.p - 1 ? a.p - 1 : p1, q1 = q1 > a.q - 1 ? a.q - 1 : q1;
+        for (int pp = p0; pp <= p1; pp++)
+            for (int qq = q0; qq <= q1; qq++) {
+                const long long wo = oimg + ((long long)pp * a.q + qq) * a.c;
+                act_load_vec(dy + wo, dv);
+                if (!mx) {
+#pragma unroll
+                    for (int k = 0; k < ACT_VEC; k++) g[k] += dv[k] / (float)(a.r * a.s);
+                    continue;
+                }
+                act_load_vec(y + wo, yv);
+                bool hit[ACT_VEC], any = false;
+#pragma unroll
+                for (int k = 0; k < ACT_VEC; k++) hit[k] = xv[k] == yv[k] && yv[k] > -CNN_INF, any |= hit[k];
+                if (!any) continue;
+                /* an earlier element of the window equal to the maximum takes the gradient instead */
+                const int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
+                for (int r = 0; r < a.r && any; r++) {
+                    const int h = h0 + r;
+                    if ((unsigned)h >= (unsigned)a.h || h > hi) continue;
+                    for (int s2 = 0; s2 < a.s; s2++) {
+                        const int w = w0 + s2;
+                        if ((unsigned)w >= (unsigned)a.w) continue;
+                        if (h == hi && w >= wi) break; /* reached this element */
+                        act_load_vec(x + img + ((long long)h * a.w + w) * a.c, e);
+#pragma unroll
+                        for (int k = 0; k < ACT_VEC; k++) hit[k] = hit[k] && !(e[k] == yv[k]);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < ACT_VEC; k++) g[k] += hit[k] ? dv[k] : 0.0f;
+            }
+        act_t *d = dx + img + ((long long)hi * a.w + wi) * a.c;
+        if (a.accumulate) {
+            act_load_vec(d, e);
+#pragma unroll
+            for (int k = 0; k < ACT_VEC; k++) g[k] += e[k];
+        }
+        act_store_vec(d, g);
+    }
+}

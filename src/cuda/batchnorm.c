@@ -82,10 +82,11 @@ static cnn_status run_partial(cuda_be *cb, red_args *a, int mode, const char *wh
     return cuda_launch(cb, f, what, (unsigned)((a->c + RED_TX - 1) / RED_TX), (unsigned)a->chunks, 1, RED_TX, RED_TY, a);
 }
 
+/* the finalize kernels: RED_TX channels x RED_TY lanes adding the chunks (kernels/batchnorm.cu, chunk_sum) */
 static cnn_status run_per_channel(cuda_be *cb, red_args *a, int entry, const char *what) {
     CUfunction f;
     CNN_TRY(kern(cb, entry, &f));
-    return cuda_launch(cb, f, what, (unsigned)((a->c + 255) / 256), 1, 1, 256, 1, a);
+    return cuda_launch(cb, f, what, (unsigned)((a->c + RED_TX - 1) / RED_TX), 1, 1, RED_TX, RED_TY, a);
 }
 
 static cnn_status run_elementwise(cuda_be *cb, red_args *a, int entry, const char *what) {

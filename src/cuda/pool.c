@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_N };
-static const char *const entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec"};
+enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
+static const char *const entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec", "pool_backward_vec"};
 
 static void defines(int cfg, char *buf, size_t cap) {
     (void)cfg;
@@ -48,24 +48,34 @@ static cnn_status run(cnn_backend *be, int entry, pool_args *a, long long work, 
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, work, 256), 1, 1, 256, 1, a);
 }
 
+/* 16 bytes of channels per thread where the layout allows (every ResNet/VGG pool but the classifier's): max or
+ * average, C a multiple of the vector, 16-byte aligned tensors, 32-bit element indices */
+static bool vec_ok(cnn_backend *be, const cnn_pool2d *pl, const void *const *ptrs, int n) {
+    const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)ptrs[i] & 15) return false;
+    return pl->kind != CNN_POOL_ADAPTIVE_AVG && pl->c % vec == 0 &&
+           (long long)pl->n * (pl->h > pl->p ? pl->h : pl->p) * (pl->w > pl->q ? pl->w : pl->q) * pl->c < INT_MAX;
+}
+
 cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y) {
     CNN_ASSERT(x && y);
     pool_args a = make_args(pl);
     a.x = x, a.out = y;
-    /* 16 bytes of channels per thread when the layout allows (every ResNet/VGG pool but the classifier's) */
-    int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
-    long long nvec = (long long)pl->n * pl->p * pl->q * (pl->c / vec);
-    if (pl->kind != CNN_POOL_ADAPTIVE_AVG && pl->c % vec == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
-        nvec < INT_MAX && (long long)pl->n * pl->p * pl->q * pl->c < INT_MAX)
-        return run(be, POOL_FWD_VEC, &a, nvec, pl);
+    const void *ptrs[] = {x, y};
+    const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
+    if (vec_ok(be, pl, ptrs, 2)) return run(be, POOL_FWD_VEC, &a, (long long)pl->n * pl->p * pl->q * (pl->c / vec), pl);
     return run(be, POOL_FWD, &a, (long long)pl->n * pl->p * pl->q * pl->c, pl);
 }
 
 cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y, const void *dy,
                                 void *dx, bool accumulate) {
-    (void)y; /* max pooling recomputes its argmax from x */
     CNN_ASSERT(x && dy && dx);
     pool_args a = make_args(pl);
-    a.x = x, a.dy = dy, a.out = dx, a.accumulate = accumulate;
+    a.x = x, a.y = y, a.dy = dy, a.out = dx, a.accumulate = accumulate;
+    /* the vector kernel finds max pooling's first maximum through y; the scalar one recomputes it from x */
+    const void *ptrs[] = {x, y, dy, dx};
+    const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
+    if (y && vec_ok(be, pl, ptrs, 4)) return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
     return run(be, POOL_BWD, &a, (long long)pl->n * pl->h * pl->w * pl->c, pl);
 }
