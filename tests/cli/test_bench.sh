@@ -366,6 +366,9 @@ if [ $rc -eq 0 ] && [ "$(grep -c 'layer shapes tuned' "$TMP/tune.out")" -eq 2 ] 
 else
     fail tune.cpu "exit $rc: $(cat "$TMP/tune.out" "$TMP/tune.err" | head -c 400)"
 fi
+"$CNN" tune --model resnet18 --stem cifar --batch 2 --mode train --device cpu >"$TMP/tune3.out" 2>"$TMP/tune3.err" \
+    && grep -q 'batch 2 fp32 train: 0 layer shapes tuned' "$TMP/tune3.out" && pass tune.train_cpu "$(cat "$TMP/tune3.out")" \
+    || fail tune.train_cpu "$(cat "$TMP/tune3.out" "$TMP/tune3.err" | head -c 400)"
 "$CNN" tune --model resnet18 --batch 1,x --device cpu >/dev/null 2>"$TMP/tune2.err"
 rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/tune2.err")" -eq 1 ] && pass tune.bad_batch "$(cat "$TMP/tune2.err")" \
