@@ -27,6 +27,7 @@ static const wgrad_config wgrad_configs[] = {
     {.bm = 128, .bn = 256, .stages = 4, .eff = 1.00f},
     {.bm = 256, .bn = 128, .stages = 4, .eff = 1.00f},
     {.bm = 128, .bn = 128, .stages = 6, .eff = 0.90f},
+    {.bm = 128, .bn = 192, .stages = 5, .eff = 0.95f}, /* 3x3 over 64k channels: R*S*C = 576k, whole tiles of 192 */
     {.bm = 64, .bn = 256, .stages = 5, .eff = 0.85f},
     {.bm = 128, .bn = 64, .stages = 8, .eff = 0.75f},
     {.bm = 64, .bn = 128, .stages = 8, .eff = 0.70f},
@@ -80,13 +81,14 @@ bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *
     return npq <= INT_MAX - WGRAD_BK && rsc * cv->k <= INT_MAX && (int64_t)cv->n * cv->h * cv->w <= INT_MAX;
 }
 
-/* Reduction splits of a config: enough CTAs for about two rounds of the SMs (one CTA per SM fits), at least 8
- * slices per split, the partials within WGRAD_WS_CAP; never an empty split. */
-static int wgrad_splits(const cuda_be *cb, const wgrad_config *c, const cnn_conv2d *cv) {
+/* Reduction splits of a config for `rounds` rounds of CTAs on the SMs (one CTA per SM fits): as many as fill them
+ * without starting a partial round, at least 8 slices per split, the partials within WGRAD_WS_CAP; never an empty
+ * split. */
+static int wgrad_splits(const cuda_be *cb, const wgrad_config *c, const cnn_conv2d *cv, int rounds) {
     const int64_t tiles = cdiv(cv->k, c->bm) * cdiv((int64_t)cv->r * cv->s * cv->c, c->bn);
     const int64_t slices = cdiv((int64_t)cv->n * cv->p * cv->q, WGRAD_BK);
     const int64_t out_bytes = (int64_t)cv->k * cv->r * cv->s * cv->c * 4;
-    int64_t splits = cdiv(2LL * cb->sm_count, tiles);
+    int64_t splits = (int64_t)rounds * cb->sm_count / tiles;
     if (splits > slices / 8) splits = slices / 8;
     if (splits > WGRAD_WS_CAP / out_bytes) splits = WGRAD_WS_CAP / out_bytes;
     if (splits > 65535) splits = 65535;
@@ -110,16 +112,20 @@ typedef struct wgrad_cand {
     int cfg, splits;
 } wgrad_cand;
 
-/* Candidates best first by the estimate; fast keeps the 4 best, full every config at its splits and at half. */
+#define WGRAD_ROUNDS 3 /* split counts tried: for 1, 2 and 4 rounds of CTAs */
+
+/* Candidates best first by the estimate: every config with the splits of 1, 2 and 4 rounds (duplicates dropped);
+ * fast keeps the 4 best, full all of them. */
 static int wgrad_candidates(const cuda_be *cb, const cnn_conv2d *cv, wgrad_cand *out) {
     int n = 0;
-    double est[2 * N_WGRAD];
+    double est[WGRAD_ROUNDS * N_WGRAD];
     for (int i = 0; i < N_WGRAD; i++) {
         if (!wgrad_usable(cb, &wgrad_configs[i])) continue;
-        const int sp = wgrad_splits(cb, &wgrad_configs[i], cv);
-        out[n] = (wgrad_cand){i, sp}, est[n] = wgrad_estimate(cb, &wgrad_configs[i], cv, sp), n++;
-        if (cb->tune == CNN_TUNE_FULL && sp > 1)
-            out[n] = (wgrad_cand){i, (sp + 1) / 2}, est[n] = wgrad_estimate(cb, &wgrad_configs[i], cv, (sp + 1) / 2), n++;
+        for (int r = 0; r < WGRAD_ROUNDS; r++) {
+            const int sp = wgrad_splits(cb, &wgrad_configs[i], cv, 1 << r);
+            if (r > 0 && sp == out[n - 1].splits) continue;
+            out[n] = (wgrad_cand){i, sp}, est[n] = wgrad_estimate(cb, &wgrad_configs[i], cv, sp), n++;
+        }
     }
     for (int i = 1; i < n; i++) /* insertion sort, fastest first */
         for (int j = i; j > 0 && est[j] < est[j - 1]; j--) {
@@ -208,7 +214,7 @@ static cnn_status wgrad_tune_launch(void *ctx, int i, void *y) {
 static cnn_status wgrad_choose(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, int *cfg,
                                int *splits) {
     cuda_be *cb = cuda_impl(be);
-    wgrad_cand cand[2 * N_WGRAD];
+    wgrad_cand cand[WGRAD_ROUNDS * N_WGRAD];
     const int nc = wgrad_candidates(cb, cv, cand);
     if (nc == 0) return cnn_fail(CNN_E_UNSUPPORTED, "no wgrad tile fits this GPU's shared memory");
     *cfg = cand[0].cfg, *splits = cand[0].splits;
@@ -224,7 +230,7 @@ static cnn_status wgrad_choose(cnn_backend *be, const cnn_conv2d *cv, const void
     }
     if (cb->capturing) return CNN_OK;
     const double t0 = cnn_now();
-    int ids[2 * N_WGRAD];
+    int ids[WGRAD_ROUNDS * N_WGRAD];
     for (int i = 0; i < nc; i++) ids[i] = cuda_program_id(&cuda_family_conv2d_wgrad_wgmma, be->act_dtype, cand[i].cfg);
     cuda_prepare_programs(cb, ids, nc);
     wgrad_tune_ctx t = {be, cv, x, dy, cand};
@@ -248,7 +254,7 @@ cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x
     if (cfg >= 0) {
         if (!wgrad_usable(cb, &wgrad_configs[cfg]))
             return cnn_fail(CNN_E_UNSUPPORTED, "wgrad config %s needs more shared memory than this GPU has", wgrad_name(cfg));
-        if (splits <= 0) splits = wgrad_splits(cb, &wgrad_configs[cfg], cv);
+        if (splits <= 0) splits = wgrad_splits(cb, &wgrad_configs[cfg], cv, 2);
     } else {
         CNN_TRY(wgrad_choose(be, cv, x, dy, &cfg, &splits));
     }
