@@ -1,101 +1,23 @@
-/* model.c — a network bound to a backend: arenas planned once, weight initialisation, and the executor.
+/* model.c — a network bound to a backend: creation (arenas sized by the plans, plan.h), input and output, the BN
+ * fold of the eval plan, and the executor: one op dispatch (forward_step) for the steps of both plans, the
+ * backward pass, and graph capture/replay of each. Parameters and their files are weights.c's; the struct and
+ * its arenas are described in model.h.
  *
- * Arenas (one device allocation per lifetime class, style.md §1.7):
- *   params   float32 trainable parameters, KRSC for conv filters        (n_trainable)
- *   grads    float32 gradients, same layout                            (n_trainable; training only)
- *   buffers  float32 BN running statistics                             (n_buffer)
- *   wact     act_dtype copies of conv/linear weights (absent for F32: the executor points into params)
- *   bn       per BN node: save_mean, save_invstd (training) and the folded scale, shift (eval)
- *   pairw    per pair step (eval): both convs' filters scaled by their BN scales (act_dtype), the summed shift
- *   acts     activations and their gradients, placed by lifetime (plan.c); the eval plan reuses the memory
- *
- * Two plans over the same graph:
+ * Two plans over the same graph (plan.h; fuse.c and plan.c build them):
  *   train  every node runs as itself (batch statistics, dropout); gradients flow back node by node, an
  *          activation gradient that two consumers write is accumulated by the second writer.
- *   eval   BatchNorm folded into scale/shift, and conv -> BN -> residual add -> ReLU chains fused into the
- *          conv's epilogue, and the max-pool after such a chain too where the backend has a kernel for it
- *          (conv2d_fprop_pool: the ResNet stem on the GPU). Where a block adds two conv -> BN branches (a
- *          ResNet block's last conv and its downsample conv) and the backend runs the two convs summed in one
- *          kernel (conv2d_fprop_pair), they are one step: both BN scales folded into the filters, the shifts
- *          summed, neither branch stored. Dropout and trivial flattens alias their input.
- *          Its steps can also be run one at a time, eagerly (cnn_model_forward_eval_steps), for per-layer
- *          timing (`cnn bench --layers`).
+ *   eval   BatchNorm folded into scale/shift, conv -> BN -> residual add -> ReLU chains fused into the conv's
+ *          epilogue, a max-pool after such a chain too where the backend has a kernel for it, and two conv ->
+ *          BN branches summed in one conv2d_fprop_pair (both BN scales folded into the filters). Its steps can
+ *          also be run one at a time, eagerly (cnn_model_forward_eval_steps), for per-layer timing.
  */
 #include "cnn/net.h"
-#include "cnn/safetensors.h"
 #include "model.h"
-#include "plan.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define ALIGN 256
-
-typedef struct cnn_step {
-    int node;     /* the op executed                                   */
-    int bn;       /* BN node folded into the epilogue (-1)              */
-    bool has_residual;
-    int residual; /* node whose value is added before the ReLU (-1 = the network input) */
-    bool relu;
-    int pool;     /* max-pool node fused after the epilogue (-1)        */
-    int out;      /* the node whose value this step produces            */
-    int pair;     /* conv node summed with `node` in one kernel (-1): its step was absorbed, and `residual` is none */
-    int pair_bn;  /* that conv's BN node                                 */
-    size_t pair_off; /* byte offset in `pairw` of the pair's folded filters (first, then `node`'s) and shift */
-} cnn_step;
-
-#define NOT_KEPT (-3) /* value_of: a node whose value no eval step stores (the inner nodes of a pair) */
-
-enum { GRAPH_EVAL = 0, GRAPH_TRAIN_FWD, GRAPH_BACKWARD };
-#define MAX_GRAPHS 16
-
-typedef struct graph_entry {
-    int kind, n;
-    float eps, scale;
-    int runs;
-    void *graph;
-} graph_entry;
-
-struct cnn_model {
-    cnn_net *net;
-    cnn_backend *be;
-    int max_batch;
-    bool train;
-    size_t esz;              /* bytes per act_dtype element */
-    float *params, *grads, *buffers, *bn;
-    void *wact;
-    void *pairw;
-    size_t pairw_bytes;
-    void *arena;
-    size_t arena_bytes;
-    void *input;             /* (max_batch, H, W, 3) act_dtype */
-    float *staging;          /* float32 staging for conversions when act_dtype != F32 */
-    size_t staging_elems;
-    int32_t *labels_dev;
-    float *loss_dev;
-    int64_t *bn_off;         /* per node: float offset of its 4*C block in `bn`, or -1 */
-    size_t *train_off;       /* per node: byte offset of its output (train plan)        */
-    size_t *grad_off;        /* per node: byte offset of its gradient                    */
-    bool *grad_acc;          /* per node x 2 inputs: accumulate into the input gradient  */
-    cnn_step *steps;         /* eval plan                                                */
-    int n_steps;
-    int *value_of;           /* eval: node -> node whose buffer holds its value (-1 = input) */
-    size_t *eval_off;        /* eval: per node byte offset (valid where value_of[i] == i)   */
-    int64_t *counters;       /* per param: num_batches_tracked (host)                     */
-    bool fold_valid;
-    uint64_t dropout_seed;
-    int last_n;
-    cnn_mode last_mode;
-    size_t device_bytes;
-    float *host;             /* host scratch */
-    size_t host_elems;
-    bool use_graphs, has_dropout;
-    float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
-    graph_entry graphs[MAX_GRAPHS];
-    int n_graphs;
-};
 
 const cnn_net *cnn_model_net(const cnn_model *m) { return m->net; }
 cnn_backend *cnn_model_backend(const cnn_model *m) { return m->be; }
@@ -109,12 +31,12 @@ void *cnn_model_input_buffer(cnn_model *m) { return m->input; }
 /* ---- helpers ------------------------------------------------------------------------------------------ */
 
 static cnn_status dev_alloc(cnn_model *m, size_t bytes, const char *what, void **out) {
-    CNN_TRY(m->be->alloc(m->be, bytes ? bytes : ALIGN, what, out));
+    CNN_TRY(m->be->alloc(m->be, bytes ? bytes : CNN_ARENA_ALIGN, what, out));
     m->device_bytes += bytes;
     return CNN_OK;
 }
 
-static float *host_scratch(cnn_model *m, size_t elems) {
+float *cnn_model_host_scratch(cnn_model *m, size_t elems) {
     if (elems > m->host_elems) {
         float *p = realloc(m->host, elems * sizeof(float));
         if (!p) {
@@ -125,19 +47,6 @@ static float *host_scratch(cnn_model *m, size_t elems) {
         m->host_elems = elems;
     }
     return m->host;
-}
-
-static void in_chw(const cnn_net *net, int in, int *c, int *h, int *w) {
-    if (in < 0) {
-        *c = net->in_c; *h = net->in_h; *w = net->in_w;
-    } else {
-        *c = net->nodes[in].c; *h = net->nodes[in].h; *w = net->nodes[in].w;
-    }
-}
-
-static size_t node_bytes(const cnn_model *m, int i, int n) {
-    const cnn_node *nd = &m->net->nodes[i];
-    return (size_t)n * nd->c * nd->h * nd->w * m->esz;
 }
 
 static const float *pf(const cnn_model *m, int pi) {
@@ -158,388 +67,6 @@ static uint64_t node_seed(uint64_t seed, int node) {
     return seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0xBF58476D1CE4E5B9ULL + 1;
 }
 
-/* ---- planning ----------------------------------------------------------------------------------------- */
-
-/* Which tensors a node's backward reads. */
-static bool bwd_reads_input(cnn_op op) {
-    return op == CNN_OP_CONV || op == CNN_OP_BN || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL ||
-           op == CNN_OP_ADAPTIVE_AVGPOOL || op == CNN_OP_LINEAR;
-}
-static bool bwd_reads_output(cnn_op op) {
-    return op == CNN_OP_RELU || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL || op == CNN_OP_ADAPTIVE_AVGPOOL;
-}
-
-static int n_inputs(const cnn_node *nd) { return nd->op == CNN_OP_ADD ? 2 : 1; }
-
-/* Train timeline: forward of node i at time i, the loss at n, backward of node i at 2n - i. Activations and
- * gradients share one arena. */
-static size_t plan_train(cnn_model *m) {
-    const cnn_net *net = m->net;
-    int n = net->n_nodes, B = m->max_batch;
-    cnn_interval *iv = calloc((size_t)2 * n, sizeof *iv);
-    if (!iv) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
-    for (int i = 0; i < n; i++) {
-        cnn_interval *a = &iv[i];
-        a->bytes = node_bytes(m, i, B);
-        a->first = i;
-        a->last = i == net->output ? 2 * n + 1 : i; /* logits stay readable after the step */
-        if (bwd_reads_output(net->nodes[i].op)) a->last = 2 * n - i;
-        /* gradient of node i: from its latest consumer's backward (or the loss) to its own backward */
-        cnn_interval *g = &iv[n + i];
-        g->bytes = a->bytes;
-        g->first = i == net->output ? n : 2 * n;
-        g->last = 2 * n - i;
-    }
-    for (int j = 0; j < n; j++) {
-        const cnn_node *nd = &net->nodes[j];
-        for (int s = 0; s < n_inputs(nd); s++) {
-            int i = nd->in[s];
-            if (i < 0) continue;
-            if (iv[i].last < j) iv[i].last = j;
-            if (bwd_reads_input(nd->op) && iv[i].last < 2 * n - j) iv[i].last = 2 * n - j;
-            if (iv[n + i].first > 2 * n - j) iv[n + i].first = 2 * n - j;
-        }
-    }
-    size_t total = cnn_plan_arena(iv, 2 * n, ALIGN);
-    for (int i = 0; i < n; i++) {
-        m->train_off[i] = iv[i].offset;
-        m->grad_off[i] = iv[n + i].offset;
-    }
-    free(iv);
-    /* accumulate flags: in backward order (descending node index) the first writer of a gradient overwrites */
-    bool *written = calloc((size_t)n, sizeof *written);
-    if (!written) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
-    for (int j = n - 1; j >= 0; j--) {
-        const cnn_node *nd = &net->nodes[j];
-        for (int s = 0; s < n_inputs(nd); s++) {
-            int i = nd->in[s];
-            if (i < 0) continue;
-            m->grad_acc[2 * j + s] = written[i];
-            written[i] = true;
-        }
-    }
-    free(written);
-    return total;
-}
-
-static int resolve(const cnn_model *m, int node) { return node < 0 ? -1 : m->value_of[node]; }
-
-/* The only consumer of node i, or -1 when it has none or several (or is the output). */
-static int sole_consumer(const cnn_net *net, int i) {
-    if (i == net->output) return -1;
-    int found = -1;
-    for (int j = i + 1; j < net->n_nodes; j++) {
-        const cnn_node *nd = &net->nodes[j];
-        for (int s = 0; s < n_inputs(nd); s++) {
-            if (nd->in[s] != i) continue;
-            if (found >= 0) return -1;
-            found = j;
-        }
-    }
-    return found;
-}
-
-static void conv_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_conv2d *cv);
-static void pool_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_pool2d *pl);
-
-static size_t align_bytes(size_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
-
-/* A pair step's block in `pairw` (from its pair_off): the first conv's folded filter (w1 act elements) at 0,
- * `node`'s (w2) at o2, the summed shift (k floats) at os; bytes in all. */
-typedef struct pair_layout {
-    int64_t w1, w2, k;
-    size_t o2, os, bytes;
-} pair_layout;
-
-static pair_layout pair_layout_of(const cnn_model *m, const cnn_step *sp) {
-    const cnn_node *a = &m->net->nodes[sp->pair], *b = &m->net->nodes[sp->node];
-    int ca, cb, h, w;
-    in_chw(m->net, a->in[0], &ca, &h, &w);
-    in_chw(m->net, b->in[0], &cb, &h, &w);
-    pair_layout l = {.w1 = (int64_t)a->c * a->r * a->s * ca, .w2 = (int64_t)b->c * b->r * b->s * cb, .k = b->c};
-    l.o2 = align_bytes((size_t)l.w1 * m->esz);
-    l.os = l.o2 + align_bytes((size_t)l.w2 * m->esz);
-    l.bytes = l.os + align_bytes((size_t)l.k * 4);
-    return l;
-}
-
-/* Whether the conv -> BN chain of step st (not yet emitted), whose BN feeds the add node `add`, and the other
- * input of that add, `other`, form a pair the backend runs in one kernel: `other` is the BN ending the last
- * emitted step, a conv -> BN step with nothing else fused, read by this add alone. */
-static bool pair_with_last(const cnn_model *m, const cnn_step *st, int other, int add) {
-    const cnn_net *net = m->net;
-    if (!m->be->conv2d_fprop_pair || !m->be->conv2d_pair_fusable || other < 0 || m->n_steps == 0) return false;
-    const cnn_step *last = &m->steps[m->n_steps - 1];
-    if (net->nodes[st->node].op != CNN_OP_CONV || st->bn < 0 || net->nodes[last->node].op != CNN_OP_CONV ||
-        last->bn != other || last->has_residual || last->relu || last->pool >= 0 || last->pair >= 0 ||
-        sole_consumer(net, other) != add)
-        return false;
-    cnn_conv2d first, second;
-    conv_problem(m, &net->nodes[last->node], m->max_batch, &first);
-    conv_problem(m, &net->nodes[st->node], m->max_batch, &second);
-    return m->be->conv2d_pair_fusable(m->be, &first, &second);
-}
-
-static size_t plan_eval(cnn_model *m) {
-    const cnn_net *net = m->net;
-    int n = net->n_nodes;
-    bool *done = calloc((size_t)n, sizeof *done);   /* absorbed into a step or aliased */
-    bool *emitted = calloc((size_t)n, sizeof *emitted); /* value available */
-    if (!done || !emitted) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
-    m->n_steps = 0;
-    for (int i = 0; i < n; i++) {
-        if (done[i]) continue;
-        const cnn_node *nd = &net->nodes[i];
-        int in = resolve(m, nd->in[0]);
-        if (nd->op == CNN_OP_DROPOUT ||
-            (nd->op == CNN_OP_FLATTEN && nd->in[0] >= 0 && net->nodes[nd->in[0]].h == 1 &&
-             net->nodes[nd->in[0]].w == 1)) {
-            m->value_of[i] = in; /* identity in eval */
-            done[i] = true;
-            continue;
-        }
-        cnn_step st = {.node = i, .bn = -1, .has_residual = false, .residual = -1, .relu = false, .pool = -1, .out = i,
-                       .pair = -1, .pair_bn = -1};
-        int cur = i;
-        bool chain = nd->op == CNN_OP_CONV || nd->op == CNN_OP_BN || nd->op == CNN_OP_ADD;
-        if (nd->op == CNN_OP_BN) st.bn = i;
-        if (chain && nd->op == CNN_OP_CONV) {
-            int j = sole_consumer(net, cur);
-            if (j >= 0 && net->nodes[j].op == CNN_OP_BN) {
-                st.bn = j;
-                done[j] = true;
-                cur = j;
-            }
-        }
-        if (chain && nd->op != CNN_OP_ADD) {
-            int j = sole_consumer(net, cur);
-            if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
-                int other = net->nodes[j].in[0] == cur ? net->nodes[j].in[1] : net->nodes[j].in[0];
-                int ov = resolve(m, other);
-                if (pair_with_last(m, &st, other, j)) { /* the other branch's step becomes part of this one */
-                    m->n_steps--;
-                    emitted[ov] = false;
-                    m->value_of[ov] = m->value_of[other] = NOT_KEPT;
-                    st.pair = ov;
-                    st.pair_bn = other;
-                    done[j] = true;
-                    cur = j;
-                } else if (other < 0 || (ov >= 0 && emitted[ov])) {
-                    st.has_residual = true;
-                    st.residual = other;
-                    done[j] = true;
-                    cur = j;
-                }
-            }
-        }
-        if (chain) {
-            int j = sole_consumer(net, cur);
-            if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) {
-                st.relu = true;
-                done[j] = true;
-                cur = j;
-            }
-        }
-        /* a conv whose output only a max-pool reads (the ResNet stem): one kernel, where the backend has it */
-        if (nd->op == CNN_OP_CONV && m->be->conv2d_fprop_pool && m->be->conv2d_pool_fusable) {
-            int j = sole_consumer(net, cur);
-            if (j >= 0 && net->nodes[j].op == CNN_OP_MAXPOOL) {
-                cnn_conv2d cv;
-                cnn_pool2d pl;
-                conv_problem(m, nd, m->max_batch, &cv);
-                pool_problem(m, &net->nodes[j], m->max_batch, &pl);
-                if (m->be->conv2d_pool_fusable(m->be, &cv, &pl, st.has_residual)) {
-                    st.pool = j;
-                    done[j] = true;
-                    cur = j;
-                }
-            }
-        }
-        st.out = i;
-        /* every node absorbed into this step takes the step's value */
-        m->value_of[i] = i;
-        for (int j = i + 1; j <= cur; j++)
-            if (done[j] && m->value_of[j] == -2) m->value_of[j] = i;
-        emitted[i] = true;
-        done[i] = true;
-        m->steps[m->n_steps++] = st;
-    }
-    free(done);
-    free(emitted);
-
-    /* lifetimes over step indices */
-    cnn_interval *iv = calloc((size_t)(m->n_steps ? m->n_steps : 1), sizeof *iv);
-    int *step_of = malloc((size_t)n * sizeof *step_of);
-    if (!iv || !step_of) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
-    for (int i = 0; i < n; i++) step_of[i] = -1;
-    for (int s = 0; s < m->n_steps; s++) {
-        step_of[m->steps[s].node] = s;
-        const cnn_step *sp = &m->steps[s]; /* a fused pool's output is what the step stores */
-        iv[s].bytes = node_bytes(m, sp->pool >= 0 ? sp->pool : sp->node, m->max_batch);
-        iv[s].first = iv[s].last = s;
-    }
-    for (int s = 0; s < m->n_steps; s++) {
-        const cnn_step *st = &m->steps[s];
-        const cnn_node *nd = &net->nodes[st->node];
-        int reads[4] = {resolve(m, nd->in[0]), nd->op == CNN_OP_ADD ? resolve(m, nd->in[1]) : -1,
-                        st->has_residual ? resolve(m, st->residual) : -1,
-                        st->pair >= 0 ? resolve(m, net->nodes[st->pair].in[0]) : -1};
-        for (int r = 0; r < 4; r++) {
-            if (reads[r] < 0) continue;
-            int ps = step_of[reads[r]];
-            CNN_ASSERT(ps >= 0 && ps < s);
-            if (iv[ps].last < s) iv[ps].last = s;
-        }
-    }
-    int out_step = step_of[resolve(m, net->output)];
-    CNN_ASSERT(out_step >= 0);
-    iv[out_step].last = m->n_steps;
-    size_t total = cnn_plan_arena(iv, m->n_steps, ALIGN);
-    for (int s = 0; s < m->n_steps; s++) m->eval_off[m->steps[s].node] = iv[s].offset;
-    free(iv);
-    free(step_of);
-    return total;
-}
-
-/* ---- initialisation ----------------------------------------------------------------------------------- */
-
-static double normal01(uint64_t seed, int pi, int64_t i) {
-    uint32_t r[4];
-    cnn_philox(seed, 0x696e6974ULL + ((uint64_t)pi << 32), (uint64_t)i, r);
-    double u1 = ((double)r[0] + 1.0) / 4294967296.0, u2 = (double)r[1] / 4294967296.0;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-static double uniform01(uint64_t seed, int pi, int64_t i) {
-    uint32_t r[4];
-    cnn_philox(seed, 0x696e6974ULL + ((uint64_t)pi << 32), (uint64_t)i, r);
-    return (double)r[0] / 4294967296.0;
-}
-
-/* Fill a parameter (torchvision layout) according to its init rule. Each value depends on (seed, parameter,
- * index) alone, so the loop runs in parallel and gives the same values on any number of threads. */
-static void init_values(const cnn_param *p, int pi, uint64_t seed, float *out) {
-#pragma omp parallel for schedule(static) if (p->count > 65536)
-    for (int64_t i = 0; i < p->count; i++) {
-        double v = 0;
-        switch (p->init) {
-        case CNN_INIT_ZEROS: v = 0; break;
-        case CNN_INIT_ONES: v = 1; break;
-        case CNN_INIT_KAIMING_FAN_OUT: v = normal01(seed, pi, i) * sqrt(2.0 / (double)p->fan_out); break;
-        case CNN_INIT_UNIFORM_FAN_IN: {
-            double bound = 1.0 / sqrt((double)p->fan_in);
-            v = (2.0 * uniform01(seed, pi, i) - 1.0) * bound;
-            break;
-        }
-        case CNN_INIT_NORMAL_001: v = normal01(seed, pi, i) * 0.01; break;
-        }
-        out[i] = (float)v;
-    }
-}
-
-/* OIHW <-> KRSC */
-static void oihw_to_krsc(const cnn_param *p, const float *src, float *dst) {
-    int64_t K = p->shape[0], C = p->shape[1], R = p->shape[2], S = p->shape[3];
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t s = 0; s < S; s++) dst[((k * R + r) * S + s) * C + c] = src[((k * C + c) * R + r) * S + s];
-}
-
-static void krsc_to_oihw(const cnn_param *p, const float *src, float *dst) {
-    int64_t K = p->shape[0], C = p->shape[1], R = p->shape[2], S = p->shape[3];
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t s = 0; s < S; s++) dst[((k * C + c) * R + r) * S + s] = src[((k * R + r) * S + s) * C + c];
-}
-
-cnn_status cnn_model_set_param(cnn_model *m, int index, const float *in) {
-    const cnn_param *p = &m->net->params[index];
-    if (p->kind == CNN_PARAM_COUNTER) {
-        m->counters[index] = (int64_t)in[0];
-        return CNN_OK;
-    }
-    float *dst = p->kind == CNN_PARAM_TRAINABLE ? m->params : m->buffers;
-    const float *src = in;
-    if (p->krsc) {
-        float *tmp = host_scratch(m, (size_t)p->count);
-        if (!tmp) return CNN_E_OOM;
-        oihw_to_krsc(p, in, tmp);
-        src = tmp;
-    }
-    m->fold_valid = false;
-    return m->be->upload(m->be, dst + p->offset, src, (size_t)p->count * sizeof(float));
-}
-
-cnn_status cnn_model_get_param(cnn_model *m, int index, float *out) {
-    const cnn_param *p = &m->net->params[index];
-    if (p->kind == CNN_PARAM_COUNTER) {
-        out[0] = (float)m->counters[index];
-        return CNN_OK;
-    }
-    const float *src = (p->kind == CNN_PARAM_TRAINABLE ? m->params : m->buffers) + p->offset;
-    if (!p->krsc) return m->be->download(m->be, out, src, (size_t)p->count * sizeof(float));
-    float *tmp = host_scratch(m, (size_t)p->count);
-    if (!tmp) return CNN_E_OOM;
-    CNN_TRY(m->be->download(m->be, tmp, src, (size_t)p->count * sizeof(float)));
-    krsc_to_oihw(p, tmp, out);
-    return CNN_OK;
-}
-
-cnn_status cnn_model_get_grad(cnn_model *m, int index, float *out) {
-    const cnn_param *p = &m->net->params[index];
-    if (p->kind != CNN_PARAM_TRAINABLE || !m->grads)
-        return cnn_fail(CNN_E_INVALID, "%s has no gradient", p->name);
-    const float *src = m->grads + p->offset;
-    if (!p->krsc) return m->be->download(m->be, out, src, (size_t)p->count * sizeof(float));
-    float *tmp = host_scratch(m, (size_t)p->count);
-    if (!tmp) return CNN_E_OOM;
-    CNN_TRY(m->be->download(m->be, tmp, src, (size_t)p->count * sizeof(float)));
-    krsc_to_oihw(p, tmp, out);
-    return CNN_OK;
-}
-
-int64_t cnn_model_num_batches_tracked(const cnn_model *m) {
-    for (int i = 0; i < m->net->n_params; i++)
-        if (m->net->params[i].kind == CNN_PARAM_COUNTER) return m->counters[i];
-    return 0;
-}
-
-void cnn_model_set_num_batches_tracked(cnn_model *m, int64_t v) {
-    for (int i = 0; i < m->net->n_params; i++)
-        if (m->net->params[i].kind == CNN_PARAM_COUNTER) m->counters[i] = v;
-}
-
-cnn_status cnn_model_params_changed(cnn_model *m) {
-    m->fold_valid = false;
-    if (!m->wact) return CNN_OK;
-    for (int i = 0; i < m->net->n_params; i++) {
-        const cnn_param *p = &m->net->params[i];
-        if (!p->act_copy) continue;
-        CNN_TRY(m->be->to_act(m->be, p->count, m->params + p->offset,
-                              (char *)m->wact + (size_t)p->act_offset * m->esz));
-    }
-    return CNN_OK;
-}
-
-static cnn_status init_weights(cnn_model *m, uint64_t seed) {
-    const cnn_net *net = m->net;
-    int64_t maxc = 1;
-    for (int i = 0; i < net->n_params; i++)
-        if (net->params[i].count > maxc) maxc = net->params[i].count;
-    float *vals = malloc((size_t)maxc * sizeof *vals);
-    if (!vals) return cnn_fail(CNN_E_OOM, "out of host memory initialising weights");
-    cnn_status st = CNN_OK;
-    for (int i = 0; i < net->n_params && st == CNN_OK; i++) {
-        init_values(&net->params[i], i, seed, vals);
-        st = cnn_model_set_param(m, i, vals);
-    }
-    free(vals);
-    CNN_TRY(st);
-    return cnn_model_params_changed(m);
-}
-
 /* ---- creation ----------------------------------------------------------------------------------------- */
 
 void cnn_model_free(cnn_model *m) {
@@ -551,12 +78,12 @@ void cnn_model_free(cnn_model *m) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) be->free(be, dev[i]);
     free(m->bn_off);
-    free(m->train_off);
-    free(m->grad_off);
-    free(m->grad_acc);
-    free(m->steps);
-    free(m->value_of);
-    free(m->eval_off);
+    free(m->plan.train_off);
+    free(m->plan.grad_off);
+    free(m->plan.grad_acc);
+    free(m->plan.steps);
+    free(m->plan.value_of);
+    free(m->plan.eval_off);
     free(m->counters);
     free(m->host);
     cnn_net_free(m->net);
@@ -585,19 +112,19 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     int n = net->n_nodes;
     for (int i = 0; i < n; i++) m->has_dropout |= net->nodes[i].op == CNN_OP_DROPOUT && net->nodes[i].drop_p > 0;
     m->bn_off = malloc((size_t)n * sizeof *m->bn_off);
-    m->train_off = calloc((size_t)n, sizeof *m->train_off);
-    m->grad_off = calloc((size_t)n, sizeof *m->grad_off);
-    m->grad_acc = calloc((size_t)2 * n, sizeof *m->grad_acc);
-    m->steps = calloc((size_t)n, sizeof *m->steps);
-    m->value_of = malloc((size_t)n * sizeof *m->value_of);
-    m->eval_off = calloc((size_t)n, sizeof *m->eval_off);
+    m->plan.train_off = calloc((size_t)n, sizeof *m->plan.train_off);
+    m->plan.grad_off = calloc((size_t)n, sizeof *m->plan.grad_off);
+    m->plan.grad_acc = calloc((size_t)2 * n, sizeof *m->plan.grad_acc);
+    m->plan.steps = calloc((size_t)n, sizeof *m->plan.steps);
+    m->plan.value_of = malloc((size_t)n * sizeof *m->plan.value_of);
+    m->plan.eval_off = calloc((size_t)n, sizeof *m->plan.eval_off);
     m->counters = calloc((size_t)net->n_params, sizeof *m->counters);
-    if (!m->bn_off || !m->train_off || !m->grad_off || !m->grad_acc || !m->steps || !m->value_of || !m->eval_off ||
+    if (!m->bn_off || !m->plan.train_off || !m->plan.grad_off || !m->plan.grad_acc || !m->plan.steps || !m->plan.value_of || !m->plan.eval_off ||
         !m->counters) {
         cnn_model_free(m);
         return cnn_fail(CNN_E_OOM, "out of host memory for the model plan");
     }
-    for (int i = 0; i < n; i++) m->value_of[i] = -2;
+    for (int i = 0; i < n; i++) m->plan.value_of[i] = -2;
     int64_t bn_floats = 0;
     for (int i = 0; i < n; i++) {
         m->bn_off[i] = -1;
@@ -606,14 +133,15 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
             bn_floats += (4 * net->nodes[i].c + 63) / 64 * 64;
         }
     }
-    size_t eval_bytes = plan_eval(m);
-    for (int s = 0; s < m->n_steps; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
-        cnn_step *sp = &m->steps[s];
+    cnn_fuse_eval(net, be, max_batch, &m->plan);
+    size_t eval_bytes = cnn_plan_eval(net, max_batch, m->esz, &m->plan);
+    for (int s = 0; s < m->plan.n_steps; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
+        cnn_step *sp = &m->plan.steps[s];
         if (sp->pair < 0) continue;
         sp->pair_off = m->pairw_bytes;
-        m->pairw_bytes += pair_layout_of(m, sp).bytes;
+        m->pairw_bytes += cnn_pair_layout_of(net, m->esz, sp).bytes;
     }
-    size_t train_bytes = train ? plan_train(m) : 0;
+    size_t train_bytes = train ? cnn_plan_train(net, max_batch, m->esz, &m->plan) : 0;
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
 
     cnn_status st = CNN_OK;
@@ -634,7 +162,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     ALLOC(m->labels_dev, (size_t)max_batch * 4, "labels");
     ALLOC(m->loss_dev, 4, "loss");
 #undef ALLOC
-    if (st == CNN_OK) st = init_weights(m, opts->seed);
+    if (st == CNN_OK) st = cnn_model_init_weights(m, opts->seed);
     if (st != CNN_OK) {
         cnn_model_free(m);
         return st;
@@ -650,7 +178,7 @@ cnn_status cnn_model_upload_input(cnn_model *m, const float *nchw, int n) {
     if (n < 1 || n > m->max_batch) return cnn_fail(CNN_E_INVALID, "batch %d out of range [1, %d]", n, m->max_batch);
     int C = net->in_c, H = net->in_h, W = net->in_w;
     size_t count = (size_t)n * C * H * W;
-    float *nhwc = host_scratch(m, count);
+    float *nhwc = cnn_model_host_scratch(m, count);
     if (!nhwc) return CNN_E_OOM;
     for (int b = 0; b < n; b++)
         for (int c = 0; c < C; c++)
@@ -664,14 +192,14 @@ cnn_status cnn_model_upload_input(cnn_model *m, const float *nchw, int n) {
 
 static void *value_ptr(cnn_model *m, int node, cnn_mode mode) {
     if (node < 0) return m->input;
-    if (mode == CNN_MODE_TRAIN) return (char *)m->arena + m->train_off[node];
-    int v = m->value_of[node];
-    CNN_ASSERT(v != NOT_KEPT);
+    if (mode == CNN_MODE_TRAIN) return (char *)m->arena + m->plan.train_off[node];
+    int v = m->plan.value_of[node];
+    CNN_ASSERT(v != CNN_NOT_KEPT);
     if (v < 0) return m->input;
-    return (char *)m->arena + m->eval_off[v];
+    return (char *)m->arena + m->plan.eval_off[v];
 }
 
-static void *grad_ptr(cnn_model *m, int node) { return (char *)m->arena + m->grad_off[node]; }
+static void *grad_ptr(cnn_model *m, int node) { return (char *)m->arena + m->plan.grad_off[node]; }
 
 cnn_status cnn_model_download_logits(cnn_model *m, int n, float *out) {
     if (n != m->last_n) return cnn_fail(CNN_E_INVALID, "logits requested for %d images after a forward of %d", n, m->last_n);
@@ -721,9 +249,9 @@ static cnn_status upload_act(cnn_model *m, void *dst, const float *src, int64_t 
  * shifts summed. */
 static cnn_status fold_pair(cnn_model *m, const cnn_step *sp) {
     const cnn_net *net = m->net;
-    const pair_layout l = pair_layout_of(m, sp);
+    const cnn_pair_layout l = cnn_pair_layout_of(m->net, m->esz, sp);
     const int64_t K = l.k, wmax = l.w1 > l.w2 ? l.w1 : l.w2;
-    float *h = host_scratch(m, (size_t)(wmax + 8 * K));
+    float *h = cnn_model_host_scratch(m, (size_t)(wmax + 8 * K));
     if (!h) return CNN_E_OOM;
     float *wt = h, *scale = h + wmax, *shift = scale + K, *sum = shift + K, *tmp = sum + K;
     const int convs[2] = {sp->pair, sp->node}, bns[2] = {sp->pair_bn, sp->bn};
@@ -746,15 +274,15 @@ static cnn_status fold_pair(cnn_model *m, const cnn_step *sp) {
 
 static cnn_status refresh_fold(cnn_model *m) {
     const cnn_net *net = m->net;
-    for (int s = 0; s < m->n_steps; s++) {
-        const cnn_step *st = &m->steps[s];
+    for (int s = 0; s < m->plan.n_steps; s++) {
+        const cnn_step *st = &m->plan.steps[s];
         if (st->pair >= 0) {
             CNN_TRY(fold_pair(m, st));
             continue;
         }
         if (st->bn < 0) continue;
         int C = net->nodes[st->bn].c;
-        float *h = host_scratch(m, (size_t)7 * C);
+        float *h = cnn_model_host_scratch(m, (size_t)7 * C);
         if (!h) return CNN_E_OOM;
         CNN_TRY(bn_fold_host(m, st->bn, st->node, h + 2 * C, h, h + C));
         CNN_TRY(m->be->upload(m->be, m->bn + m->bn_off[st->bn] + 2 * C, h, (size_t)2 * C * 4)); /* scale, shift */
@@ -765,125 +293,51 @@ static cnn_status refresh_fold(cnn_model *m) {
 
 /* ---- forward ------------------------------------------------------------------------------------------ */
 
-static void pool_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_pool2d *pl) {
-    int c, h, w;
-    in_chw(m->net, nd->in[0], &c, &h, &w);
-    bool ok = nd->op == CNN_OP_ADAPTIVE_AVGPOOL
-                  ? cnn_pool2d_init_adaptive(pl, n, c, h, w, nd->out_h, nd->out_w)
-                  : cnn_pool2d_init(pl, nd->op == CNN_OP_MAXPOOL ? CNN_POOL_MAX : CNN_POOL_AVG, n, c, h, w, nd->r,
-                                    nd->stride, nd->pad);
-    CNN_ASSERT(ok && pl->p == nd->h && pl->q == nd->w);
-}
-
-static cnn_status run_pool(cnn_model *m, const cnn_node *nd, int n, const void *x, void *y) {
-    cnn_pool2d pl;
-    pool_problem(m, nd, n, &pl);
-    return m->be->pool2d_forward(m->be, &pl, x, y);
-}
-
-static void conv_problem(const cnn_model *m, const cnn_node *nd, int n, cnn_conv2d *cv) {
-    int c, h, w;
-    in_chw(m->net, nd->in[0], &c, &h, &w);
-    bool ok = cnn_conv2d_init(cv, n, c, h, w, nd->k, nd->r, nd->s, nd->stride, nd->pad);
-    CNN_ASSERT(ok && cv->p == nd->h && cv->q == nd->w);
-}
-
 static cnn_linear linear_problem(const cnn_model *m, const cnn_node *nd, int n) {
     int c, h, w;
-    in_chw(m->net, nd->in[0], &c, &h, &w);
+    cnn_node_in_chw(m->net, nd->in[0], &c, &h, &w);
     cnn_linear ln = {.n = n, .in = c * h * w, .out = nd->k};
     return ln;
 }
 
-static cnn_status forward_train(cnn_model *m, int n) {
+/* One step of either plan for n images: the op dispatch the train forward and the eval plan share. The modes
+ * differ only where a node means something else: BN normalises by the batch's statistics in training and is its
+ * folded scale/shift in eval; an add is add_forward in training and scale_shift (the add with a fused ReLU) in
+ * eval; dropout runs only in training (the eval plan aliases it). A train step fuses nothing (cnn_step_alone). */
+static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_step *sp) {
     const cnn_net *net = m->net;
     cnn_backend *be = m->be;
-    for (int i = 0; i < net->n_nodes; i++) {
-        const cnn_node *nd = &net->nodes[i];
-        const void *x = value_ptr(m, nd->in[0], CNN_MODE_TRAIN);
-        void *y = value_ptr(m, i, CNN_MODE_TRAIN);
-        int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
-        cnn_status st = CNN_OK;
-        switch (nd->op) {
-        case CNN_OP_CONV: {
-            cnn_conv2d cv;
-            conv_problem(m, nd, n, &cv);
-            cnn_epilogue ep = {.shift = nd->param[1] >= 0 ? pf(m, nd->param[1]) : NULL};
-            st = be->conv2d_fprop(be, &cv, &ep, x, weight(m, nd->param[0]), y);
-            break;
-        }
-        case CNN_OP_BN: {
-            cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
-            float *stats = m->bn + m->bn_off[i];
-            st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
-                                      (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
-                                      stats + nd->c, y);
-            break;
-        }
-        case CNN_OP_RELU: st = be->relu_forward(be, count, x, y); break;
-        case CNN_OP_MAXPOOL:
-        case CNN_OP_AVGPOOL:
-        case CNN_OP_ADAPTIVE_AVGPOOL: st = run_pool(m, nd, n, x, y); break;
-        case CNN_OP_LINEAR: {
-            cnn_linear ln = linear_problem(m, nd, n);
-            st = be->linear_forward(be, &ln, x, weight(m, nd->param[0]), pf(m, nd->param[1]), y);
-            break;
-        }
-        case CNN_OP_DROPOUT:
-            if (nd->drop_p > 0) st = be->dropout_forward(be, count, nd->drop_p, node_seed(m->dropout_seed, i), x, y);
-            else st = be->copy(be, y, x, (size_t)count * m->esz);
-            break;
-        case CNN_OP_FLATTEN: {
-            const cnn_node *src = &net->nodes[nd->in[0]];
-            cnn_shape s = {n, src->c, src->h, src->w};
-            st = be->flatten_forward(be, s, x, y);
-            break;
-        }
-        case CNN_OP_ADD: st = be->add_forward(be, count, x, value_ptr(m, nd->in[1], CNN_MODE_TRAIN), y); break;
-        default: CNN_ASSERT(!"unknown op");
-        }
-        if (st != CNN_OK) return cnn_error_prefix(st, "layer %s (%s)", nd->name, cnn_op_name(nd->op));
-    }
-    return CNN_OK;
-}
-
-/* One step of the eval plan for n images. */
-static cnn_status eval_step(cnn_model *m, int n, int s) {
-    const cnn_net *net = m->net;
-    cnn_backend *be = m->be;
-    const cnn_step *sp = &m->steps[s];
-    const cnn_node *nd = &net->nodes[sp->node];
-    const void *x = value_ptr(m, nd->in[0], CNN_MODE_EVAL);
-    void *y = value_ptr(m, sp->node, CNN_MODE_EVAL);
-    int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
-    const float *scale = NULL, *shift = NULL;
+    const int i = sp->node;
+    const cnn_node *nd = &net->nodes[i];
+    const void *x = value_ptr(m, nd->in[0], mode);
+    void *y = value_ptr(m, i, mode);
+    const int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
+    const float *scale = NULL, *shift = NULL; /* a folded BN (eval) */
     if (sp->bn >= 0) {
-        const float *f = m->bn + m->bn_off[sp->bn] + 2 * net->nodes[sp->bn].c;
-        scale = f;
-        shift = f + net->nodes[sp->bn].c;
+        scale = m->bn + m->bn_off[sp->bn] + 2 * net->nodes[sp->bn].c;
+        shift = scale + net->nodes[sp->bn].c;
     }
-    const void *res = sp->has_residual ? value_ptr(m, sp->residual, CNN_MODE_EVAL) : NULL;
+    const void *res = sp->has_residual ? value_ptr(m, sp->residual, mode) : NULL;
     cnn_status st = CNN_OK;
     switch (nd->op) {
     case CNN_OP_CONV: {
         cnn_conv2d cv;
-        conv_problem(m, nd, n, &cv);
+        cnn_node_conv2d(net, nd, n, &cv);
         if (sp->pair >= 0) { /* the first conv's operands, then this one's; the folded filters of fold_pair */
             const cnn_node *pn = &net->nodes[sp->pair];
             cnn_conv2d cv1;
-            conv_problem(m, pn, n, &cv1);
-            const pair_layout l = pair_layout_of(m, sp);
+            cnn_node_conv2d(net, pn, n, &cv1);
+            const cnn_pair_layout l = cnn_pair_layout_of(net, m->esz, sp);
             const char *base = (const char *)m->pairw + sp->pair_off;
             cnn_epilogue ep = {.shift = (const float *)(base + l.os), .relu = sp->relu};
-            st = be->conv2d_fprop_pair(be, &cv1, &cv, &ep, value_ptr(m, pn->in[0], CNN_MODE_EVAL), base, x, base + l.o2,
-                                       y);
+            st = be->conv2d_fprop_pair(be, &cv1, &cv, &ep, value_ptr(m, pn->in[0], mode), base, x, base + l.o2, y);
             break;
         }
-        if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]);
+        if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]); /* the conv's own bias */
         cnn_epilogue ep = {.scale = scale, .shift = shift, .residual = res, .relu = sp->relu};
         if (sp->pool >= 0) {
             cnn_pool2d pl;
-            pool_problem(m, &net->nodes[sp->pool], n, &pl);
+            cnn_node_pool2d(net, &net->nodes[sp->pool], n, &pl);
             st = be->conv2d_fprop_pool(be, &cv, &ep, &pl, x, weight(m, nd->param[0]), y);
         } else {
             st = be->conv2d_fprop(be, &cv, &ep, x, weight(m, nd->param[0]), y);
@@ -891,43 +345,72 @@ static cnn_status eval_step(cnn_model *m, int n, int s) {
         break;
     }
     case CNN_OP_BN:
-        st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, scale, shift, res, sp->relu, y);
+        if (mode == CNN_MODE_TRAIN) {
+            cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
+            float *stats = m->bn + m->bn_off[i];
+            st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
+                                      (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
+                                      stats + nd->c, y);
+        } else {
+            st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, scale, shift, res, sp->relu, y);
+        }
         break;
     case CNN_OP_ADD:
-        st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, NULL, NULL,
-                             value_ptr(m, nd->in[1], CNN_MODE_EVAL), sp->relu, y);
+        if (mode == CNN_MODE_TRAIN)
+            st = be->add_forward(be, count, x, value_ptr(m, nd->in[1], mode), y);
+        else
+            st = be->scale_shift(be, (int64_t)n * nd->h * nd->w, nd->c, x, NULL, NULL, value_ptr(m, nd->in[1], mode),
+                                 sp->relu, y);
         break;
     case CNN_OP_RELU: st = be->relu_forward(be, count, x, y); break;
     case CNN_OP_MAXPOOL:
     case CNN_OP_AVGPOOL:
-    case CNN_OP_ADAPTIVE_AVGPOOL: st = run_pool(m, nd, n, x, y); break;
+    case CNN_OP_ADAPTIVE_AVGPOOL: {
+        cnn_pool2d pl;
+        cnn_node_pool2d(net, nd, n, &pl);
+        st = be->pool2d_forward(be, &pl, x, y);
+        break;
+    }
     case CNN_OP_LINEAR: {
         cnn_linear ln = linear_problem(m, nd, n);
         st = be->linear_forward(be, &ln, x, weight(m, nd->param[0]), pf(m, nd->param[1]), y);
         break;
     }
+    case CNN_OP_DROPOUT:
+        CNN_ASSERT(mode == CNN_MODE_TRAIN);
+        if (nd->drop_p > 0) st = be->dropout_forward(be, count, nd->drop_p, node_seed(m->dropout_seed, i), x, y);
+        else st = be->copy(be, y, x, (size_t)count * m->esz);
+        break;
     case CNN_OP_FLATTEN: {
         const cnn_node *src = &net->nodes[nd->in[0]];
         cnn_shape sh = {n, src->c, src->h, src->w};
         st = be->flatten_forward(be, sh, x, y);
         break;
     }
-    default: CNN_ASSERT(!"op has no eval step");
+    default: CNN_ASSERT(!"unknown op");
     }
     if (st != CNN_OK) return cnn_error_prefix(st, "layer %s (%s)", nd->name, cnn_op_name(nd->op));
     return CNN_OK;
 }
 
-static cnn_status forward_eval(cnn_model *m, int n) {
-    for (int s = 0; s < m->n_steps; s++) CNN_TRY(eval_step(m, n, s));
+static cnn_status forward_train(cnn_model *m, int n) {
+    for (int i = 0; i < m->net->n_nodes; i++) {
+        const cnn_step st = cnn_step_alone(i);
+        CNN_TRY(forward_step(m, n, CNN_MODE_TRAIN, &st));
+    }
     return CNN_OK;
 }
 
-int cnn_model_eval_steps(const cnn_model *m) { return m->n_steps; }
+static cnn_status forward_eval(cnn_model *m, int n) {
+    for (int s = 0; s < m->plan.n_steps; s++) CNN_TRY(forward_step(m, n, CNN_MODE_EVAL, &m->plan.steps[s]));
+    return CNN_OK;
+}
+
+int cnn_model_eval_steps(const cnn_model *m) { return m->plan.n_steps; }
 
 cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s) {
-    CNN_ASSERT(s >= 0 && s < m->n_steps);
-    const cnn_step *sp = &m->steps[s];
+    CNN_ASSERT(s >= 0 && s < m->plan.n_steps);
+    const cnn_step *sp = &m->plan.steps[s];
     cnn_eval_step e = {.node = sp->node, .bn = sp->bn, .has_residual = sp->has_residual,
                        .residual = sp->residual, .relu = sp->relu, .pool = sp->pool, .pair = sp->pair,
                        .pair_bn = sp->pair_bn};
@@ -936,12 +419,12 @@ cnn_eval_step cnn_model_eval_step(const cnn_model *m, int s) {
 
 cnn_status cnn_model_forward_eval_steps(cnn_model *m, int n, int first, int count) {
     if (n < 1 || n > m->max_batch) return cnn_fail(CNN_E_INVALID, "batch %d out of range [1, %d]", n, m->max_batch);
-    if (first < 0 || count < 0 || first > m->n_steps || count > m->n_steps - first)
-        return cnn_fail(CNN_E_INVALID, "eval steps [%d, %d) out of range [0, %d)", first, first + count, m->n_steps);
+    if (first < 0 || count < 0 || first > m->plan.n_steps || count > m->plan.n_steps - first)
+        return cnn_fail(CNN_E_INVALID, "eval steps [%d, %d) out of range [0, %d)", first, first + count, m->plan.n_steps);
     if (!m->fold_valid) CNN_TRY(refresh_fold(m));
     m->last_n = n;
     m->last_mode = CNN_MODE_EVAL;
-    for (int s = first; s < first + count; s++) CNN_TRY(eval_step(m, n, s));
+    for (int s = first; s < first + count; s++) CNN_TRY(forward_step(m, n, CNN_MODE_EVAL, &m->plan.steps[s]));
     return CNN_OK;
 }
 
@@ -960,15 +443,15 @@ static cnn_status backward_ops(cnn_model *m, int n, float eps);
 static cnn_status run_graphed(cnn_model *m, int kind, int n, float eps, device_fn fn) {
     cnn_backend *be = m->be;
     if (!m->use_graphs || !be->graph_begin) return fn(m, n, eps);
-    graph_entry *e = NULL;
+    cnn_graph_entry *e = NULL;
     for (int i = 0; i < m->n_graphs; i++)
         if (m->graphs[i].kind == kind && m->graphs[i].n == n && m->graphs[i].eps == eps &&
             m->graphs[i].scale == m->loss_scale)
             e = &m->graphs[i];
     if (!e) {
-        if (m->n_graphs == MAX_GRAPHS) return fn(m, n, eps); /* many shapes: run eagerly */
+        if (m->n_graphs == CNN_MAX_GRAPHS) return fn(m, n, eps); /* many shapes: run eagerly */
         e = &m->graphs[m->n_graphs++];
-        *e = (graph_entry){.kind = kind, .n = n, .eps = eps, .scale = m->loss_scale};
+        *e = (cnn_graph_entry){.kind = kind, .n = n, .eps = eps, .scale = m->loss_scale};
     }
     if (e->graph) return be->graph_launch(be, e->graph);
     if (e->runs++ == 0) return fn(m, n, eps);
@@ -1003,10 +486,10 @@ cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropou
     m->dropout_seed = dropout_seed;
     if (mode == CNN_MODE_EVAL) {
         if (!m->fold_valid) CNN_TRY(refresh_fold(m));
-        return run_graphed(m, GRAPH_EVAL, n, 0.0f, fwd_eval_fn);
+        return run_graphed(m, CNN_GRAPH_EVAL, n, 0.0f, fwd_eval_fn);
     }
     /* dropout masks depend on a per-step seed, which a recorded graph would freeze */
-    CNN_TRY(m->has_dropout ? forward_train(m, n) : run_graphed(m, GRAPH_TRAIN_FWD, n, 0.0f, fwd_train_fn));
+    CNN_TRY(m->has_dropout ? forward_train(m, n) : run_graphed(m, CNN_GRAPH_TRAIN_FWD, n, 0.0f, fwd_train_fn));
     for (int i = 0; i < m->net->n_nodes; i++)
         if (m->net->nodes[i].op == CNN_OP_BN) m->counters[m->net->nodes[i].param[4]]++;
     m->fold_valid = false; /* running statistics moved */
@@ -1016,7 +499,7 @@ cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropou
 /* ---- loss and backward -------------------------------------------------------------------------------- */
 
 static cnn_status upload_labels(cnn_model *m, int n, const int64_t *labels) {
-    int32_t *l32 = (int32_t *)host_scratch(m, (size_t)n);
+    int32_t *l32 = (int32_t *)cnn_model_host_scratch(m, (size_t)n);
     if (!l32) return CNN_E_OOM;
     for (int i = 0; i < n; i++) {
         if (labels[i] < 0 || labels[i] >= m->net->num_classes)
@@ -1047,7 +530,7 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
         return cnn_fail(CNN_E_INVALID, "backward needs a train-mode forward first");
     CNN_TRY(check_loss_args(m, n, label_smoothing));
     CNN_TRY(upload_labels(m, n, labels));
-    CNN_TRY(run_graphed(m, GRAPH_BACKWARD, n, label_smoothing, backward_ops));
+    CNN_TRY(run_graphed(m, CNN_GRAPH_BACKWARD, n, label_smoothing, backward_ops));
     return m->be->download(m->be, loss_out, m->loss_dev, 4);
 }
 
@@ -1064,13 +547,13 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         const void *dy = grad_ptr(m, i);
         const void *x = value_ptr(m, nd->in[0], CNN_MODE_TRAIN);
         void *dx = nd->in[0] >= 0 ? grad_ptr(m, nd->in[0]) : NULL;
-        bool acc = m->grad_acc[2 * i];
+        bool acc = m->plan.grad_acc[2 * i];
         int64_t count = (int64_t)n * nd->c * nd->h * nd->w;
         cnn_status st = CNN_OK;
         switch (nd->op) {
         case CNN_OP_CONV: {
             cnn_conv2d cv;
-            conv_problem(m, nd, n, &cv);
+            cnn_node_conv2d(net, nd, n, &cv);
             st = be->conv2d_wgrad(be, &cv, x, dy, gradp(m, nd->param[0]));
             if (st == CNN_OK && nd->param[1] >= 0)
                 st = be->channel_sum(be, (int64_t)n * cv.p * cv.q, cv.k, dy, gradp(m, nd->param[1]));
@@ -1092,14 +575,8 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_AVGPOOL:
         case CNN_OP_ADAPTIVE_AVGPOOL: {
             if (!dx) break;
-            int c, h, w;
-            in_chw(net, nd->in[0], &c, &h, &w);
             cnn_pool2d pl;
-            bool ok = nd->op == CNN_OP_ADAPTIVE_AVGPOOL
-                          ? cnn_pool2d_init_adaptive(&pl, n, c, h, w, nd->out_h, nd->out_w)
-                          : cnn_pool2d_init(&pl, nd->op == CNN_OP_MAXPOOL ? CNN_POOL_MAX : CNN_POOL_AVG, n, c, h, w,
-                                            nd->r, nd->stride, nd->pad);
-            CNN_ASSERT(ok);
+            cnn_node_pool2d(net, nd, n, &pl);
             st = be->pool2d_backward(be, &pl, x, value_ptr(m, i, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         }
@@ -1125,7 +602,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_ADD:
             if (dx) st = be->pass_backward(be, count, dy, dx, acc);
             if (st == CNN_OK && nd->in[1] >= 0)
-                st = be->pass_backward(be, count, dy, grad_ptr(m, nd->in[1]), m->grad_acc[2 * i + 1]);
+                st = be->pass_backward(be, count, dy, grad_ptr(m, nd->in[1]), m->plan.grad_acc[2 * i + 1]);
             break;
         default: CNN_ASSERT(!"unknown op");
         }
@@ -1134,105 +611,3 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
     return CNN_OK;
 }
 
-/* ---- weights I/O ---------------------------------------------------------------------------------------- */
-
-static bool is_float_dtype(cnn_dtype t) {
-    return t == CNN_DTYPE_F32 || t == CNN_DTYPE_F16 || t == CNN_DTYPE_BF16;
-}
-
-cnn_status cnn_model_load_st(cnn_model *m, const cnn_st_file *f, const char *path, const char *ignore_prefix) {
-    const cnn_net *net = m->net;
-    char b1[128], b2[128];
-    /* every tensor in the file must be a parameter (or carry ignore_prefix) */
-    for (int e = 0; e < f->n_entries; e++) {
-        const char *name = f->entries[e].name;
-        if (ignore_prefix && strncmp(name, ignore_prefix, strlen(ignore_prefix)) == 0) continue;
-        if (!cnn_net_find_param(net, name))
-            return cnn_fail(CNN_E_MISMATCH, "%s: unexpected tensor \"%s\" (not a parameter of %s)", path, name,
-                            net->arch);
-    }
-    for (int i = 0; i < net->n_params; i++) {
-        const cnn_param *p = &net->params[i];
-        const cnn_st_entry *e = cnn_st_find(f, p->name);
-        if (!e) return cnn_fail(CNN_E_MISMATCH, "%s: missing tensor \"%s\" for %s", path, p->name, net->arch);
-        bool same = e->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
-        if (!same)
-            return cnn_fail(CNN_E_MISMATCH, "%s: tensor \"%s\" has shape %s, %s expects %s", path, p->name,
-                            cnn_shape_str(e->shape, e->ndim, b1, sizeof b1), net->arch,
-                            cnn_shape_str(p->shape, p->ndim, b2, sizeof b2));
-        if (p->kind == CNN_PARAM_COUNTER) {
-            if (e->dtype != CNN_DTYPE_I64)
-                return cnn_fail(CNN_E_MISMATCH, "%s: tensor \"%s\" has dtype %s, expected I64", path, p->name,
-                                cnn_dtype_name(e->dtype));
-            int64_t v;
-            memcpy(&v, cnn_st_tensor_data(f, e), 8);
-            m->counters[i] = v;
-            continue;
-        }
-        if (!is_float_dtype(e->dtype))
-            return cnn_fail(CNN_E_MISMATCH, "%s: tensor \"%s\" has dtype %s, expected F32, F16 or BF16", path,
-                            p->name, cnn_dtype_name(e->dtype));
-        float *vals = malloc((size_t)p->count * sizeof *vals);
-        if (!vals) return cnn_fail(CNN_E_OOM, "out of host memory loading %s", p->name);
-        cnn_convert_to_f32(vals, cnn_st_tensor_data(f, e), e->dtype, (size_t)p->count);
-        cnn_status st = cnn_model_set_param(m, i, vals);
-        free(vals);
-        CNN_TRY(st);
-    }
-    return cnn_model_params_changed(m);
-}
-
-cnn_status cnn_model_load(cnn_model *m, const char *path) {
-    cnn_st_file f;
-    CNN_TRY(cnn_st_open(path, &f));
-    cnn_status st = cnn_model_load_st(m, &f, path, NULL);
-    cnn_st_free(&f);
-    return st;
-}
-
-cnn_status cnn_model_state_items(cnn_model *m, cnn_st_item *items, float **host_out) {
-    const cnn_net *net = m->net;
-    int64_t total = 0;
-    for (int i = 0; i < net->n_params; i++) total += net->params[i].kind == CNN_PARAM_COUNTER ? 2 : net->params[i].count;
-    float *host = malloc((size_t)(total ? total : 1) * sizeof *host);
-    if (!host) return cnn_fail(CNN_E_OOM, "out of host memory (%lld floats) saving weights", (long long)total);
-    int64_t off = 0;
-    for (int i = 0; i < net->n_params; i++) {
-        const cnn_param *p = &net->params[i];
-        cnn_st_item *it = &items[i];
-        memset(it, 0, sizeof *it);
-        it->name = p->name;
-        it->ndim = p->ndim;
-        for (int d = 0; d < p->ndim; d++) it->shape[d] = p->shape[d];
-        if (p->kind == CNN_PARAM_COUNTER) {
-            it->dtype = CNN_DTYPE_I64;
-            memcpy(host + off, &m->counters[i], 8);
-            it->data = host + off;
-            off += 2;
-            continue;
-        }
-        it->dtype = CNN_DTYPE_F32;
-        cnn_status st = cnn_model_get_param(m, i, host + off);
-        if (st != CNN_OK) {
-            free(host);
-            return st;
-        }
-        it->data = host + off;
-        off += p->count;
-    }
-    *host_out = host;
-    return CNN_OK;
-}
-
-cnn_status cnn_model_save(cnn_model *m, const char *path) {
-    const cnn_net *net = m->net;
-    cnn_st_item *items = calloc((size_t)net->n_params, sizeof *items);
-    if (!items) return cnn_fail(CNN_E_OOM, "out of host memory saving weights");
-    float *host = NULL;
-    cnn_status st = cnn_model_state_items(m, items, &host);
-    if (st == CNN_OK) st = cnn_st_write(path, items, net->n_params, NULL, 0);
-    free(host);
-    free(items);
-    return st;
-}

@@ -1,9 +1,69 @@
-/* model.h — model internals shared by src/core files (checkpoints need the raw state; see train.c). */
+/* model.h — the runtime model's internals, shared by src/core files: model.c (creation, the executor),
+ * weights.c (initialisation, parameter access, safetensors load/save) and train.c (checkpoints need the raw
+ * state). The plans it runs are plan.h's. */
 #ifndef CNN_MODEL_H
 #define CNN_MODEL_H
 
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
+#include "plan.h"
+
+enum { CNN_GRAPH_EVAL = 0, CNN_GRAPH_TRAIN_FWD, CNN_GRAPH_BACKWARD };
+#define CNN_MAX_GRAPHS 16
+
+typedef struct cnn_graph_entry {
+    int kind, n;
+    float eps, scale;
+    int runs;
+    void *graph;
+} cnn_graph_entry;
+
+/* Arenas (one device allocation per lifetime class):
+ *   params   float32 trainable parameters, KRSC for conv filters        (n_trainable)
+ *   grads    float32 gradients, same layout                            (n_trainable; training only)
+ *   buffers  float32 BN running statistics                             (n_buffer)
+ *   wact     act_dtype copies of conv/linear weights (absent for F32: the executor points into params)
+ *   bn       per BN node: save_mean, save_invstd (training) and the folded scale, shift (eval)
+ *   pairw    per pair step (eval): both convs' filters scaled by their BN scales (act_dtype), the summed shift
+ *   arena    activations and their gradients, placed by lifetime (plan.c); the eval plan reuses the memory */
+struct cnn_model {
+    cnn_net *net;
+    cnn_backend *be;
+    int max_batch;
+    bool train;
+    size_t esz;              /* bytes per act_dtype element */
+    float *params, *grads, *buffers, *bn;
+    void *wact;
+    void *pairw;
+    size_t pairw_bytes;
+    void *arena;
+    size_t arena_bytes;
+    void *input;             /* (max_batch, H, W, 3) act_dtype */
+    float *staging;          /* float32 staging for conversions when act_dtype != F32 */
+    size_t staging_elems;
+    int32_t *labels_dev;
+    float *loss_dev;
+    int64_t *bn_off;         /* per node: float offset of its 4*C block in `bn`, or -1 */
+    cnn_plan plan;           /* both plans: steps and arena offsets                   */
+    int64_t *counters;       /* per param: num_batches_tracked (host)                     */
+    bool fold_valid;
+    uint64_t dropout_seed;
+    int last_n;
+    cnn_mode last_mode;
+    size_t device_bytes;
+    float *host;             /* host scratch */
+    size_t host_elems;
+    bool use_graphs, has_dropout;
+    float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
+    cnn_graph_entry graphs[CNN_MAX_GRAPHS];
+    int n_graphs;
+};
+
+/* Host scratch of at least elems floats, owned by the model (NULL + a recorded CNN_E_OOM). */
+float *cnn_model_host_scratch(cnn_model *m, size_t elems);
+
+/* weights.c: every parameter from its initialiser (torchvision's), seeded. */
+cnn_status cnn_model_init_weights(cnn_model *m, uint64_t seed);
 
 /* Strict load from an opened safetensors file; tensors whose names start with ignore_prefix (may be NULL)
  * are left for the caller (optimizer state in checkpoints). Error messages start with path. */

@@ -1,6 +1,7 @@
-/* plan.c — arena planning for activations and gradients: buffers with disjoint lifetimes share memory.
- * Greedy: place the largest buffers first, each at the lowest aligned offset that does not collide with an
- * already-placed buffer alive at the same time. O(n^2) in the number of buffers (hundreds). */
+/* plan.c — where each value lives: the lifetimes of a plan's values (and, in training, gradients) and the arena
+ * packer that places buffers with disjoint lifetimes in the same memory. Greedy: the largest buffers first,
+ * each at the lowest aligned offset that does not collide with an already-placed buffer alive at the same time.
+ * O(n^2) in the number of buffers (hundreds). Which nodes form a step is fuse.c's. */
 #include "plan.h"
 
 #include <stdlib.h>
@@ -57,5 +58,141 @@ size_t cnn_plan_arena(cnn_interval *iv, int n, size_t align) {
     }
     free(order);
     free(placed);
+    return total;
+}
+
+/* ---- node shapes ---------------------------------------------------------------------------------------- */
+
+void cnn_node_in_chw(const cnn_net *net, int in, int *c, int *h, int *w) {
+    if (in < 0) {
+        *c = net->in_c; *h = net->in_h; *w = net->in_w;
+    } else {
+        *c = net->nodes[in].c; *h = net->nodes[in].h; *w = net->nodes[in].w;
+    }
+}
+
+void cnn_node_conv2d(const cnn_net *net, const cnn_node *nd, int n, cnn_conv2d *cv) {
+    int c, h, w;
+    cnn_node_in_chw(net, nd->in[0], &c, &h, &w);
+    bool ok = cnn_conv2d_init(cv, n, c, h, w, nd->k, nd->r, nd->s, nd->stride, nd->pad);
+    CNN_ASSERT(ok && cv->p == nd->h && cv->q == nd->w);
+}
+
+void cnn_node_pool2d(const cnn_net *net, const cnn_node *nd, int n, cnn_pool2d *pl) {
+    int c, h, w;
+    cnn_node_in_chw(net, nd->in[0], &c, &h, &w);
+    bool ok = nd->op == CNN_OP_ADAPTIVE_AVGPOOL
+                  ? cnn_pool2d_init_adaptive(pl, n, c, h, w, nd->out_h, nd->out_w)
+                  : cnn_pool2d_init(pl, nd->op == CNN_OP_MAXPOOL ? CNN_POOL_MAX : CNN_POOL_AVG, n, c, h, w, nd->r,
+                                    nd->stride, nd->pad);
+    CNN_ASSERT(ok && pl->p == nd->h && pl->q == nd->w);
+}
+
+static size_t node_bytes(const cnn_net *net, int i, int n, size_t esz) {
+    const cnn_node *nd = &net->nodes[i];
+    return (size_t)n * nd->c * nd->h * nd->w * esz;
+}
+
+static int resolve(const cnn_plan *p, int node) { return node < 0 ? -1 : p->value_of[node]; }
+
+/* ---- train: values and gradients -------------------------------------------------------------------------- */
+/* Which tensors a node's backward reads. */
+static bool bwd_reads_input(cnn_op op) {
+    return op == CNN_OP_CONV || op == CNN_OP_BN || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL ||
+           op == CNN_OP_ADAPTIVE_AVGPOOL || op == CNN_OP_LINEAR;
+}
+static bool bwd_reads_output(cnn_op op) {
+    return op == CNN_OP_RELU || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL || op == CNN_OP_ADAPTIVE_AVGPOOL;
+}
+
+static int n_inputs(const cnn_node *nd) { return nd->op == CNN_OP_ADD ? 2 : 1; }
+
+/* Train timeline: forward of node i at time i, the loss at n, backward of node i at 2n - i. Activations and
+ * gradients share one arena. */
+size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p) {
+    int n = net->n_nodes, B = max_batch;
+    cnn_interval *iv = calloc((size_t)2 * n, sizeof *iv);
+    if (!iv) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    for (int i = 0; i < n; i++) {
+        cnn_interval *a = &iv[i];
+        a->bytes = node_bytes(net, i, B, esz);
+        a->first = i;
+        a->last = i == net->output ? 2 * n + 1 : i; /* logits stay readable after the step */
+        if (bwd_reads_output(net->nodes[i].op)) a->last = 2 * n - i;
+        /* gradient of node i: from its latest consumer's backward (or the loss) to its own backward */
+        cnn_interval *g = &iv[n + i];
+        g->bytes = a->bytes;
+        g->first = i == net->output ? n : 2 * n;
+        g->last = 2 * n - i;
+    }
+    for (int j = 0; j < n; j++) {
+        const cnn_node *nd = &net->nodes[j];
+        for (int s = 0; s < n_inputs(nd); s++) {
+            int i = nd->in[s];
+            if (i < 0) continue;
+            if (iv[i].last < j) iv[i].last = j;
+            if (bwd_reads_input(nd->op) && iv[i].last < 2 * n - j) iv[i].last = 2 * n - j;
+            if (iv[n + i].first > 2 * n - j) iv[n + i].first = 2 * n - j;
+        }
+    }
+    size_t total = cnn_plan_arena(iv, 2 * n, CNN_ARENA_ALIGN);
+    for (int i = 0; i < n; i++) {
+        p->train_off[i] = iv[i].offset;
+        p->grad_off[i] = iv[n + i].offset;
+    }
+    free(iv);
+    /* accumulate flags: in backward order (descending node index) the first writer of a gradient overwrites */
+    bool *written = calloc((size_t)n, sizeof *written);
+    if (!written) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    for (int j = n - 1; j >= 0; j--) {
+        const cnn_node *nd = &net->nodes[j];
+        for (int s = 0; s < n_inputs(nd); s++) {
+            int i = nd->in[s];
+            if (i < 0) continue;
+            p->grad_acc[2 * j + s] = written[i];
+            written[i] = true;
+        }
+    }
+    free(written);
+    return total;
+}
+
+/* ---- eval: the steps' values -------------------------------------------------------------------------- */
+
+/* Eval: step s stores its value at time s; it lives until the last step that reads it (the logits: past the
+ * end). */
+size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p) {
+    int n = net->n_nodes;
+    /* lifetimes over step indices */
+    cnn_interval *iv = calloc((size_t)(p->n_steps ? p->n_steps : 1), sizeof *iv);
+    int *step_of = malloc((size_t)n * sizeof *step_of);
+    if (!iv || !step_of) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    for (int i = 0; i < n; i++) step_of[i] = -1;
+    for (int s = 0; s < p->n_steps; s++) {
+        step_of[p->steps[s].node] = s;
+        const cnn_step *sp = &p->steps[s]; /* a fused pool's output is what the step stores */
+        iv[s].bytes = node_bytes(net, sp->pool >= 0 ? sp->pool : sp->node, max_batch, esz);
+        iv[s].first = iv[s].last = s;
+    }
+    for (int s = 0; s < p->n_steps; s++) {
+        const cnn_step *st = &p->steps[s];
+        const cnn_node *nd = &net->nodes[st->node];
+        int reads[4] = {resolve(p, nd->in[0]), nd->op == CNN_OP_ADD ? resolve(p, nd->in[1]) : -1,
+                        st->has_residual ? resolve(p, st->residual) : -1,
+                        st->pair >= 0 ? resolve(p, net->nodes[st->pair].in[0]) : -1};
+        for (int r = 0; r < 4; r++) {
+            if (reads[r] < 0) continue;
+            int ps = step_of[reads[r]];
+            CNN_ASSERT(ps >= 0 && ps < s);
+            if (iv[ps].last < s) iv[ps].last = s;
+        }
+    }
+    int out_step = step_of[resolve(p, net->output)];
+    CNN_ASSERT(out_step >= 0);
+    iv[out_step].last = p->n_steps;
+    size_t total = cnn_plan_arena(iv, p->n_steps, CNN_ARENA_ALIGN);
+    for (int s = 0; s < p->n_steps; s++) p->eval_off[p->steps[s].node] = iv[s].offset;
+    free(iv);
+    free(step_of);
     return total;
 }

@@ -1,8 +1,19 @@
-/* plan.h — memory planning: place buffers with known lifetimes into one arena (internal to src/core). */
+/* plan.h — what the executor runs and where each value lives (internal to src/core).
+ *
+ *   fuse.c  the eval plan's steps: which nodes run as one backend call (conv -> BN -> add -> ReLU, conv +
+ *           max-pool, two convs summed)
+ *   plan.c  lifetimes and arena offsets of the values (and, in training, gradients) of either plan, and the
+ *           greedy packer that places buffers with disjoint lifetimes in the same memory
+ *
+ * Both planners read the graph, the batch size and the backend's `_fusable` answers; neither runs anything.
+ */
 #ifndef CNN_PLAN_H
 #define CNN_PLAN_H
 
-#include "cnn/cnn.h"
+#include "cnn/backend.h"
+#include "cnn/net.h"
+
+#define CNN_ARENA_ALIGN 256 /* every buffer of an arena starts on this many bytes */
 
 /* A buffer of `bytes` alive from step `first` to step `last` inclusive. */
 typedef struct cnn_interval {
@@ -14,5 +25,63 @@ typedef struct cnn_interval {
 /* Greedy best-fit by decreasing size: every interval gets an `align`-aligned offset such that no two
  * intervals overlapping in time overlap in memory. Returns the arena size. Deterministic. */
 size_t cnn_plan_arena(cnn_interval *iv, int n, size_t align);
+
+/* One backend call of a plan: node `node` with what is fused into it. A step of the train plan is a node alone
+ * (bn, residual, pool, pair -1; relu false). */
+typedef struct cnn_step {
+    int node;     /* the op executed                                   */
+    int bn;       /* BN node folded into the epilogue (-1)              */
+    bool has_residual;
+    int residual; /* node whose value is added before the ReLU (-1 = the network input) */
+    bool relu;
+    int pool;     /* max-pool node fused after the epilogue (-1)        */
+    int out;      /* the node whose value this step produces            */
+    int pair;     /* conv node summed with `node` in one kernel (-1): its step was absorbed, and `residual` is none */
+    int pair_bn;  /* that conv's BN node                                 */
+    size_t pair_off; /* byte offset in the model's `pairw` arena of the pair's folded filters and shift */
+} cnn_step;
+
+/* Node `node` as a step of its own, nothing fused: every step of the train plan, and where the eval plan starts. */
+static inline cnn_step cnn_step_alone(int node) {
+    return (cnn_step){.node = node, .bn = -1, .residual = -1, .pool = -1, .out = node, .pair = -1, .pair_bn = -1};
+}
+
+#define CNN_NOT_KEPT (-3) /* value_of: a node whose value no eval step stores (the inner nodes of a pair) */
+
+/* Both plans of a model for batches up to max_batch. Arrays of n_nodes entries (grad_acc: 2 per node). */
+typedef struct cnn_plan {
+    /* train: every node runs as itself, forward in node order, backward in reverse */
+    size_t *train_off;  /* byte offset of each node's output                             */
+    size_t *grad_off;   /* byte offset of each node's gradient                           */
+    bool *grad_acc;     /* node x input: the backward accumulates into that input's gradient */
+    /* eval */
+    cnn_step *steps;
+    int n_steps;
+    int *value_of;      /* node -> node whose buffer holds its value (-1 = input, CNN_NOT_KEPT) */
+    size_t *eval_off;   /* byte offset per node (valid where value_of[i] == i)            */
+} cnn_plan;
+
+/* The problem of node nd for n images (its input's shape from the graph). */
+void cnn_node_conv2d(const cnn_net *net, const cnn_node *nd, int n, cnn_conv2d *cv);
+void cnn_node_pool2d(const cnn_net *net, const cnn_node *nd, int n, cnn_pool2d *pl);
+/* C x H x W of node `in` (-1: the network input) */
+void cnn_node_in_chw(const cnn_net *net, int in, int *c, int *h, int *w);
+
+/* fuse.c: the eval steps (p->steps, p->n_steps, p->value_of, which starts all -2) of net for batches of
+ * max_batch on backend be. */
+void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p);
+
+/* A pair step's block in `pairw` (from its pair_off): the first conv's folded filter (w1 act elements) at 0,
+ * `node`'s (w2) at o2, the summed shift (k floats) at os; bytes in all. esz: bytes per activation element. */
+typedef struct cnn_pair_layout {
+    int64_t w1, w2, k;
+    size_t o2, os, bytes;
+} cnn_pair_layout;
+cnn_pair_layout cnn_pair_layout_of(const cnn_net *net, size_t esz, const cnn_step *sp);
+
+/* plan.c: arena offsets. Train: values and gradients of every node (p->train_off, grad_off, grad_acc); eval: the
+ * values of the steps cnn_fuse_eval made (p->eval_off). Each returns the arena bytes it needs. */
+size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
+size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 
 #endif

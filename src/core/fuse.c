@@ -1,0 +1,150 @@
+/* fuse.c — the eval plan's steps: which nodes of the graph run as one backend call.
+ *
+ * Walking the nodes in order, a step starts at each node not yet absorbed and takes in what follows it alone:
+ *   conv -> BN -> residual add -> ReLU   one conv with an epilogue (BN folded into scale/shift; the add's other
+ *                                        input already computed, or the network input)
+ *   ... -> max-pool                      a conv whose output only a max-pool reads, where the backend says
+ *                                        conv2d_pool_fusable (the ResNet stem on the GPU)
+ *   two conv -> BN branches summed       the other branch's step (emitted just before) and this one become one
+ *                                        conv2d_fprop_pair, where the backend says conv2d_pair_fusable
+ * Dropout and trivial flattens alias their input (value_of). Where each step's value lives is plan.c's.
+ */
+#include "plan.h"
+
+#include <stdlib.h>
+
+static int n_inputs(const cnn_node *nd) { return nd->op == CNN_OP_ADD ? 2 : 1; }
+
+static int resolve(const cnn_plan *p, int node) { return node < 0 ? -1 : p->value_of[node]; }
+
+/* The only consumer of node i, or -1 when it has none or several (or is the output). */
+static int sole_consumer(const cnn_net *net, int i) {
+    if (i == net->output) return -1;
+    int found = -1;
+    for (int j = i + 1; j < net->n_nodes; j++) {
+        const cnn_node *nd = &net->nodes[j];
+        for (int s = 0; s < n_inputs(nd); s++) {
+            if (nd->in[s] != i) continue;
+            if (found >= 0) return -1;
+            found = j;
+        }
+    }
+    return found;
+}
+
+static size_t align_bytes(size_t b) { return (b + CNN_ARENA_ALIGN - 1) / CNN_ARENA_ALIGN * CNN_ARENA_ALIGN; }
+
+cnn_pair_layout cnn_pair_layout_of(const cnn_net *net, size_t esz, const cnn_step *sp) {
+    const cnn_node *a = &net->nodes[sp->pair], *b = &net->nodes[sp->node];
+    int ca, cb, h, w;
+    cnn_node_in_chw(net, a->in[0], &ca, &h, &w);
+    cnn_node_in_chw(net, b->in[0], &cb, &h, &w);
+    cnn_pair_layout l = {.w1 = (int64_t)a->c * a->r * a->s * ca, .w2 = (int64_t)b->c * b->r * b->s * cb, .k = b->c};
+    l.o2 = align_bytes((size_t)l.w1 * esz);
+    l.os = l.o2 + align_bytes((size_t)l.w2 * esz);
+    l.bytes = l.os + align_bytes((size_t)l.k * 4);
+    return l;
+}
+
+/* Whether the conv -> BN chain of step st (not yet emitted), whose BN feeds the add node `add`, and the other
+ * input of that add, `other`, form a pair the backend runs in one kernel: `other` is the BN ending the last
+ * emitted step, a conv -> BN step with nothing else fused, read by this add alone. */
+static bool pair_with_last(const cnn_net *net, cnn_backend *be, int max_batch, const cnn_plan *p, const cnn_step *st,
+                           int other, int add) {
+    if (!be->conv2d_fprop_pair || !be->conv2d_pair_fusable || other < 0 || p->n_steps == 0) return false;
+    const cnn_step *last = &p->steps[p->n_steps - 1];
+    if (net->nodes[st->node].op != CNN_OP_CONV || st->bn < 0 || net->nodes[last->node].op != CNN_OP_CONV ||
+        last->bn != other || last->has_residual || last->relu || last->pool >= 0 || last->pair >= 0 ||
+        sole_consumer(net, other) != add)
+        return false;
+    cnn_conv2d first, second;
+    cnn_node_conv2d(net, &net->nodes[last->node], max_batch, &first);
+    cnn_node_conv2d(net, &net->nodes[st->node], max_batch, &second);
+    return be->conv2d_pair_fusable(be, &first, &second);
+}
+
+void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p) {
+    int n = net->n_nodes;
+    bool *done = calloc((size_t)n, sizeof *done);   /* absorbed into a step or aliased */
+    bool *emitted = calloc((size_t)n, sizeof *emitted); /* value available */
+    if (!done || !emitted) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    p->n_steps = 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        const cnn_node *nd = &net->nodes[i];
+        int in = resolve(p, nd->in[0]);
+        if (nd->op == CNN_OP_DROPOUT ||
+            (nd->op == CNN_OP_FLATTEN && nd->in[0] >= 0 && net->nodes[nd->in[0]].h == 1 &&
+             net->nodes[nd->in[0]].w == 1)) {
+            p->value_of[i] = in; /* identity in eval */
+            done[i] = true;
+            continue;
+        }
+        cnn_step st = cnn_step_alone(i);
+        int cur = i;
+        bool chain = nd->op == CNN_OP_CONV || nd->op == CNN_OP_BN || nd->op == CNN_OP_ADD;
+        if (nd->op == CNN_OP_BN) st.bn = i;
+        if (chain && nd->op == CNN_OP_CONV) {
+            int j = sole_consumer(net, cur);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_BN) {
+                st.bn = j;
+                done[j] = true;
+                cur = j;
+            }
+        }
+        if (chain && nd->op != CNN_OP_ADD) {
+            int j = sole_consumer(net, cur);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
+                int other = net->nodes[j].in[0] == cur ? net->nodes[j].in[1] : net->nodes[j].in[0];
+                int ov = resolve(p, other);
+                if (pair_with_last(net, be, max_batch, p, &st, other, j)) { /* the other branch's step becomes part of this one */
+                    p->n_steps--;
+                    emitted[ov] = false;
+                    p->value_of[ov] = p->value_of[other] = CNN_NOT_KEPT;
+                    st.pair = ov;
+                    st.pair_bn = other;
+                    done[j] = true;
+                    cur = j;
+                } else if (other < 0 || (ov >= 0 && emitted[ov])) {
+                    st.has_residual = true;
+                    st.residual = other;
+                    done[j] = true;
+                    cur = j;
+                }
+            }
+        }
+        if (chain) {
+            int j = sole_consumer(net, cur);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) {
+                st.relu = true;
+                done[j] = true;
+                cur = j;
+            }
+        }
+        /* a conv whose output only a max-pool reads (the ResNet stem): one kernel, where the backend has it */
+        if (nd->op == CNN_OP_CONV && be->conv2d_fprop_pool && be->conv2d_pool_fusable) {
+            int j = sole_consumer(net, cur);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_MAXPOOL) {
+                cnn_conv2d cv;
+                cnn_pool2d pl;
+                cnn_node_conv2d(net, nd, max_batch, &cv);
+                cnn_node_pool2d(net, &net->nodes[j], max_batch, &pl);
+                if (be->conv2d_pool_fusable(be, &cv, &pl, st.has_residual)) {
+                    st.pool = j;
+                    done[j] = true;
+                    cur = j;
+                }
+            }
+        }
+        st.out = i;
+        /* every node absorbed into this step takes the step's value */
+        p->value_of[i] = i;
+        for (int j = i + 1; j <= cur; j++)
+            if (done[j] && p->value_of[j] == -2) p->value_of[j] = i;
+        emitted[i] = true;
+        done[i] = true;
+        p->steps[p->n_steps++] = st;
+    }
+    free(done);
+    free(emitted);
+}
