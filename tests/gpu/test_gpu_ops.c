@@ -1182,6 +1182,18 @@ static void g_conv_algo(ctx *t);
  * transposed, padding R-1-pad): padding 0 (a padding of R-1 in the rewritten problem), R-1 (none) and between,
  * 5x5, H != W, batch 1, with and without accumulation, the tuned choice and one forced config; a strided conv
  * beside them stays on the generic kernels. */
+static const char *tc_only; /* CNN_TEST_TC_CONFIG */
+static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_config_name(cfg), tc_only) != NULL; }
+/* a conv config's flag bit (hooks.h: its kernel kind, passes and options) */
+static bool row_has(int cfg, unsigned bit) { return (cnn_cuda_conv_config_flags(cfg) & bit) != 0; }
+/* the first fast forward row (the pipelined mma.sync kernel's); the rows after it are the fast kinds' */
+static int first_fast_row(void) {
+    for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++)
+        if (row_has(cfg, CNN_CUDA_CONV_PIPELINED)) return cfg;
+    fatal("no pipelined conv row");
+    return -1;
+}
+
 static const conv_case dgrad_tc_cases[] = {
     {1, 16, 9, 7, 24, 3, 3, 1, 1, 0, 0},  /* pad 0: the rewritten problem pads by 2 */
     {2, 24, 6, 5, 16, 5, 5, 1, 1, 2, 2},  /* 5x5 pad 2 */
@@ -1190,8 +1202,7 @@ static const conv_case dgrad_tc_cases[] = {
     {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1},  /* stride 2: the generic kernels */
 };
 static void g_dgrad_tc(ctx *t) {
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int first_tc = first_fast_row();
     const int n = (int)(sizeof dgrad_tc_cases / sizeof dgrad_tc_cases[0]);
     for (int i = 0; i < n; i++)
         for (int f = 0; f < 2; f++) /* the tuned choice, then the first tensor-core config forced */
@@ -1202,8 +1213,7 @@ static void g_conv_winograd(ctx *t) {
     t->tag = ".winograd";
     const int n = (int)(sizeof wino_cases / sizeof wino_cases[0]);
     const int forced[] = {-1, 0, 3}; /* the heuristic, then tensor-core configs 0 and 3 (by index among them) */
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int first_tc = first_fast_row();
     for (int i = 0; i < (quick ? 3 : n); i++)
         for (int f = 0; f < 3; f++) {
             int cfg = forced[f] < 0 ? -1 : first_tc + forced[f];
@@ -1213,18 +1223,15 @@ static void g_conv_winograd(ctx *t) {
     cnn_cuda_conv_force_winograd(t->gpu, -1);
 }
 
-static const char *tc_only; /* CNN_TEST_TC_CONFIG */
-static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_config_name(cfg), tc_only) != NULL; }
 
 static void g_conv_tc(ctx *t) {
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int first_tc = first_fast_row();
     if (!cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
         printf("SKIP conv_tc.%s: the conv2d_tc.cu kernels need sm_80+\n", t->dts);
         return;
     }
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (t->dt == CNN_DTYPE_F32 && (strstr(cnn_cuda_conv_config_name(cfg), "wg") || strstr(cnn_cuda_conv_config_name(cfg), "ws"))) /* by design */
+        if (t->dt == CNN_DTYPE_F32 && row_has(cfg, CNN_CUDA_CONV_WGMMA | CNN_CUDA_CONV_WARPSPEC)) /* by design */
             printf("# conv_tc.%s: %s is a wgmma config; F32 (TF32 or fp32 FMA) runs on the mma.sync ones\n", t->dts,
                    cnn_cuda_conv_config_name(cfg));
         else if (!cnn_cuda_conv_config_usable(t->gpu, cfg)) {
@@ -1255,14 +1262,15 @@ static void g_conv_tc(ctx *t) {
      * keep them all) with 264 outputs, ragged in both directions */
     const conv_case bres_case = {4, 256, 9, 7, 264, 1, 1, 1, 1, 0, 0};
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (strstr(cnn_cuda_conv_config_name(cfg), "ws/") && cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
+        if (row_has(cfg, CNN_CUDA_CONV_WARPSPEC) && cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
             for (int gi = 0; gi < 2; gi++) {
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 3);
                 conv_one(t, &conv_tc_cases[8], cfg, cfg + 2 * gi, 5950 + 2 * cfg + gi);
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 6); /* B-resident: 3 or 2 CTAs per column block */
                 conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
-    /* the TMA rows (/t, and those with more after it: /t/r, /t/x, /t/x/o) where their tensor maps apply (C % 64
+    /* the TMA rows (with or without the options after it: residual in shared memory, transposed, TMA stores) where
+     * their tensor maps apply (C % 64
      * == 0), quick mode too: the im2col map's bounding box, traversal strides and filter-tap offsets over batch 1,
      * H != W, R != S, strides 2x1 and 2, pads 0 to 3, a 7x7/2, rows past the last image (the map's zeros) and K
      * ragged; one CTA, then three looping over the tiles. Each must have run by TMA (the backend counts those
@@ -1275,9 +1283,7 @@ static void g_conv_tc(ctx *t) {
     };
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++) {
         const char *nm = cnn_cuda_conv_config_name(cfg);
-        const size_t len = strlen(nm);
-        const bool tma_row = (len >= 2 && strcmp(nm + len - 2, "/t") == 0) || strstr(nm, "/t/"); /* /t, /t/r, /t/x.. */
-        if (!tma_row || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
+        if (!row_has(cfg, CNN_CUDA_CONV_TMA) || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
         for (int i = 0; i < (int)(sizeof tma_cases / sizeof tma_cases[0]); i++) {
             cnn_cuda_conv_force_grid(t->gpu, i % 2 ? 3 : 1);
             cnn_cuda_stats st0, st1;
@@ -1288,7 +1294,7 @@ static void g_conv_tc(ctx *t) {
             snprintf(name, sizeof name, "conv_tc.%s.tma_launched.%s.case%d", t->dts, nm, i);
             check(st1.tma_launches > st0.tma_launches, name, "TMA launches %ld before, %ld after (equal: its twin ran)",
                   st0.tma_launches, st1.tma_launches);
-            if (len >= 2 && strcmp(nm + len - 2, "/o") == 0 && (cfg + i) % 4 != 3 /* conv_one's variant 3 adds a residual: the twin */) {
+            if (row_has(cfg, CNN_CUDA_CONV_TMA_STORE) && (cfg + i) % 4 != 3 /* conv_one's variant 3 adds a residual: the twin */) {
                 snprintf(name, sizeof name, "conv_tc.%s.tma_store_launched.%s.case%d", t->dts, nm, i);
                 check(st1.ost_launches > st0.ost_launches, name,
                       "TMA-store launches %ld before, %ld after (equal: its twin ran)", st0.ost_launches, st1.ost_launches);
@@ -1368,10 +1374,7 @@ static void g_conv_pair(ctx *t) {
         return;
     }
     for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++) {
-        const char *nm = cnn_cuda_conv_config_name(cfg);
-        const size_t len = strlen(nm);
-        const bool tma_row = (len >= 2 && strcmp(nm + len - 2, "/t") == 0) || strstr(nm, "/t/"); /* /t, /t/r, /t/x.. */
-        if (!tma_row || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
+        if (!row_has(cfg, CNN_CUDA_CONV_TMA) || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
         for (int i = 0; i < n; i++) {
             cnn_cuda_conv_force_grid(t->gpu, (i + cfg) % 2 ? 3 : 1);
             pair_one(t, &pair_cases[i], cfg, (i + cfg) % 2 == 0, 1, 8100 + 100 * i + cfg);
@@ -1477,8 +1480,7 @@ static void g_conv_first(ctx *t) {
         fatal("pool init");
     bool f3 = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p3, false), f2 = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p2, false);
     bool fr = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p3, true);
-    int first_tc = cnn_cuda_conv_config_count(); /* the first mma.sync config: usable = tensor cores here */
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int first_tc = first_fast_row(); /* the first pipelined mma.sync row: usable = tensor cores here */
     bool mma = cnn_cuda_conv_config_usable(t->gpu, first_tc);
     char name[96];
     snprintf(name, sizeof name, "conv2d_first.%s.fusable", t->dts);
