@@ -319,7 +319,7 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
 #endif
 }
 /* pdl_enter(): the first statement of every kernel (tests/unit/test_nvrtc.c checks). On sm_90+ the backend launches
- * kernels with programmatic stream serialization (src/cuda/backend.c, CNN_PDL=0 turns it off), so a kernel's
+ * kernels with programmatic stream serialization (src/cuda/launch.c; drivers with cuLaunchKernelEx), so a kernel's
  * launch and the placing of its CTAs may start while the kernel before it in the stream finishes its last CTAs;
  * griddepcontrol.wait holds every thread until that kernel has completed and its writes are visible, so nothing
  * of this kernel's own work overlaps it. No kernel calls griddepcontrol.launch_dependents: the next kernel is

@@ -6,15 +6,8 @@
  * upload/download are synchronous for the host (the host buffer is free to reuse on return). Every kernel
  * reduces in a fixed order, so the backend is always deterministic.
  *
- * Environment, read once here at creation and nowhere else: CNN_CACHE_DIR (when opts->cache_dir is NULL),
- * HOME / XDG_CACHE_HOME (the default cache directory), CUDA_HOME (where else to look for libnvrtc),
- * CNN_SYNC_DEBUG=1 (synchronise and check after every launch, naming the kernel that failed), CNN_CONV_MMA=0
- * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
- * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_CONV_WS=0 (no warp-specialised
- * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_CONV_COOP=0 (none of their cooperative
- * rows), CNN_CONV_SWAP=0 (none of their transposed-tile rows), CNN_CONV_SKIP=a,b (no tensor-core row whose name
- * contains a or b), CNN_CONV_PAIR=0 (the eval plan sums no two
- * convolutions in one kernel), CNN_COMPILE_THREADS (nvrtc.c).
+ * The environment it reads comes from cnn_env_get (src/core/env.c, docs/CLI.md): CNN_CACHE_DIR, HOME and
+ * XDG_CACHE_HOME (the cache directory), CUDA_HOME (libnvrtc), CNN_SYNC_DEBUG, CNN_CONV_SKIP.
  */
 #include "cuda/internal.h"
 
@@ -289,17 +282,15 @@ static void be_destroy(cnn_backend *be) {
     free(cb);
 }
 
-static void default_cache_dir(char *buf, size_t cap) {
-    const char *env = getenv("CNN_CACHE_DIR");
-    if (env) {
-        snprintf(buf, cap, "%s", env);
+static void default_cache_dir(const cnn_env *env, char *buf, size_t cap) {
+    if (env->cache_dir_set) {
+        snprintf(buf, cap, "%s", env->cache_dir);
         return;
     }
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0] == '/')
-        snprintf(buf, cap, "%s/cnn", xdg);
-    else if (home && home[0])
-        snprintf(buf, cap, "%s/.cache/cnn", home);
+    if (env->xdg_cache_home[0] == '/')
+        snprintf(buf, cap, "%.1000s/cnn", env->xdg_cache_home);
+    else if (env->home[0])
+        snprintf(buf, cap, "%.1000s/.cache/cnn", env->home);
     else
         buf[0] = 0; /* nowhere sensible: no disk cache */
 }
@@ -329,7 +320,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
         return cnn_fail(CNN_E_UNSUPPORTED, "GPU %s (sm_%d%d) is too old: compute capability 7.0 or newer is needed",
                         cb->pub.device_name, cb->cc_major, cb->cc_minor);
 
-    CNN_TRY(cnn_cuda_nvrtc_load(getenv("CUDA_HOME")));
+    const cnn_env *env = cnn_env_get();
+    CNN_TRY(cnn_cuda_nvrtc_load(env->cuda_home));
     CNN_TRY(cuda_pick_arch(cb->cc_major, cb->cc_minor, cb->arch, sizeof cb->arch));
 
     CU_TRY(cu.DevicePrimaryCtxRetain(&cb->ctx, cb->dev), "cuDevicePrimaryCtxRetain");
@@ -346,37 +338,16 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     if (opts->cache_dir)
         snprintf(cb->cache_dir, sizeof cb->cache_dir, "%s", opts->cache_dir);
     else
-        default_cache_dir(cb->cache_dir, sizeof cb->cache_dir);
-    const char *dbg = getenv("CNN_SYNC_DEBUG");
-    cb->sync_debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
-    const char *mma = getenv("CNN_CONV_MMA");
-    cb->no_mma = mma && strcmp(mma, "0") == 0;
-    const char *first = getenv("CNN_CONV_FIRST");
-    cb->no_first = first && strcmp(first, "0") == 0;
-    const char *ws = getenv("CNN_CONV_WS");
-    cb->no_ws = ws && strcmp(ws, "0") == 0;
-    const char *tma = getenv("CNN_CONV_TMA");
-    cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
-    const char *swap = getenv("CNN_CONV_SWAP");
-    cb->no_swap = swap && strcmp(swap, "0") == 0;
-    const char *skip = getenv("CNN_CONV_SKIP");
-    snprintf(cb->conv_skip, sizeof cb->conv_skip, "%s", skip ? skip : "");
-    const char *coop = getenv("CNN_CONV_COOP");
-    cb->no_coop = coop && strcmp(coop, "0") == 0;
-    const char *pair = getenv("CNN_CONV_PAIR");
-    cb->no_pair = pair && strcmp(pair, "0") == 0;
-    const char *pdl = getenv("CNN_PDL");
-    cb->pdl = cu.LaunchKernelEx && cb->cc_major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
-    const char *flush = getenv("CNN_TUNE_FLUSH");
-    cb->tune_no_flush = flush && strcmp(flush, "0") == 0;
-    const char *dgrad_tc = getenv("CNN_CONV_DGRAD_TC");
-    cb->no_dgrad_tc = dgrad_tc && strcmp(dgrad_tc, "0") == 0;
+        default_cache_dir(env, cb->cache_dir, sizeof cb->cache_dir);
+    cb->sync_debug = env->sync_debug;
+    snprintf(cb->conv_skip, sizeof cb->conv_skip, "%s", env->conv_skip);
+    cb->no_tma = !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
+    cb->pdl = cu.LaunchKernelEx && cb->cc_major >= 9;
     cb->first_force_cfg = -1;
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
-    const char *wino = getenv("CNN_CONV_WINOGRAD");
-    cb->winograd = wino && strcmp(wino, "0") == 0 ? 0 : wino && strcmp(wino, "1") == 0 ? 1 : -1;
+    cb->winograd = -1;
     cb->tune = opts->deterministic ? CNN_TUNE_NONE : opts->tune == CNN_TUNE_DEFAULT ? CNN_TUNE_FAST : opts->tune;
     return CNN_OK;
 }
@@ -454,19 +425,11 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
             be->device_name, cb->arch, cb->sm_count, cb->driver_version / 1000, cb->driver_version % 1000 / 10, nv_major,
             nv_minor, cuda_dtype_str(dt), cb->cache_dir[0] ? cb->cache_dir : "off",
             cb->sync_debug ? ", CNN_SYNC_DEBUG on" : "");
-    if (cb->no_mma) cnn_log(1, "cnn: CNN_CONV_MMA=0: tensor-core convolution kernels are off");
-    if (cb->no_first) cnn_log(1, "cnn: CNN_CONV_FIRST=0: first layers run on the general kernels (rewritten operands)");
-    if (cb->no_ws) cnn_log(1, "cnn: CNN_CONV_WS=0: no warp-specialised convolution kernels");
-    if (cb->no_tma && !cb->no_ws)
-        cnn_log(1, "cnn: %s: no TMA convolution kernels", cu.TensorMapEncodeIm2col ? "CNN_CONV_TMA=0" : "the driver has no tensor-map encoder");
-    if (cb->no_coop && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_COOP=0: no cooperative convolution kernels");
-    if (cb->no_swap && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_SWAP=0: no transposed-tile convolution kernels");
-    if (cb->conv_skip[0]) cnn_log(1, "cnn: CNN_CONV_SKIP=%s: no tensor-core convolution rows of those names", cb->conv_skip);
+    if (cb->no_tma && cb->cc_major == 9)
+        cnn_log(1, "cnn: the driver has no tensor-map encoder: no TMA convolution kernels");
+    if (cb->conv_skip[0]) cnn_log(1, "cnn: CNN_CONV_SKIP=%s: no convolution rows of those names", cb->conv_skip);
     if (!cb->pdl && cb->cc_major >= 9)
-        cnn_log(1, "cnn: %s: kernels launched without programmatic serialization",
-                cu.LaunchKernelEx ? "CNN_PDL=0" : "the driver has no cuLaunchKernelEx");
-    if (cb->tune_no_flush)
-        cnn_log(1, "cnn: CNN_TUNE_FLUSH=0: the tuner times candidates with L2 as the previous launch left it");
+        cnn_log(1, "cnn: the driver has no cuLaunchKernelEx: kernels launched without programmatic serialization");
     if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set: forward convolutions in TF32 on the tensor cores (sm_80+, C %% 4 == 0, K %% 8 == 0); backward passes and linear layers in exact fp32");
     *out = be;
     return CNN_OK;

@@ -52,18 +52,10 @@ static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int e
     return cuda_kernel(cb, fam, be->act_dtype, cfg, entry, f);
 }
 
-typedef struct algo_ctx {
-    cnn_backend *be;
-    const cnn_conv2d *cv;
-    const cnn_epilogue *ep;
-    const void *x, *w;
-} algo_ctx;
-
 /* Winograd's candidates as conv2d_choose.c times them: 0 the direct kernels, 1 Winograd */
-static cnn_status algo_timed(void *ctx, conv_cand c, void *y) {
-    const algo_ctx *t = ctx;
-    return c.row == 0 ? cuda_conv_tc_fprop(t->be, t->cv, t->ep, t->x, t->w, y)
-                      : cuda_winograd_fprop(t->be, t->cv, t->ep, t->x, t->w, y);
+static cnn_status algo_timed(const conv_operands *op, conv_cand c, void *y) {
+    return c.row == 0 ? cuda_conv_tc_fprop(op->be, op->cv, op->ep, op->x, op->w, y)
+                      : cuda_winograd_fprop(op->be, op->cv, op->ep, op->x, op->w, y);
 }
 
 cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
@@ -82,8 +74,8 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     if (conv_fast_eligible(cb, cv, ep, x, w, y)) {
         CNN_TRY(conv_check_problem(cv, PASS_FPROP));
         bool wino; /* F32 3x3/1: Winograd where chosen (winograd.c), which runs its GEMMs on the same kernels */
-        algo_ctx t = {be, cv, ep, x, w};
-        CNN_TRY(conv_choose_winograd(be, cv, ep, algo_timed, &t, &wino));
+        const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w};
+        CNN_TRY(conv_choose_winograd(&op, algo_timed, &wino));
         if (wino) return cuda_winograd_fprop(be, cv, ep, x, w, y);
         return conv_fast_fprop(be, cv, ep, x, w, y);
     }

@@ -124,38 +124,46 @@ cnn_status conv_ost_encode(cuda_be *cb, const conv_row *r, int64_t gm, int64_t g
 
 /* ---- the choice policy (conv2d_choose.c) ---------------------------------------------------------------- */
 
-/* A candidate of a fast problem: a row (or CONV_PAIR_UNFUSED) and its split-K. */
+/* A candidate of a problem: a row (or CONV_PAIR_UNFUSED; a first_configs index for a first layer; 0 direct, 1
+ * Winograd for conv_choose_winograd) and its split-K. */
 typedef struct conv_cand {
     int row, splits;
 } conv_cand;
 #define CONV_PAIR_UNFUSED (-1) /* a pair's candidate that runs the two convolutions apart */
-/* The launch the tuner times: candidate c into the scratch output y. */
-typedef cnn_status (*conv_launch_fn)(void *ctx, conv_cand c, void *y);
 
 /* The second convolution of a pair (cuda_conv2d_fprop_pair): summed into the same output by the TMA rows. */
 typedef struct conv_pair {
     const cnn_conv2d *cv;
     const void *x, *w;
 } conv_pair;
+
+/* A forward problem and its operands, as the policy hands them back to the launch it times. */
+typedef struct conv_operands {
+    cnn_backend *be;
+    const cnn_conv2d *cv;
+    const cnn_epilogue *ep; /* or NULL */
+    const cnn_pool2d *pl;   /* a first layer's fused max-pool, or NULL */
+    const conv_pair *pr;    /* a pair's second convolution, or NULL */
+    const void *x, *w;
+} conv_operands;
+/* The launch the tuner times: candidate c of the problem into the scratch output y. */
+typedef cnn_status (*conv_launch_fn)(const conv_operands *op, conv_cand c, void *y);
 /* the reduction a launch runs: one convolution's R*S*C, or both of a pair's */
 int64_t conv_launch_gk(const cnn_conv2d *cv, const conv_pair *pr);
 
 /* generic (conv2d.cu): the rows usable for a pass, and the heuristic's choice (or the forced row) */
 int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int *out, int cap);
 int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv, int pass);
-/* fast forward: (row, splits) forced, tuned (cached) or the heuristic's; launch times a candidate */
-cnn_status conv_choose_fast(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, conv_launch_fn launch,
-                            void *ctx, conv_cand *out);
-/* a pair: a TMA row or CONV_PAIR_UNFUSED (forced, tuned, or the heuristic's TMA row); before timing, the unfused
- * candidate runs once into y (its convolutions tune and compile outside the pair's timing) */
-cnn_status conv_choose_pair(cnn_backend *be, const cnn_conv2d *cv, const conv_pair *pr, conv_launch_fn launch,
-                            void *ctx, void *y, int *row);
-/* a first layer: a first_configs index (forced, tuned, or the first of its class) */
-cnn_status conv_choose_first(cuda_be *cb, const cnn_conv2d *cv, const cnn_pool2d *pl, conv_launch_fn launch, void *ctx,
-                             int *cfg);
-/* F32 3x3/1 on the fast path: Winograd (true) or the direct kernels; candidate row 0 is direct, 1 Winograd */
-cnn_status conv_choose_winograd(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, conv_launch_fn launch,
-                                void *ctx, bool *use);
+/* Each choice: forced (tests), tuned (cached), or the heuristic's; `launch` runs a candidate when timing.
+ * fast forward rows: (row, splits) */
+cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv_cand *out);
+/* a pair: a TMA row or CONV_PAIR_UNFUSED; before timing, the unfused candidate runs once into y (its convolutions
+ * tune and compile outside the pair's timing) */
+cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void *y, int *row);
+/* a first layer: a first_configs index (op->pl: with the fused max-pool) */
+cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int *cfg);
+/* F32 3x3/1 on the fast path: Winograd (true) or the direct kernels */
+cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use);
 #define WINO_WS_CAP ((size_t)1 << 30) /* bytes of V, U and M at most (winograd.c slices the batch) */
 
 /* ---- launches ------------------------------------------------------------------------------------------- */

@@ -184,21 +184,22 @@ static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_p
 
 typedef struct timed {
     conv_launch_fn launch;
-    void *ctx;
+    const conv_operands *op;
     const conv_cand *cand;
 } timed;
 
 static cnn_status timed_launch(void *ctx, int i, void *y) {
-    timed *t = ctx;
-    return t->launch(t->ctx, t->cand[i], y);
+    const timed *t = ctx;
+    return t->launch(t->op, t->cand[i], y);
 }
 
 static const char *cand_name(int row) { return row == CONV_PAIR_UNFUSED ? "unfused" : conv_row_name(row); }
 
 /* Time the nc candidates of a problem whose output is ybytes (their programs compiled side by side first), and
  * remember the winner under key. *out stays the heuristic's (cand[0]) where nothing could be timed. */
-static cnn_status time_candidates(cnn_backend *be, const char *key, const conv_cand *cand, int nc, size_t ybytes,
-                                  conv_launch_fn launch, void *ctx, conv_cand *out) {
+static cnn_status time_candidates(const conv_operands *op, const char *key, const conv_cand *cand, int nc,
+                                  size_t ybytes, conv_launch_fn launch, conv_cand *out) {
+    cnn_backend *be = op->be;
     cuda_be *cb = cuda_impl(be);
     double t0 = cnn_now();
     *out = cand[0];
@@ -211,7 +212,7 @@ static cnn_status time_candidates(cnn_backend *be, const char *key, const conv_c
         ids[nids++] = cuda_program_id(fam, be->act_dtype, cfg);
     }
     cuda_prepare_programs(cb, ids, nids);
-    timed t = {launch, ctx, cand};
+    timed t = {launch, op, cand};
     int best;
     float ms, all[3 * CONV_MAX_ROWS + 1];
     cnn_status st = cuda_tune_time(cb, key, nc, ybytes, timed_launch, &t, &best, &ms, all);
@@ -232,9 +233,10 @@ static cnn_status time_candidates(cnn_backend *be, const char *key, const conv_c
 
 /* ---- fast forward rows ------------------------------------------------------------------------------------- */
 
-cnn_status conv_choose_fast(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, conv_launch_fn launch,
-                            void *ctx, conv_cand *out) {
-    cuda_be *cb = cuda_impl(be);
+cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv_cand *out) {
+    const cnn_conv2d *cv = op->cv;
+    const cnn_epilogue *ep = op->ep;
+    cuda_be *cb = cuda_impl(op->be);
     const int g = conv_n_generic();
     int64_t gm, gn, gk;
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
@@ -261,7 +263,7 @@ cnn_status conv_choose_fast(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
             *out = cand[0];
             if (nc == 1) return CNN_OK;
             size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * act_size(cb);
-            return time_candidates(be, key, cand, nc, ybytes, launch, ctx, out);
+            return time_candidates(op, key, cand, nc, ybytes, launch, out);
         }
     }
     CNN_ASSERT(fast_candidates(cb, cv, res, cand) > 0); /* best first: the heuristic's choice */
@@ -271,9 +273,10 @@ cnn_status conv_choose_fast(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
 
 /* ---- pairs ------------------------------------------------------------------------------------------------- */
 
-cnn_status conv_choose_pair(cnn_backend *be, const cnn_conv2d *cv, const conv_pair *pr, conv_launch_fn launch,
-                            void *ctx, void *y, int *row) {
-    cuda_be *cb = cuda_impl(be);
+cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void *y, int *row) {
+    const cnn_conv2d *cv = op->cv;
+    const conv_pair *pr = op->pr;
+    cuda_be *cb = cuda_impl(op->be);
     if (cb->conv_force_cfg >= conv_n_generic() && conv_is(&conv_rows[cb->conv_force_cfg], CNN_CUDA_CONV_TMA)) {
         *row = cb->conv_force_cfg;
         return CNN_OK;
@@ -293,13 +296,13 @@ cnn_status conv_choose_pair(cnn_backend *be, const cnn_conv2d *cv, const conv_pa
             return CNN_OK;
         }
         if (!cb->capturing) { /* the unfused candidate's convolutions tune (and compile) first, outside the timing */
-            CNN_TRY(launch(ctx, (conv_cand){CONV_PAIR_UNFUSED, 1}, y));
+            CNN_TRY(launch(op, (conv_cand){CONV_PAIR_UNFUSED, 1}, y));
             int nc = pair_candidates(cb, cv, pr, cand);
             CNN_ASSERT(nc > 0);
             conv_cand best = cand[0];
             if (nc > 1) {
                 size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * act_size(cb);
-                CNN_TRY(time_candidates(be, key, cand, nc, ybytes, launch, ctx, &best));
+                CNN_TRY(time_candidates(op, key, cand, nc, ybytes, launch, &best));
             }
             *row = best.row;
             return CNN_OK;
@@ -312,28 +315,20 @@ cnn_status conv_choose_pair(cnn_backend *be, const cnn_conv2d *cv, const conv_pa
 
 /* ---- first layers ------------------------------------------------------------------------------------------ */
 
-typedef struct first_timed {
-    conv_launch_fn launch;
-    void *ctx;
-    const int *cand;
-} first_timed;
-
-static cnn_status first_timed_launch(void *ctx, int i, void *y) {
-    first_timed *t = ctx;
-    return t->launch(t->ctx, (conv_cand){t->cand[i], 1}, y);
-}
-
-cnn_status conv_choose_first(cuda_be *cb, const cnn_conv2d *cv, const cnn_pool2d *pl, conv_launch_fn launch, void *ctx,
-                             int *cfg) {
-    int cand[CONV_MAX_ROWS], n = 0;
+cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int *cfg) {
+    const cnn_conv2d *cv = op->cv;
+    const cnn_pool2d *pl = op->pl;
+    cuda_be *cb = cuda_impl(op->be);
+    conv_cand cand[CONV_MAX_ROWS];
+    int n = 0;
     for (int i = 0; i < first_n_configs(); i++)
-        if (first_config_runs(cb, i, cv, pl != NULL)) cand[n++] = i;
+        if (first_config_runs(cb, i, cv, pl != NULL)) cand[n++] = (conv_cand){i, 1};
     CNN_ASSERT(n > 0); /* cuda_first_eligible */
     if (cb->first_force_cfg >= 0 && first_config_runs(cb, cb->first_force_cfg, cv, pl != NULL)) {
         *cfg = cb->first_force_cfg; /* a test's choice, for the problems of its class */
         return CNN_OK;
     }
-    *cfg = cand[0];
+    *cfg = cand[0].row;
     if (cb->tune == CNN_TUNE_NONE || n == 1) return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "first %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", cuda_dtype_str(cb->pub.act_dtype),
@@ -347,17 +342,17 @@ cnn_status conv_choose_first(cuda_be *cb, const cnn_conv2d *cv, const cnn_pool2d
     }
     if (cb->capturing) return CNN_OK; /* no timing inside a graph capture: the heuristic's */
     double t0 = cnn_now();
-    int64_t op = pl ? pl->p : cv->p, oq = pl ? pl->q : cv->q;
-    size_t ybytes = (size_t)((int64_t)cv->n * op * oq * cv->k * 2);
+    int64_t out_p = pl ? pl->p : cv->p, out_q = pl ? pl->q : cv->q;
+    size_t ybytes = (size_t)((int64_t)cv->n * out_p * out_q * cv->k * 2);
     int ids[CONV_MAX_ROWS]; /* the candidates' programs, compiled side by side before any is timed */
-    for (int i = 0; i < n; i++) ids[i] = cuda_program_id(&cuda_family_conv2d_fprop_first, cb->pub.act_dtype, cand[i]);
+    for (int i = 0; i < n; i++) ids[i] = cuda_program_id(&cuda_family_conv2d_fprop_first, cb->pub.act_dtype, cand[i].row);
     cuda_prepare_programs(cb, ids, n);
-    first_timed t = {launch, ctx, cand};
+    timed t = {launch, op, cand};
     int best;
     float ms;
-    cnn_status st = cuda_tune_time(cb, key, n, ybytes, first_timed_launch, &t, &best, &ms, NULL);
+    cnn_status st = cuda_tune_time(cb, key, n, ybytes, timed_launch, &t, &best, &ms, NULL);
     if (st == CNN_OK && best >= 0) {
-        *cfg = cand[best];
+        *cfg = cand[best].row;
         cuda_tune_put(cb, key, *cfg, 1, ms);
         cb->pub.n_tuned++;
         cnn_log(2, "cnn: tuned %s: %s, %.4f ms (%d candidates, %.0f ms)", key, first_configs[*cfg].name, ms, n,
@@ -393,19 +388,10 @@ static bool winograd_worth_timing(const cnn_conv2d *cv) {
     return cv->c >= 32 && cv->k >= 32 && cv->p >= 4 && cv->q >= 4 && tiles >= 1024;
 }
 
-typedef struct algo_timed {
-    conv_launch_fn launch;
-    void *ctx;
-} algo_timed;
-
-static cnn_status algo_timed_launch(void *ctx, int i, void *y) {
-    algo_timed *t = ctx;
-    return t->launch(t->ctx, (conv_cand){i, 1}, y);
-}
-
-cnn_status conv_choose_winograd(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, conv_launch_fn launch,
-                                void *ctx, bool *use) {
-    cuda_be *cb = cuda_impl(be);
+cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use) {
+    const cnn_conv2d *cv = op->cv;
+    const cnn_epilogue *ep = op->ep;
+    cuda_be *cb = cuda_impl(op->be);
     *use = false;
     if (!winograd_applies(cb, cv)) return CNN_OK;
     if (cb->winograd == 1) return *use = true, CNN_OK;
@@ -421,11 +407,12 @@ cnn_status conv_choose_winograd(cnn_backend *be, const cnn_conv2d *cv, const cnn
     if (cb->capturing) return CNN_OK;
     /* each candidate's first (warm-up) run tunes its own configs, which counts as their tuning, not this one's */
     const double t0 = cnn_now(), inner0 = cb->pub.tune_seconds;
-    algo_timed t = {launch, ctx};
+    static const conv_cand algos[2] = {{0, 1}, {1, 1}}; /* the direct kernels, Winograd */
+    timed t = {launch, op, algos};
     int best;
     float ms;
     const size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * 4;
-    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, algo_timed_launch, &t, &best, &ms, NULL));
+    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, timed_launch, &t, &best, &ms, NULL));
     if (best >= 0) {
         *use = best == 1;
         cuda_tune_put(cb, key, best, 1, ms);

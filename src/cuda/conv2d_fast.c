@@ -131,23 +131,15 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     return CNN_OK;
 }
 
-typedef struct fast_ctx {
-    cnn_backend *be;
-    const cnn_conv2d *cv;
-    const cnn_epilogue *ep;
-    const void *x, *w;
-} fast_ctx;
-
-static cnn_status fast_timed(void *ctx, conv_cand c, void *y) {
-    const fast_ctx *t = ctx;
-    return conv_fast_launch(t->be, t->cv, t->ep, t->x, t->w, y, c.row, c.splits, NULL);
+static cnn_status fast_timed(const conv_operands *op, conv_cand c, void *y) {
+    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, NULL);
 }
 
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                            void *y) {
-    fast_ctx t = {be, cv, ep, x, w};
+    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w};
     conv_cand c;
-    CNN_TRY(conv_choose_fast(be, cv, ep, fast_timed, &t, &c));
+    CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
     return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL);
 }
 

@@ -17,7 +17,7 @@ static bool is_stem_pool(const cnn_conv2d *cv, const cnn_pool2d *pl) {
 
 bool cuda_first_takes(const cuda_be *cb, const cnn_conv2d *cv, bool residual, const cnn_pool2d *pl, const void *y) {
     cnn_dtype dt = cb->pub.act_dtype;
-    if ((dt != CNN_DTYPE_F16 && dt != CNN_DTYPE_BF16) || cb->cc_major < 8 || cb->no_mma || cb->no_first) return false;
+    if ((dt != CNN_DTYPE_F16 && dt != CNN_DTYPE_BF16) || cb->cc_major < 8) return false;
     if (cb->conv_force_cfg >= 0) return false; /* a test forcing a conv2d.c config means that path */
     if (cv->k % 8 != 0 || residual || ((uintptr_t)y & 15) != 0) return false;
     if (pl && !is_stem_pool(cv, pl)) return false;
@@ -60,17 +60,8 @@ static cnn_status first_launch(cuda_be *cb, const cnn_conv2d *cv, const cnn_epil
     return cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &a);
 }
 
-typedef struct first_ctx {
-    cuda_be *cb;
-    const cnn_conv2d *cv;
-    const cnn_epilogue *ep;
-    const cnn_pool2d *pl;
-    const void *x, *w;
-} first_ctx;
-
-static cnn_status first_timed(void *ctx, conv_cand c, void *y) {
-    const first_ctx *t = ctx;
-    return first_launch(t->cb, t->cv, t->ep, t->pl, t->x, t->w, y, c.row);
+static cnn_status first_timed(const conv_operands *op, conv_cand c, void *y) {
+    return first_launch(cuda_impl(op->be), op->cv, op->ep, op->pl, op->x, op->w, y, c.row);
 }
 
 cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
@@ -79,8 +70,8 @@ cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     CNN_ASSERT(cuda_first_eligible(cb, cv, ep, pl, y));
     if ((int64_t)cv->n * cv->h * cv->w * cv->c > INT32_MAX || (int64_t)cv->n * cv->p * cv->q > INT32_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "first-layer convolution too large for 32-bit indices (batch %d)", cv->n);
-    first_ctx t = {cb, cv, ep, pl, x, w};
+    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .pl = pl, .x = x, .w = w};
     int cfg;
-    CNN_TRY(conv_choose_first(cb, cv, pl, first_timed, &t, &cfg));
+    CNN_TRY(conv_choose_first(&op, first_timed, &cfg));
     return first_launch(cb, cv, ep, pl, x, w, y, cfg);
 }

@@ -12,7 +12,7 @@
 
 bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2) {
     cuda_be *cb = cuda_impl(be);
-    if (cb->no_pair || (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic())) return false;
+    if ((cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic())) return false;
     if (cv->n != cv2->n || cv->k != cv2->k || cv->p != cv2->p || cv->q != cv2->q || cv->k % 8 != 0) return false;
     if (!conv_tma_fits(cv) || !conv_tma_fits(cv2) || conv_check_problem(cv, PASS_FPROP) != CNN_OK ||
         conv_check_problem(cv2, PASS_FPROP) != CNN_OK)
@@ -35,18 +35,9 @@ static cnn_status pair_unfused(cnn_backend *be, const cnn_conv2d *cv, const conv
     return cuda_conv2d_fprop(be, pr->cv, &e2, pr->x, pr->w, y);
 }
 
-typedef struct pair_ctx {
-    cnn_backend *be;
-    const cnn_conv2d *cv;
-    const conv_pair *pr;
-    const cnn_epilogue *ep;
-    const void *x, *w;
-} pair_ctx;
-
-static cnn_status pair_timed(void *ctx, conv_cand c, void *y) {
-    const pair_ctx *t = ctx;
-    if (c.row == CONV_PAIR_UNFUSED) return pair_unfused(t->be, t->cv, t->pr, t->ep, t->x, t->w, y);
-    return conv_fast_launch(t->be, t->cv, t->ep, t->x, t->w, y, c.row, c.splits, t->pr);
+static cnn_status pair_timed(const conv_operands *op, conv_cand c, void *y) {
+    if (c.row == CONV_PAIR_UNFUSED) return pair_unfused(op->be, op->cv, op->pr, op->ep, op->x, op->w, y);
+    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, op->pr);
 }
 
 cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
@@ -61,9 +52,9 @@ cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const c
     const conv_pair pr = {cv2, x2, w2};
     if (cuda_conv2d_pair_fusable(be, cv, cv2) && aligned16(x) && aligned16(w) && aligned16(x2) && aligned16(w2) &&
         aligned16(y)) {
-        pair_ctx t = {be, cv, &pr, ep, x, w};
+        const conv_operands op = {.be = be, .cv = cv, .ep = ep, .pr = &pr, .x = x, .w = w};
         int row;
-        CNN_TRY(conv_choose_pair(be, cv, &pr, pair_timed, &t, y, &row));
+        CNN_TRY(conv_choose_pair(&op, pair_timed, y, &row));
         if (row != CONV_PAIR_UNFUSED) {
             cb->stats.pair_launches++;
             return conv_fast_launch(be, cv, ep, x, w, y, row, 1, &pr);

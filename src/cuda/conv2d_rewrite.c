@@ -86,10 +86,10 @@ cnn_status conv_narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
  * then written by the same thread, also in the split-K epilogue). Its tile config is tuned under the rewritten
  * problem's forward key, which a forward layer of the same shape shares. Elsewhere (strided convolutions,
  * channel counts the kernels do not take, a generic config forced, F32 with allow_tf32, whose forward kernels
- * multiply in TF32 while dgrad has always been true fp32, CNN_CONV_DGRAD_TC=0) the generic kernels. */
+ * multiply in TF32 while dgrad has always been true fp32) the generic kernels. */
 bool conv_dgrad_fast_problem(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
                              cnn_conv2d *s) {
-    if (cb->no_dgrad_tc || cb->allow_tf32 || cv->stride_h != 1 || cv->stride_w != 1 || cv->pad_h > cv->r - 1 ||
+    if (cb->allow_tf32 || cv->stride_h != 1 || cv->stride_w != 1 || cv->pad_h > cv->r - 1 ||
         cv->pad_w > cv->s - 1)
         return false;
     *s = (cnn_conv2d){.n = cv->n, .c = cv->k, .h = cv->p, .w = cv->q, .k = cv->c, .r = cv->r, .s = cv->s,

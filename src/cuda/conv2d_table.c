@@ -365,10 +365,7 @@ bool conv_fast_usable(const cuda_be *cb, int v) {
     const conv_row *c = &conv_rows[v];
     const bool hopper = conv_hopper(c);
     if (row_skipped(cb, v)) return false;
-    if (conv_is(c, CNN_CUDA_CONV_WARPSPEC) && cb->no_ws) return false;
     if (conv_is(c, TMA) && cb->no_tma) return false;
-    if (conv_is(c, COOP) && cb->no_coop) return false;
-    if (conv_is(c, SWAP) && cb->no_swap) return false;
     if (hopper && (cb->cc_major != 9 || cb->cc_minor != 0 || strcmp(cb->arch, "sm_90a") != 0)) return false;
     if (hopper && cb->pub.act_dtype == CNN_DTYPE_F32) return false; /* TF32 and FFMA run on the pipelined rows only */
     return conv_row_min_smem(c) <= cb->smem_optin;
@@ -378,7 +375,7 @@ bool conv_row_usable(const cuda_be *cb, int v) {
     CNN_ASSERT(v >= 0 && v < N_ROWS);
     const conv_row *c = &conv_rows[v];
     if (conv_is(c, CNN_CUDA_CONV_SIMT)) return true;
-    if (cb->cc_major < 8 || cb->no_mma) return false;
+    if (cb->cc_major < 8) return false;
     if (conv_is(c, CNN_CUDA_CONV_MMA)) return cb->pub.act_dtype != CNN_DTYPE_F32; /* conv2d.cu's mma: F16/BF16 */
     if (!conv_fast_usable(cb, v)) return false;
     /* F32 activations: the pipelined rows, in TF32 when asked for (--dtype tf32), else with fp32 FMA (FFMA=1);

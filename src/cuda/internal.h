@@ -229,27 +229,19 @@ typedef struct cuda_be {
     char arch[24];
     char cache_dir[1024];     /* "" = no disk cache */
     bool sync_debug;          /* CNN_SYNC_DEBUG: synchronise and check after every launch */
-    bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
-    bool no_first;            /* CNN_CONV_FIRST=0: first layers take the rewritten-operand path (A/B timing) */
-    bool no_ws;               /* CNN_CONV_WS=0: the warp-specialised conv rows are never used (A/B timing) */
-    bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
-                               * tensor-map encoders */
-    bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
-    bool no_swap;             /* CNN_CONV_SWAP=0: nor their transposed-tile rows (A/B timing) */
-    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the tensor-core rows whose names contain a or b (A/B timing) */
-    bool no_pair;             /* CNN_CONV_PAIR=0: the eval plan fuses no conv pairs (A/B timing) */
-    bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
-    bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with
-                               * cuLaunchKernelEx, CNN_PDL not 0): each may be placed while the one before it
-                               * finishes (kernels/common.cuh, pdl_enter) */
-    bool no_dgrad_tc;         /* CNN_CONV_DGRAD_TC=0: dgrad always on the generic kernels (A/B timing) */
+    bool no_tma;              /* the driver has no tensor-map encoders (CUDA < 12.0): no TMA conv rows */
+    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the fast conv rows whose names contain a or b (A/B timing) */
+    bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+ and a driver with
+                               * cuLaunchKernelEx): each may be placed while the one before it finishes
+                               * (kernels/common.cuh, pdl_enter) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
     bool capturing;
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
-    int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 heuristic, 0 never, 1 wherever it applies */
+    int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 tuned or heuristic, 0 never, 1 wherever it
+                               * applies (cnn_cuda_conv_force_winograd, tests) */
     int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */
     bool timing;              /* between time_begin and time_end */
     cnn_tune tune;            /* autotuning level (NONE, FAST or FULL) */
@@ -281,7 +273,7 @@ void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms);
 void cuda_tune_free(cuda_be *cb);
 /* Time n candidates of one problem (key names it in messages): launch(ctx, i, y) launches candidate i writing
  * into y, a scratch output of ybytes; each is launched once to warm up, then 3 times with the L2 flushed (a 64 MiB
- * memset) before each (not with CNN_TUNE_FLUSH=0: A/B runs), CUDA events, median. *best = the fastest (its median
+ * memset) before each, CUDA events, median. *best = the fastest (its median
  * in *best_ms), or -1 when there was no memory for the scratch buffers (the caller's heuristic stands: tuning is
  * an optimisation). all_ms (NULL or n floats): every candidate's median, -1 for those not timed. Outside capture. */
 typedef cnn_status (*cuda_tune_launch_fn)(void *ctx, int i, void *y);

@@ -516,10 +516,10 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
     /* threads: CNN_COMPILE_THREADS (1 = compile each when first launched, as without this), else up to 8 and
      * the CPUs online */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *env = getenv("CNN_COMPILE_THREADS");
-    int nt = env && atoi(env) > 0 ? atoi(env) : 8;
+    const int want = cnn_env_get()->compile_threads;
+    int nt = want > 0 ? want : 8;
     if (nt > 8) nt = 8;
-    if (!(env && atoi(env) > 0) && cpus > 0 && nt > cpus) nt = (int)cpus;
+    if (want <= 0 && cpus > 0 && nt > cpus) nt = (int)cpus;
     if (nt > nj) nt = nj;
     if (nj < 2 || nt < 2) return; /* nothing to overlap: cuda_kernel compiles each when asked */
     prep_pool pool = {cb->arch, jobs, nj, 0};

@@ -1237,8 +1237,8 @@ static void g_conv_tc(ctx *t) {
         else if (!cnn_cuda_conv_config_usable(t->gpu, cfg)) {
             char name[160];
             snprintf(name, sizeof name, "conv_tc.%s.%s", t->dts, cnn_cuda_conv_config_name(cfg));
-            skip(name, "needs more shared memory per block than this GPU has, wgmma off sm_90a, or an environment "
-                       "variable turns it off (CNN_CONV_WS, _TMA, _COOP, _SWAP, _SKIP)");
+            skip(name, "needs more shared memory per block than this GPU has, wgmma off sm_90a, TMA without the "
+                       "driver's tensor-map encoder, or CNN_CONV_SKIP names it");
         }
     int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
     /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits; the persistent
@@ -2392,8 +2392,12 @@ int main(int argc, char **argv) {
             fork_groups = false;
         else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
             only_dtype = argv[++i];
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]\n", argv[0]);
+        else if (strcmp(argv[i], "--list-conv") == 0) { /* the conv rows: index, flag word, name (no GPU needed) */
+            for (int v = 0; v < cnn_cuda_conv_config_count(); v++)
+                printf("%2d  0x%06x  %s\n", v, cnn_cuda_conv_config_flags(v), cnn_cuda_conv_config_name(v));
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16|tf32] [--list-conv] [group...]\n", argv[0]);
             return 2;
         } else if (nsel < 64)
             sel[nsel++] = argv[i];
