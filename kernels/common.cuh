@@ -403,7 +403,7 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned pari
  * then completes only when the copies carrying them have. tma_load_tile_2d copies the box of a tiled tensor map
  * whose inner coordinate is c0, outer c1; tma_load_im2col_4d copies Pixels-per-Column rows of Channels-per-Pixel
  * channels from an NHWC tensor map in im2col mode: from pixel (w, h) of image n, the filter base, walking the
- * map's bounding box, each row at filter tap (w + off_w, h + off_h), channels c .. (kernels/conv2d_ws.cu).
+ * map's bounding box, each row at filter tap (w + off_w, h + off_h), channels c .. (kernels/conv2d_warpspec.cu).
  * Elements outside the tensor land as zeros, and the box's full byte count completes on the barrier either way.
  * `map` is the address of a conv_tma_map in the kernel's parameter space (__grid_constant__). The emulator
  * (tests/gpu/emu) copies synchronously from its own encoding of the map (emu_tmap.h), swizzling by box row. */

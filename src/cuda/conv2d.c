@@ -54,7 +54,7 @@ static cnn_status prepare(cnn_backend *be, const cnn_conv2d *cv, int pass, int e
 
 /* Winograd's candidates as conv2d_choose.c times them: 0 the direct kernels, 1 Winograd */
 static cnn_status algo_timed(const conv_operands *op, conv_cand c, void *y) {
-    return c.row == 0 ? cuda_conv_tc_fprop(op->be, op->cv, op->ep, op->x, op->w, y)
+    return c.row == 0 ? conv_fast_fprop_checked(op->be, op->cv, op->ep, op->x, op->w, y)
                       : cuda_winograd_fprop(op->be, op->cv, op->ep, op->x, op->w, y);
 }
 

@@ -64,7 +64,7 @@ static inline int64_t conv_row_min_smem(const conv_row *r) { return conv_row_sme
 bool conv_row_usable(const cuda_be *cb, int v);
 bool conv_fast_usable(const cuda_be *cb, int v);
 /* twins: the row that runs what row v cannot */
-int conv_persistent_twin(int v);                 /* a wgmma row's /p twin, -1 if none           */
+int conv_persistent_twin(int v);                 /* a wgmma row's persistent twin, -1 if none */
 int conv_ws_twin(int v, bool bres, bool tma);    /* the warp-specialised row of v's tile with these options */
 int conv_swap_twin(int v);                       /* a transposed row's pixel-major TMA row      */
 int conv_ost_twin(int v);                        /* a TMA-store row's twin storing from registers */
@@ -75,11 +75,11 @@ int conv_row_ks(const cuda_be *cb, const conv_row *r);
 
 /* the kernel families of conv2d.cu's rows, per pass, and of the fast rows */
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
-    cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc,
-    cuda_family_conv2d_fprop_ffma, cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_ws, cuda_family_conv2d_fprop_first,
+    cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_pipelined,
+    cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,
     cuda_family_winograd;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
-enum { TC_MAIN = 0, TC_SPLITK_EPILOGUE = 1, TC_S2D_INPUT = 2, TC_S2D_FILTER = 3, TC_PAD_CHANNELS = 4, TC_DGRAD_FILTER = 5 };
+enum { PIPE_MAIN = 0, PIPE_SPLITK_EPILOGUE = 1, PIPE_S2D_INPUT = 2, PIPE_S2D_FILTER = 3, PIPE_PAD_CHANNELS = 4, PIPE_DGRAD_FILTER = 5 };
 enum { WINO_FILTER = 0, WINO_INPUT = 1, WINO_OUTPUT = 2 };
 /* the pipelined rows' family for this backend: F32 without allow_tf32 multiplies in fp32 FMA */
 const cuda_family *conv_pipelined_family(const cuda_be *cb);
@@ -181,7 +181,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                            void *y);
 /* the same, checked: what winograd.c runs its GEMMs with */
-cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y);
 /* conv2d_first.c: first layers over 3-channel images; _takes with the residual and pool as flags */
 bool cuda_first_takes(const cuda_be *cb, const cnn_conv2d *cv, bool residual, const cnn_pool2d *pl, const void *y);

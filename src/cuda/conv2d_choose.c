@@ -3,7 +3,7 @@
  *
  *   generic (conv2d.cu, every pass)   the heuristic only: tile efficiency x edge use x how well the CTAs fill
  *                                      the GPU (or the row a test forces)
- *   fast forward rows                  key "fprop_tc ...": --tune fast times the 4 best by the heuristic's score,
+ *   fast forward rows                  key "fprop ...":    --tune fast times the 4 best by the heuristic's score,
  *                                      the best small tile, the persistent twin of each wgmma one, and every
  *                                      warp-specialised row that fits; --tune full every row, each with its
  *                                      heuristic split-K and, when that splits, also unsplit; --tune none (and
@@ -247,7 +247,7 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
     const bool res = ep && ep->residual;
     char key[200];
     /* a residual doubles the epilogue's traffic, which moves the best tile of a memory-bound conv: its own key */
-    snprintf(key, sizeof key, "fprop_tc %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", conv_dtype_str(cb), cv->n,
+    snprintf(key, sizeof key, "fprop %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", conv_dtype_str(cb), cv->n,
              cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, res ? " res" : "");
     conv_cand cand[3 * CONV_MAX_ROWS];
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {

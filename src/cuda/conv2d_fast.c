@@ -1,6 +1,6 @@
 /* conv2d_fast.c -- the launch of a fast forward row (conv2d_table.c): the pipelined mma.sync kernel
- * (kernels/conv2d_tc.cu, split-K over gridDim.z and its epilogue kernel), wgmma (kernels/conv2d_wg.cu, one CTA
- * per tile or a persistent grid) and warp-specialised wgmma (kernels/conv2d_ws.cu, persistent; TMA rows get their
+ * (kernels/conv2d_pipelined.cu, split-K over gridDim.z and its epilogue kernel), wgmma (kernels/conv2d_wgmma.cu, one CTA
+ * per tile or a persistent grid) and warp-specialised wgmma (kernels/conv2d_warpspec.cu, persistent; TMA rows get their
  * tensor maps from conv2d_tma.c). A row that cannot run a problem hands it to its twin (conv2d_table.c) here, at
  * launch: a transposed row with a residual or a pair, a TMA-store row whose output map does not apply, a
  * filter-resident row whose filter block does not fit, a TMA row off its maps.
@@ -54,7 +54,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     CNN_ASSERT(splits == 1 || !conv_hopper(c));
     int cfg;
     const cuda_family *fam = conv_row_family(cb, row, PASS_FPROP, &cfg);
-    CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, TC_MAIN, &f));
+    CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
     if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
         const cnn_conv2d *c2 = pr->cv;
@@ -72,13 +72,13 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     a.x = x, a.wt = w, a.out = y;
     if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
     if (splits > 1) {
-        CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, TC_SPLITK_EPILOGUE, &fe));
+        CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_SPLITK_EPILOGUE, &fe));
         void *ws;
         CNN_TRY(cuda_workspace(cb, (size_t)((int64_t)splits * gm * gn) * sizeof(float), &ws));
         a.ws = ws;
     }
     char what[200];
-    snprintf(what, sizeof what, "conv2d_fprop_tc[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+    snprintf(what, sizeof what, "conv2d_fprop_pipelined[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
              conv_dtype_str(cb), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
     if (pr)
@@ -87,7 +87,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
                  pr->cv->pad_h, pr->cv->pad_w);
     /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
      * slice) takes less, so more CTAs fit on an SM; a persistent CTA cycles through all its stages over its
-     * tiles (conv2d_wg.cu traps when given too few) */
+     * tiles (conv2d_wgmma.cu traps when given too few) */
     const bool persistent = conv_is(c, CNN_CUDA_CONV_PERSISTENT) || warpspec;
     int stages = c->stages < kps || persistent ? c->stages : (int)kps;
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
@@ -101,7 +101,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
         grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
         if (grid > tiles) grid = tiles;
-        if (conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT)) { /* whole column blocks: CTA b keeps column b % n_tiles (conv2d_ws.cu) */
+        if (conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT)) { /* whole column blocks: CTA b keeps column b % n_tiles (conv2d_warpspec.cu) */
             int64_t nt = cdiv(gn, c->bn), rows = grid / nt;
             if (rows < 1) rows = 1;
             if (rows > cdiv(gm, c->bm)) rows = cdiv(gm, c->bm);
@@ -143,7 +143,7 @@ cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epil
     return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL);
 }
 
-cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y) {
     CNN_ASSERT(conv_fast_eligible(cuda_impl(be), cv, ep, x, w, y));
     CNN_TRY(conv_check_problem(cv, PASS_FPROP));

@@ -1,5 +1,5 @@
 /* conv2d_rewrite.c -- problems the fast forward rows run after a rewrite of their operands, each rewrite a small
- * kernel of the pipelined family (kernels/conv2d_tc.cu) writing into the operands workspace on every call (the
+ * kernel of the pipelined family (kernels/conv2d_pipelined.cu) writing into the operands workspace on every call (the
  * filter may be training):
  *   narrow first layers (C < 8): space-to-depth for a stride-2 one, zero-padded channels otherwise
  *   dgrad of stride-1 convolutions: the forward convolution of dy with the flipped, transposed filter
@@ -55,8 +55,8 @@ cnn_status conv_narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     char what[200];
     if (kind == NARROW_S2D) {
         CUfunction fx, fw;
-        CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, TC_S2D_INPUT, &fx));
-        CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, TC_S2D_FILTER, &fw));
+        CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, PIPE_S2D_INPUT, &fx));
+        CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, PIPE_S2D_FILTER, &fw));
         conv_args a = conv_make_args(cv, PASS_FPROP, 32);
         a.x = x, a.wt = w, a.out = xs;
         snprintf(what, sizeof what, "conv2d_s2d_input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
@@ -66,7 +66,7 @@ cnn_status conv_narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
         CNN_TRY(cuda_launch(cb, fw, what, cuda_grid_1d(cb, (long long)s.k * s.r * s.s * 16, 256), 1, 1, 256, 1, &a));
     } else {
         CUfunction fp;
-        CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, TC_PAD_CHANNELS, &fp));
+        CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, PIPE_PAD_CHANNELS, &fp));
         conv_args a = {0};
         a.n = cv->n, a.h = cv->h, a.w = cv->w, a.c = cv->c, a.x = x, a.out = xs; /* rows = N*H*W */
         snprintf(what, sizeof what, "conv2d_pad_channels input n%d c%d h%d w%d", cv->n, cv->c, cv->h, cv->w);
@@ -107,7 +107,7 @@ cnn_status conv_dgrad_fast(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv
     void *wt;
     CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, (size_t)cv->k * cv->r * cv->s * cv->c * act_size(cb), &wt));
     CUfunction f;
-    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, TC_DGRAD_FILTER, &f));
+    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, PIPE_DGRAD_FILTER, &f));
     conv_args a = {0};
     a.k = cv->k, a.r = cv->r, a.s = cv->s, a.c = cv->c, a.wt = w, a.out = wt;
     char what[200];

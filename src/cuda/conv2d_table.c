@@ -6,11 +6,11 @@
  * (conv2d_choose.c). Kinds, in table order:
  *   SIMT, MMA   kernels/conv2d.cu, the generic implicit GEMM of all three passes (views in kernels/params.cuh):
  *               fp32-FMA tiles for every dtype, mma.sync tiles for F16/BF16 on sm_80+; one family per (kind, pass)
- *   PIPELINED   kernels/conv2d_tc.cu: cp.async pipeline, ldmatrix, mma.sync, split-K for small outputs; F16/BF16
+ *   PIPELINED   kernels/conv2d_pipelined.cu: cp.async pipeline, ldmatrix, mma.sync, split-K for small outputs; F16/BF16
  *               and F32 (TF32 with allow_tf32, else the same program with FFMA=1: true fp32); sm_80+
- *   WGMMA       kernels/conv2d_wg.cu: wgmma from the 128-byte swizzle, sm_90a, F16/BF16; a /p row is the program
- *               of the row without it, launched on a persistent grid
- *   WARPSPEC    kernels/conv2d_ws.cu: a producer warpgroup and two consumer warpgroups (persistent grid), with the
+ *   WGMMA       kernels/conv2d_wgmma.cu: wgmma from the 128-byte swizzle, sm_90a, F16/BF16; a /persistent row is
+ *               the program of the row without it, launched on a persistent grid
+ *   WARPSPEC    kernels/conv2d_warpspec.cu: a producer warpgroup and two consumer warpgroups (persistent grid), with the
  *               options of hooks.h's CNN_CUDA_CONV_* bits (TMA, cooperative, transposed, ...)
  * Also here: the first-layer configs (kernels/conv2d_first.cu), the Winograd family, and the problem geometry
  * every conv file shares.
@@ -145,28 +145,33 @@ int conv_n_generic(void) { return kind_first(CNN_CUDA_CONV_PIPELINED); }
 
 /* ---- names, derived from the flags ------------------------------------------------------------------------- */
 
-static char row_names[N_ROWS][48];
+static char row_names[N_ROWS][96];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 
+/* "<kind><BM>x<BN>..." then the row's options as words ("warpspec192x128/s4/cooperative/tma/transposed/store-tma"):
+ * no option's word is a part of another's, so CNN_CONV_SKIP=/tma names the TMA rows and nothing else */
 static void make_names(void) {
     for (int v = 0; v < N_ROWS; v++) {
         const conv_row *r = &conv_rows[v];
         char *b = row_names[v];
         const size_t cap = sizeof row_names[v];
         switch (kind_of(r)) {
-        case CNN_CUDA_CONV_SIMT: snprintf(b, cap, "%dx%dx%d/%dx%d", r->bm, r->bn, r->bk, r->wm, r->wn); break;
+        case CNN_CUDA_CONV_SIMT: snprintf(b, cap, "simt%dx%dx%d/%dx%d", r->bm, r->bn, r->bk, r->wm, r->wn); break;
         case CNN_CUDA_CONV_MMA: snprintf(b, cap, "mma%dx%dx%d/w%dx%d", r->bm, r->bn, r->bk, r->wm, r->wn); break;
         case CNN_CUDA_CONV_PIPELINED:
-            snprintf(b, cap, "tc%dx%d%s/w%dx%d/s%d", r->bm, r->bn, r->bk == 64 ? "k64" : "", r->wm, r->wn, r->stages);
+            snprintf(b, cap, "pipelined%dx%d%s/w%dx%d/s%d", r->bm, r->bn, r->bk == 64 ? "k64" : "", r->wm, r->wn,
+                     r->stages);
             break;
         case CNN_CUDA_CONV_WGMMA:
-            snprintf(b, cap, "tc%dx%dwg/g%d/s%d%s", r->bm, r->bn, r->wm, r->stages, conv_is(r, PERSIST) ? "/p" : "");
+            snprintf(b, cap, "wgmma%dx%d/g%d/s%d%s", r->bm, r->bn, r->wm, r->stages,
+                     conv_is(r, PERSIST) ? "/persistent" : "");
             break;
         default:
             CNN_ASSERT(kind_of(r) == CNN_CUDA_CONV_WARPSPEC);
-            snprintf(b, cap, "tc%dx%dws/s%d%s%s%s%s%s%s", r->bm, r->bn, r->stages, conv_is(r, BRES) ? "/b" : "",
-                     conv_is(r, COOP) ? "/c" : "", conv_is(r, TMA) ? "/t" : "", conv_is(r, RSM) ? "/r" : "",
-                     conv_is(r, SWAP) ? "/x" : "", conv_is(r, OST) ? "/o" : "");
+            snprintf(b, cap, "warpspec%dx%d/s%d%s%s%s%s%s%s", r->bm, r->bn, r->stages,
+                     conv_is(r, BRES) ? "/filter-resident" : "", conv_is(r, COOP) ? "/cooperative" : "",
+                     conv_is(r, TMA) ? "/tma" : "", conv_is(r, RSM) ? "/residual-smem" : "",
+                     conv_is(r, SWAP) ? "/transposed" : "", conv_is(r, OST) ? "/store-tma" : "");
         }
     }
 }
@@ -240,54 +245,54 @@ const cuda_family cuda_family_conv2d_wgrad_mma = {.name = "conv2d_wgrad_mma", .f
                                                   .entries = wgrad_entries, .n_entries = 2, .dtypes = HALF_DTS,
                                                   .count = n_mma, .defines = def_wgrad_mma, .config_name = mma_name};
 
-static void def_fprop_wg(int cfg, char *buf, size_t cap) {
+static void def_fprop_wgmma(int cfg, char *buf, size_t cap) {
     const conv_row *c = program_row(CNN_CUDA_CONV_WGMMA, cfg);
     CNN_ASSERT(c->bk == 64);
     snprintf(buf, cap, "-DBM=%d -DBN=%d -DWGS=%d -DSTAGES=%d -DMINB=%d", c->bm, c->bn, c->wm, c->stages, c->minb);
 }
-static const char *const fprop_wg_entries[] = {"conv2d_fprop_wg"};
-const cuda_family cuda_family_conv2d_fprop_wg = {.name = "conv2d_fprop_wg", .file = "conv2d_wg.cu",
-                                                 .entries = fprop_wg_entries, .n_entries = 1, .dtypes = HALF_DTS,
-                                                 .count = n_wgmma, .defines = def_fprop_wg, .config_name = wgmma_name};
+static const char *const fprop_wgmma_entries[] = {"conv2d_fprop_wgmma"};
+const cuda_family cuda_family_conv2d_fprop_wgmma = {.name = "conv2d_fprop_wgmma", .file = "conv2d_wgmma.cu",
+                                                 .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                 .count = n_wgmma, .defines = def_fprop_wgmma, .config_name = wgmma_name};
 
-static void def_fprop_ws(int cfg, char *buf, size_t cap) {
+static void def_fprop_warpspec(int cfg, char *buf, size_t cap) {
     const conv_row *c = program_row(CNN_CUDA_CONV_WARPSPEC, cfg);
     CNN_ASSERT(c->bk == 64 && c->wm == 2);
     snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d -DOST=%d", c->bm,
              c->bn, c->stages, conv_is(c, BRES), conv_is(c, TMA), conv_is(c, COOP), conv_is(c, RSM), conv_is(c, SWAP),
              conv_is(c, OST));
 }
-static const char *const fprop_ws_entries[] = {"conv2d_fprop_ws"};
-const cuda_family cuda_family_conv2d_fprop_ws = {.name = "conv2d_fprop_ws", .file = "conv2d_ws.cu",
-                                                 .entries = fprop_ws_entries, .n_entries = 1, .dtypes = HALF_DTS,
-                                                 .count = n_warpspec, .defines = def_fprop_ws,
+static const char *const fprop_warpspec_entries[] = {"conv2d_fprop_warpspec"};
+const cuda_family cuda_family_conv2d_fprop_warpspec = {.name = "conv2d_fprop_warpspec", .file = "conv2d_warpspec.cu",
+                                                 .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                 .count = n_warpspec, .defines = def_fprop_warpspec,
                                                  .config_name = warpspec_name};
 
-static void def_fprop_tc(int cfg, char *buf, size_t cap) {
+static void def_fprop_pipelined(int cfg, char *buf, size_t cap) {
     const conv_row *c = program_row(CNN_CUDA_CONV_PIPELINED, cfg);
     snprintf(buf, cap, "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d -DSTAGES=%d -DMINB=%d", c->bm, c->bn, c->bk, c->wm,
              c->wn, c->stages, c->minb);
 }
-static const char *const fprop_tc_entries[] = {"conv2d_fprop_tc",   "conv2d_tc_splitk_epilogue", "conv2d_s2d_input",
+static const char *const fprop_pipelined_entries[] = {"conv2d_fprop_pipelined",   "conv2d_pipelined_splitk_epilogue", "conv2d_s2d_input",
                                                "conv2d_s2d_filter", "conv2d_pad_channels",       "conv2d_dgrad_filter"};
-const cuda_family cuda_family_conv2d_fprop_tc = {.name = "conv2d_fprop_tc", .file = "conv2d_tc.cu",
-                                                 .entries = fprop_tc_entries, .n_entries = 6, .dtypes = CUDA_DT_ALL,
-                                                 .count = n_pipelined, .defines = def_fprop_tc,
+const cuda_family cuda_family_conv2d_fprop_pipelined = {.name = "conv2d_fprop_pipelined", .file = "conv2d_pipelined.cu",
+                                                 .entries = fprop_pipelined_entries, .n_entries = 6, .dtypes = CUDA_DT_ALL,
+                                                 .count = n_pipelined, .defines = def_fprop_pipelined,
                                                  .config_name = pipelined_name};
 /* the same programs with the multiply-adds in fp32 FMA (FFMA=1): F32 without allow_tf32 (true fp32) */
-static void def_fprop_ffma(int cfg, char *buf, size_t cap) {
-    def_fprop_tc(cfg, buf, cap);
+static void def_fprop_pipelined_ffma(int cfg, char *buf, size_t cap) {
+    def_fprop_pipelined(cfg, buf, cap);
     size_t len = strlen(buf);
     snprintf(buf + len, cap - len, " -DFFMA=1");
 }
-const cuda_family cuda_family_conv2d_fprop_ffma = {.name = "conv2d_fprop_ffma", .file = "conv2d_tc.cu",
-                                                   .entries = fprop_tc_entries, .n_entries = 6, .dtypes = CUDA_DT_F32,
-                                                   .count = n_pipelined, .defines = def_fprop_ffma,
+const cuda_family cuda_family_conv2d_fprop_pipelined_ffma = {.name = "conv2d_fprop_pipelined_ffma", .file = "conv2d_pipelined.cu",
+                                                   .entries = fprop_pipelined_entries, .n_entries = 6, .dtypes = CUDA_DT_F32,
+                                                   .count = n_pipelined, .defines = def_fprop_pipelined_ffma,
                                                    .config_name = pipelined_name};
 
 const cuda_family *conv_pipelined_family(const cuda_be *cb) {
-    return cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32 ? &cuda_family_conv2d_fprop_ffma
-                                                                 : &cuda_family_conv2d_fprop_tc;
+    return cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32 ? &cuda_family_conv2d_fprop_pipelined_ffma
+                                                                 : &cuda_family_conv2d_fprop_pipelined;
 }
 
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
@@ -318,8 +323,8 @@ const cuda_family *conv_row_family(const cuda_be *cb, int v, int pass, int *cfg)
     case CNN_CUDA_CONV_SIMT: return generic[0][pass];
     case CNN_CUDA_CONV_MMA: return generic[1][pass];
     case CNN_CUDA_CONV_PIPELINED: CNN_ASSERT(pass == PASS_FPROP); return conv_pipelined_family(cb);
-    case CNN_CUDA_CONV_WGMMA: CNN_ASSERT(pass == PASS_FPROP); return &cuda_family_conv2d_fprop_wg;
-    default: CNN_ASSERT(pass == PASS_FPROP); return &cuda_family_conv2d_fprop_ws;
+    case CNN_CUDA_CONV_WGMMA: CNN_ASSERT(pass == PASS_FPROP); return &cuda_family_conv2d_fprop_wgmma;
+    default: CNN_ASSERT(pass == PASS_FPROP); return &cuda_family_conv2d_fprop_warpspec;
     }
 }
 

@@ -1,4 +1,4 @@
-/* conv2d_tma.c -- the tensor maps of the TMA rows (kernels/conv2d_ws.cu with TMA=1): whether a problem fits them,
+/* conv2d_tma.c -- the tensor maps of the TMA rows (kernels/conv2d_warpspec.cu with TMA=1): whether a problem fits them,
  * and their encoding per launch (cuTensorMapEncodeIm2col / cuTensorMapEncodeTiled, the driver's; the maps travel
  * as __grid_constant__ parameters beside the problem, conv_tma_args of kernels/params.cuh).
  */
@@ -31,7 +31,7 @@ bool conv_tma_fits(const cnn_conv2d *cv) {
 /* the tensor maps of a TMA row's launch (conv_tma_fits holds): x as an NHWC tensor in im2col mode, BM pixels x 64
  * channels per copy, traversal strides the conv's, the bounding box the filter bases of the output pixels; the
  * filter as a K x R*S*C matrix, BN rows x 64 per copy; both in the 128-byte swizzle that wgmma's descriptors read
- * (conv2d_wgmma.cuh), zeros outside. A 1x1 conv over 256 channels or more reads each pixel's row (512 bytes or
+ * (wgmma.cuh), zeros outside. A 1x1 conv over 256 channels or more reads each pixel's row (512 bytes or
  * more) in 128-byte pieces, one per slice of the same tile: its copies promote to 256 bytes of L2, so the next
  * slice's piece comes from L2 and DRAM sees 256-byte reads (the memory-bound 1x1 convs faster; promoting every
  * map was not: perf-log step 56) */

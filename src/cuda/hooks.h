@@ -64,8 +64,8 @@ typedef struct cnn_cuda_stats {
     long disk_stores;    /* entries written */
     long module_loads;   /* cuModuleLoadData calls */
     long launches;
-    long tma_launches;   /* of them, convolutions whose operands came by TMA (conv2d_ws.cu's /t rows) */
-    long ost_launches;   /* of those, convolutions whose output went by TMA too (the /o rows) */
+    long tma_launches;   /* of them, convolutions whose operands came by TMA (the warp-specialised TMA rows) */
+    long ost_launches;   /* of those, convolutions whose output went by TMA too (the store-tma rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
 } cnn_cuda_stats;
 
@@ -111,8 +111,9 @@ void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
 /* Winograd F(2x2,3x3) for F32 3x3/1 convolutions (winograd.c): -1 the heuristic (default), 0 never, 1 wherever it
  * applies. */
 void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode);
-/* The persistent tensor-core rows (names ending /p) launch as many CTAs as fit on the GPU, each looping over
- * output tiles; ctas > 0 caps that grid (a test makes each CTA take several tiles), 0 restores it. */
+/* The persistent rows (CNN_CUDA_CONV_PERSISTENT and the warp-specialised ones) launch as many CTAs as fit on the
+ * GPU, each looping over output tiles; ctas > 0 caps that grid (a test makes each CTA take several tiles), 0
+ * restores it. */
 void cnn_cuda_conv_force_grid(cnn_backend *be, int ctas);
 /* First-layer kernels (conv2d_first.cu: 3-channel images, the stem with or without its max-pool, 3x3/1): how many
  * configs, their names, and forcing one (-1 = tuned or the heuristic) for every problem of its shape class; a

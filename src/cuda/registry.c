@@ -14,8 +14,8 @@
 static const cuda_family *const families[] = {
     &cuda_family_conv2d_fprop,     &cuda_family_conv2d_dgrad,     &cuda_family_conv2d_wgrad,
     &cuda_family_conv2d_fprop_mma, &cuda_family_conv2d_dgrad_mma, &cuda_family_conv2d_wgrad_mma,
-    &cuda_family_conv2d_fprop_tc,  &cuda_family_conv2d_fprop_ffma, &cuda_family_conv2d_fprop_wg,
-    &cuda_family_conv2d_fprop_ws,  &cuda_family_conv2d_fprop_first, &cuda_family_winograd, &cuda_family_pointwise,
+    &cuda_family_conv2d_fprop_pipelined,  &cuda_family_conv2d_fprop_pipelined_ffma, &cuda_family_conv2d_fprop_wgmma,
+    &cuda_family_conv2d_fprop_warpspec,  &cuda_family_conv2d_fprop_first, &cuda_family_winograd, &cuda_family_pointwise,
     &cuda_family_batchnorm,        &cuda_family_pool,             &cuda_family_loss,
     &cuda_family_prep,             &cuda_family_optim,
 };

@@ -1,7 +1,7 @@
 /* winograd.c -- launcher of kernels/winograd.cu: true fp32 3x3 stride-1 forward convolutions as Winograd
  * F(2x2, 3x3). The filter, input and output transforms are that file's kernels; the 16 products summed over C
  * are 16 GEMMs M[e] (T x K) = V[e] (T x C) * U[e]^T, each run as a 1x1 convolution over T "images" of one pixel
- * on the pipelined rows' FFMA programs (cuda_conv_tc_fprop: tuned and cached like any layer). 2.25x fewer
+ * on the pipelined rows' FFMA programs (conv_fast_fprop_checked: tuned and cached like any layer). 2.25x fewer
  * multiplies than the direct convolution, for 4x the input and the output in memory (V and M) and a little
  * rounding (every transform entry is 0, +-1 or +-1/2). Where it runs instead of the direct kernels is
  * conv2d_choose.c's (conv_choose_winograd). The batch is processed in slices so that V, U and M stay under
@@ -48,7 +48,7 @@ cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
         cnn_conv2d g = {.n = (int)tiles, .c = cv->c, .h = 1, .w = 1, .k = cv->k, .r = 1, .s = 1, .stride_h = 1,
                         .stride_w = 1, .pad_h = 0, .pad_w = 0, .p = 1, .q = 1};
         for (int e = 0; e < 16; e++)
-            CNN_TRY(cuda_conv_tc_fprop(be, &g, NULL, v + (size_t)e * tiles * cv->c, u + (size_t)e * cv->k * cv->c,
+            CNN_TRY(conv_fast_fprop_checked(be, &g, NULL, v + (size_t)e * tiles * cv->c, u + (size_t)e * cv->k * cv->c,
                                        m + (size_t)e * tiles * cv->k));
         s.x = m, s.out = (float *)y + n0 * ys;
         s.scale = ep ? ep->scale : NULL, s.shift = ep ? ep->shift : NULL, s.relu = ep && ep->relu;
