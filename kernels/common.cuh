@@ -323,7 +323,7 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
  * launch and the placing of its CTAs may start while the kernel before it in the stream finishes its last CTAs;
  * griddepcontrol.wait holds every thread until that kernel has completed and its writes are visible, so nothing
  * of this kernel's own work overlaps it. No kernel calls griddepcontrol.launch_dependents: the next kernel is
- * released as this one's CTAs exit (triggering at entry made ResNet-50 bf16 at batch 16 9% slower: perf-log
+ * released as this one's CTAs exit (triggering at entry was slower: perf-log
  * step 35). Elsewhere (an older GPU, a launch without the attribute, the emulator) it does nothing. */
 __device__ __forceinline__ void pdl_enter(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

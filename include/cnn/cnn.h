@@ -1,6 +1,6 @@
 /* cnn.h — the engine's base: version, status codes, error context and the abort funnel.
  *
- * Two tiers of errors (style.md §1.5):
+ * Two tiers of errors:
  *   - what can fail at run time (a file, a shape from a file, memory, a device, a compiler) returns a
  *     cnn_status and records a one-line message with its context:
  *         if (n > cap) return cnn_fail(CNN_E_FORMAT, "%s: header length %llu past end of file", path, n);
