@@ -319,11 +319,11 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
 #endif
 }
 /* pdl_enter(): the first statement of every kernel (tests/unit/test_nvrtc.c checks). On sm_90+ the backend launches
- * kernels with programmatic stream serialization (src/cuda/backend.c, CNN_PDL=0 turns it off), so a kernel's
+ * kernels with programmatic stream serialization (src/cuda/launch.c; drivers with cuLaunchKernelEx), so a kernel's
  * launch and the placing of its CTAs may start while the kernel before it in the stream finishes its last CTAs;
  * griddepcontrol.wait holds every thread until that kernel has completed and its writes are visible, so nothing
  * of this kernel's own work overlaps it. No kernel calls griddepcontrol.launch_dependents: the next kernel is
- * released as this one's CTAs exit (triggering at entry made ResNet-50 bf16 at batch 16 9% slower: perf-log
+ * released as this one's CTAs exit (triggering at entry was slower: perf-log
  * step 35). Elsewhere (an older GPU, a launch without the attribute, the emulator) it does nothing. */
 __device__ __forceinline__ void pdl_enter(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -403,7 +403,7 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned pari
  * then completes only when the copies carrying them have. tma_load_tile_2d copies the box of a tiled tensor map
  * whose inner coordinate is c0, outer c1; tma_load_im2col_4d copies Pixels-per-Column rows of Channels-per-Pixel
  * channels from an NHWC tensor map in im2col mode: from pixel (w, h) of image n, the filter base, walking the
- * map's bounding box, each row at filter tap (w + off_w, h + off_h), channels c .. (kernels/conv2d_ws.cu).
+ * map's bounding box, each row at filter tap (w + off_w, h + off_h), channels c .. (kernels/conv2d_warpspec.cu).
  * Elements outside the tensor land as zeros, and the box's full byte count completes on the barrier either way.
  * `map` is the address of a conv_tma_map in the kernel's parameter space (__grid_constant__). The emulator
  * (tests/gpu/emu) copies synchronously from its own encoding of the map (emu_tmap.h), swizzling by box row. */

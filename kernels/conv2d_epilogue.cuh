@@ -1,5 +1,5 @@
-/* conv2d_epilogue.cuh -- the fused epilogue of the tensor-core forward kernels (conv2d_tc.cu, mma.sync;
- * conv2d_wg.cu and conv2d_ws.cu, wgmma), one warp's m16 x (NT8*8) accumulator tile at a time. Both instructions
+/* conv2d_epilogue.cuh -- the fused epilogue of the tensor-core forward kernels (conv2d_pipelined.cu, mma.sync;
+ * conv2d_wgmma.cu and conv2d_warpspec.cu, wgmma), one warp's m16 x (NT8*8) accumulator tile at a time. Both instructions
  * leave a warp's accumulators in the same layout: for n8 tile j, acc[j][2h + e] is row mrow + g + 8h, column
  * nbase + 8j + 2*t4 + e (g = lane/4, t4 = lane%4). Needs ACT (common.cuh) and conv_args (params.cuh).
  *   tile_epilogue_smem     y = relu?(acc * scale + shift + residual), rounded once to act_t, 16-byte stores of
@@ -7,24 +7,24 @@
  *                          memory per warp (the kernels lend it from a stage no copy or multiply uses by then).
  *                          It replaced a transpose by lane shuffles whose lane-dependent register selects cost
  *                          ~150 instructions per 8 outputs (ncu, docs/perf-log.md step 21)
- *   tile_epilogue_rows     the same for conv2d_ws.cu (F16/BF16): scale/shift, residual and ReLU applied in the
+ *   tile_epilogue_rows     the same for conv2d_warpspec.cu (F16/BF16): scale/shift, residual and ReLU applied in the
  *                          accumulator layout (the residual brought into it through the scratch), each pair
  *                          rounded into one word of act_t, and the warp's MB x m16 x (NT8*8) tile passed through
  *                          the 1 KB as act_t, 8 rows x 64 channels at a time: about half the instructions per
  *                          output of tile_epilogue_smem (ncu: the 1x1 convs spent two thirds of their consumer
  *                          samples there, perf-log step 30)
- *   tile_epilogue_cols     conv2d_ws.cu's SWAP rows, whose accumulators hold the transposed tile (rows output
+ *   tile_epilogue_cols     conv2d_warpspec.cu's SWAP rows, whose accumulators hold the transposed tile (rows output
  *                          channels, columns pixels): scale/shift and ReLU per channel, each value rounded into
  *                          1 KB of shared memory as 16 pixels x 16 channels and read back as 8 channels of one
  *                          pixel per lane, 16-byte stores (no residual)
- *   tile_epilogue_cols_tma the same for conv2d_ws.cu's OST rows: the warp's 16 channels x NT8*8 pixels rounded into a
+ *   tile_epilogue_cols_tma the same for conv2d_warpspec.cu's OST rows: the warp's 16 channels x NT8*8 pixels rounded into a
  *                          box of shared memory of its own (stmatrix, transposed: 32 bytes per pixel), stored by TMA
  *                          in pieces while the next tile is multiplied (ost_store)
- *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_tc_splitk_epilogue
+ *   tile_partials          split-K: the raw fp32 sums into a.ws (slice blockIdx.z); conv2d_pipelined_splitk_epilogue
  *                          finishes them
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
  *   tile_stage_residual    the residual tile_epilogue_rows will add, copied (cp.async) into shared memory in the
- *                          layout of its scratch, one KB per pass (conv2d_ws.cu's RSM rows)
+ *                          layout of its scratch, one KB per pass (conv2d_warpspec.cu's RSM rows)
  */
 #ifndef CNN_KERNELS_CONV2D_EPILOGUE_CUH
 #define CNN_KERNELS_CONV2D_EPILOGUE_CUH
@@ -191,7 +191,7 @@ __device__ __forceinline__ void tile_stage_residual(const conv_args &a, int mrow
  * aligned, this warp's alone. Rows past gm and 8-channel groups past gn (K % 8 == 0) are neither loaded nor
  * stored.
  * RES: whether a.residual is set (the kernel dispatches on it, so that without one none of the residual code
- * is compiled in: with a runtime test instead, the tuned 1x1 convs without a residual were 10-25% slower,
+ * is compiled in: a runtime test instead made the 1x1 convs without a residual slower,
  * perf-log step 31). AHEAD = 0 with RES: the residual was staged by tile_stage_residual into rst (landed and
  * visible to the warp), and each pass adds its words from there: no global loads, no copy into the scratch. */
 template <int MB, int NT8, int AHEAD, bool RES>
@@ -280,7 +280,7 @@ __device__ __forceinline__ void cols_scale_shift(const conv_args &a, int n, floa
     }
 }
 
-/* One warp's transposed tile (conv2d_ws.cu, SWAP=1): acc[j][2h + e] is output channel cbase + g + 8h of pixel
+/* One warp's transposed tile (conv2d_warpspec.cu, SWAP=1): acc[j][2h + e] is output channel cbase + g + 8h of pixel
  * (GEMM row) mbase + 8j + 2*t4 + e, for the warp's 16 channels and NT8*8 pixels. Per pass of 16 pixels (two n8
  * tiles): every value through scale/shift/ReLU, rounded, into the scratch as [16 pixels][16 channels] act_t (the
  * two 16-byte halves of a pixel's row swapped for pixels 4-7 and 12-15 of the pass, so the lanes of one store,
@@ -322,7 +322,7 @@ __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const flo
  * x NT8*8 pixels (mbase ..) after scale/shift and ReLU, rounded, written by stmatrix.trans into `box` (this warp's
  * own, pixel-major, 16 channels = 32 bytes per pixel, 16-byte aligned) as OST_PIECES pieces of NT8*8/OST_PIECES
  * pixels, each the y map's box. The stores are issued later, by ost_store, one piece every few slices of the
- * next tile's mainloop (conv2d_ws.cu), so that the CTAs, which all finish their tiles together, do not write their
+ * next tile's mainloop (conv2d_warpspec.cu), so that the CTAs, which all finish their tiles together, do not write their
  * outputs in one burst; a TMA store clips at the tensor's edges. Before the box is written again, lane 0 issues
  * whatever is left of the previous tile and waits until its stores have read the box (bulk_wait_read); the warp
  * then goes on together. `ost` is lane 0's record of the pieces not yet stored. */
@@ -342,7 +342,7 @@ __device__ __forceinline__ void ost_store(const void *y_map, const act_t *box, o
         if (!flush) break;
     }
 }
-#if ACT != ACT_F32 /* conv2d_ws.cu's (F16/BF16); act2_pack and stmatrix move 16-bit elements */
+#if ACT != ACT_F32 /* conv2d_warpspec.cu's (F16/BF16); act2_pack and stmatrix move 16-bit elements */
 template <int NT8>
 __device__ __forceinline__ void tile_epilogue_cols_tma(const conv_args &a, const void *y_map, const float (&acc)[NT8][4],
                                                        int mbase, int cbase, int lane, act_t *box, ost_state &ost) {

@@ -1,5 +1,5 @@
-/* conv2d_loader.cuh -- the operand loads of the tensor-core forward kernels (conv2d_tc.cu, mma.sync, and
- * conv2d_wg.cu, wgmma). A slice row is BK*2 bytes (64 or 128): BK/8 16-byte chunks of CH = 16/sizeof(act_t)
+/* conv2d_loader.cuh -- the operand loads of the tensor-core forward kernels (conv2d_pipelined.cu, mma.sync, and
+ * conv2d_wgmma.cu, wgmma). A slice row is BK*2 bytes (64 or 128): BK/8 16-byte chunks of CH = 16/sizeof(act_t)
  * channels (8 of f16/bf16, 4 of f32 for TF32), so a slice spans KS = BK*2/sizeof(act_t) reduction elements.
  * Thread tid copies chunk tid % (BK/8) of rows tid / (BK/8) + i * NT / (BK/8) of the A tile (the im2col rows of
  * x, one per output pixel) and of the B tile (the rows of w, one per output channel), by cp.async, zero-filled

@@ -9,7 +9,7 @@
  *      im2col mode (targs.a_map: 64 pixels per copy from the slice's first pixel at tap (r, s); zeros where the tap
  *      falls in the padding or past the last image).
  * Both land in the 128-byte swizzle with the reduction along the rows, which is wgmma's MN-major (transposed)
- * layout for both operands (conv2d_wgmma.cuh's wg_multiply_slice_mn): nothing is rearranged on the way.
+ * layout for both operands (wgmma.cuh's wg_multiply_slice_mn): nothing is rearranged on the way.
  * Pixels past N*P*Q in the last slice read zero rows of dy (the tiled map's out-of-bounds fill), so they add 0.
  *
  * Roles: a producer warp whose one thread issues the copies into a ring of STAGES stages (full[s] completes on the
@@ -24,7 +24,7 @@
 #include "common.cuh"
 #include "params.cuh"
 #include "conv2d_loader.cuh"
-#include "conv2d_wgmma.cuh"
+#include "wgmma.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(STAGES)
 #error "conv2d_wgrad_wgmma.cu needs -DBM -DBN -DSTAGES"

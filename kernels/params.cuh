@@ -31,7 +31,7 @@ typedef struct conv_args {
     const float *scale;      /* fprop epilogue (K) or NULL */
     const float *shift;      /* fprop epilogue (K) or NULL */
     const void *residual;    /* fprop epilogue (N,P,Q,K) act or NULL */
-    /* fprop pair (conv2d_ws.cu's TMA rows only): a second convolution summed into the same accumulators, its
+    /* fprop pair (conv2d_warpspec.cu's TMA rows only): a second convolution summed into the same accumulators, its
      * reduction slices after the first's: x2 (N, H2, W2, C2) with filter wt2 (K, R2, S2, C2), the same N, P, Q
      * and K; gk covers both reductions. pair_ktiles = the first convolution's BK slices, 0 without a pair */
     int pair_ktiles;
@@ -41,7 +41,7 @@ typedef struct conv_args {
     const void *wt2;         /* (K, R2, S2, C2) act */
 } conv_args;
 
-/* The TMA rows of conv2d_ws.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
+/* The TMA rows of conv2d_warpspec.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
  * 128 opaque bytes aligned to 64, encoded on the host by the driver (cuTensorMapEncodeIm2col for x,
  * cuTensorMapEncodeTiled for the filter as a K x R*S*C matrix; src/cuda/conv2d.c) and read by the copy engine
  * from the kernel's parameter space (__grid_constant__). */

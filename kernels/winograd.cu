@@ -1,7 +1,7 @@
 /* winograd.cu -- true fp32 3x3 stride-1 convolution as Winograd F(2x2, 3x3): each 2x2 block of outputs from the
  * 4x4 block of inputs under it with 16 multiplies per (input channel, output channel) instead of 36, the 16
  * products summed over C as 16 GEMMs. The three kernels around those GEMMs (src/cuda/winograd.c runs the GEMMs on
- * conv2d_tc.cu's FFMA programs, as 1x1 convolutions):
+ * conv2d_pipelined.cu's FFMA programs, as 1x1 convolutions):
  *     winograd_filter  w (K, 3, 3, C)  -> U[16][K][C]   U = G g G^T per (k, c)
  *     winograd_input   x (N, H, W, C)  -> V[16][T][C]   V = B^T d B per (tile, c), d the tile's 4x4 inputs
  *     winograd_output  M[16][T][K]     -> y (N, P, Q, K) y = A^T m A per (tile, k), then the epilogue

@@ -49,7 +49,7 @@ fi
 # real kernel sources, compiled as C++, on the quick shapes (a GPU runs them all: make test-gpu)
 if [ -x "$BUILD/gpu_test_ops" ]; then
     for dt in bf16 tf32 f32; do
-        run_one "emu-conv_tc-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_tc
+        run_one "emu-conv_fast-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_fast
     done
     # two convolutions summed in one kernel (the TMA rows' second operand stream), and the unfused path
     run_one "emu-conv_pair-bf16" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype bf16 conv_pair
@@ -61,7 +61,7 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
         run_one "emu-conv_first-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_first
     done
 else
-    echo "SKIP emu-conv_tc: $BUILD/gpu_test_ops was not built (no CUDA headers in CUDA_HOME)"
+    echo "SKIP emu-conv_fast: $BUILD/gpu_test_ops was not built (no CUDA headers in CUDA_HOME)"
     skipped=$((skipped + 1))
 fi
 for t in tests/cli/test_*.sh; do

@@ -1,6 +1,6 @@
 """st.py — a small safetensors reader/writer in pure Python (json, struct, ctypes, torch; numpy not needed).
 
-The format (docs: /work/shared/design/reference.md §5): a little-endian u64 N, N bytes of UTF-8 JSON that start with
+The format: a little-endian u64 N, N bytes of UTF-8 JSON that start with
 `{` (space-padded; our writer pads to a multiple of 8), then the data buffer. Each entry is
 `"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}` with offsets relative to the buffer, `end`
 exclusive, tensors in C order, little-endian; an optional `"__metadata__"` maps strings to strings.

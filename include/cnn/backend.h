@@ -1,8 +1,8 @@
 /* backend.h — the op vocabulary and the table of function pointers every backend implements.
  *
- * A backend (CPU now, CUDA next) owns memory and runs ops on it. The network executor in src/core only calls
- * through this table, so adding a backend touches nothing in core. Problem descriptors are typed structs with
- * CUTLASS's names:
+ * A backend (CPU: src/cpu, the oracle; CUDA: src/cuda) owns memory and runs ops on it. The network executor in
+ * src/core only calls through this table, so adding a backend touches nothing in core. Problem descriptors are
+ * typed structs with CUTLASS's names:
  *
  *     input  x  (N, C, H, W)   stored NHWC
  *     filter w  (K, C, R, S)   stored KRSC

@@ -1,6 +1,6 @@
 /* cnn.h — the engine's base: version, status codes, error context and the abort funnel.
  *
- * Two tiers of errors (style.md §1.5):
+ * Two tiers of errors:
  *   - what can fail at run time (a file, a shape from a file, memory, a device, a compiler) returns a
  *     cnn_status and records a one-line message with its context:
  *         if (n > cap) return cnn_fail(CNN_E_FORMAT, "%s: header length %llu past end of file", path, n);
@@ -62,6 +62,22 @@ _Noreturn void cnn_abort(const char *file, int line, const char *fmt, ...)
 void cnn_log_set_level(int level);
 int cnn_log_level(void);
 void cnn_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The environment variables the library reads: here, once per process (src/core/env.c), and nowhere else;
+ * docs/CLI.md lists each with its reason. Strings are "" where unset. */
+typedef struct cnn_env {
+    char cache_dir[1024];      /* CNN_CACHE_DIR: the GPU kernel and tuning cache (when --cache-dir is not given) */
+    bool cache_dir_set;        /* CNN_CACHE_DIR is set (even to "": no disk cache)                               */
+    char xdg_cache_home[1024]; /* XDG_CACHE_HOME, HOME: where the default cache directory is                     */
+    char home[1024];
+    char cuda_home[1024];      /* CUDA_HOME: where else to look for libnvrtc                                     */
+    int compile_threads;       /* CNN_COMPILE_THREADS: threads compiling a tuner's candidates (0: the default)   */
+    bool sync_debug;           /* CNN_SYNC_DEBUG: synchronise and check after every GPU launch                   */
+    char conv_skip[128];       /* CNN_CONV_SKIP=a,b: the A/B mechanism, conv rows whose names contain a or b are
+                                * left out of every choice                                                        */
+    char cpu_isa[16];          /* CNN_CPU_ISA: the CPU GEMM micro-kernels (c, avx2, avx512)                      */
+} cnn_env;
+const cnn_env *cnn_env_get(void);
 
 /* Checked host allocation: returns NULL and records CNN_E_OOM with `what` on failure. */
 void *cnn_malloc(size_t bytes, const char *what);

@@ -3,7 +3,7 @@
  * Every failure returns a cnn_status with a one-line message that names the path and the problem, e.g.
  *     runs/x/model.safetensors: rename failed: No such file or directory
  *
- * Atomic writes (testing.md G5, B15) follow the write-temp -> fsync(file) -> close -> rename -> fsync(dir)
+ * Atomic writes follow the write-temp -> fsync(file) -> close -> rename -> fsync(dir)
  * sequence: the data goes to "<path>.tmp.<pid>" and only a successful cnn_afile_commit() puts it at <path>.
  * A failed or discarded write leaves no file at <path> and no temporary file; an old file at <path>, if any,
  * stays intact until the rename replaces it whole. Without the first fsync a power loss could leave a

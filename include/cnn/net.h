@@ -3,7 +3,7 @@
  *   cnn_net    a symbolic graph (nodes in topological order, shapes per image) and its parameter table
  *              (torchvision names and shapes). No memory beyond the description. Built by the zoo.
  *   cnn_model  a net bound to a backend for a maximum batch: device arenas for parameters, gradients,
- *              optimizer state and activations, planned once (style.md §1.7), plus the executor.
+ *              optimizer state and activations, planned once, plus the executor.
  *
  * Example (inference on the CPU):
  *     cnn_backend *be;  cnn_cpu_backend_create(0, &be);

@@ -1,4 +1,4 @@
-/* safetensors.h — read and write safetensors files (reference.md §5), the engine's only weight and checkpoint
+/* safetensors.h — read and write safetensors files, the engine's only weight and checkpoint
  * format: no code, no paths, nothing but named typed arrays and string metadata.
  *
  * Layout: little-endian u64 N, N bytes of UTF-8 JSON (first byte '{', may be space-padded at the end), then
@@ -6,7 +6,7 @@
  *     "conv1.weight": {"dtype": "F32", "shape": [64, 3, 7, 7], "data_offsets": [b, e]}
  * with offsets relative to the data buffer (e exclusive), plus an optional "__metadata__" string->string map.
  *
- * The reader (testing.md G1, B4-B6) accepts exactly what the reference reader accepts, with a few caps, and
+ * The reader accepts exactly what the reference reader accepts, with a few caps, and
  * fails on anything else with CNN_E_FORMAT and a one-line message; it never reads out of bounds and never
  * allocates more than a bound tied to the header size. Checks:
  *   - the file is at least 8 bytes; N <= 100,000,000 and 8 + N <= file size;

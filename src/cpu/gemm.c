@@ -119,11 +119,11 @@ cnn_cpu_isa cnn_cpu_gemm_isa(void) {
     int isa = __atomic_load_n(&isa_selected, __ATOMIC_RELAXED);
     if (isa == 0) {
         /* CNN_CPU_ISA=c|avx2|avx512 picks the micro-kernels (when this CPU has them): for comparing paths */
-        const char *env = getenv("CNN_CPU_ISA");
+        const char *env = cnn_env_get()->cpu_isa;
         cnn_cpu_isa want = CNN_CPU_ISA_AUTO;
-        if (env && strcmp(env, "c") == 0) want = CNN_CPU_ISA_C;
-        else if (env && strcmp(env, "avx2") == 0) want = CNN_CPU_ISA_AVX2;
-        else if (env && strcmp(env, "avx512") == 0) want = CNN_CPU_ISA_AVX512;
+        if (strcmp(env, "c") == 0) want = CNN_CPU_ISA_C;
+        else if (strcmp(env, "avx2") == 0) want = CNN_CPU_ISA_AVX2;
+        else if (strcmp(env, "avx512") == 0) want = CNN_CPU_ISA_AVX512;
         if (want == CNN_CPU_ISA_AUTO || !cnn_cpu_gemm_set_isa(want)) cnn_cpu_gemm_set_isa(CNN_CPU_ISA_AUTO);
         isa = __atomic_load_n(&isa_selected, __ATOMIC_RELAXED);
     }

@@ -6,15 +6,8 @@
  * upload/download are synchronous for the host (the host buffer is free to reuse on return). Every kernel
  * reduces in a fixed order, so the backend is always deterministic.
  *
- * Environment, read once here at creation and nowhere else: CNN_CACHE_DIR (when opts->cache_dir is NULL),
- * HOME / XDG_CACHE_HOME (the default cache directory), CUDA_HOME (where else to look for libnvrtc),
- * CNN_SYNC_DEBUG=1 (synchronise and check after every launch, naming the kernel that failed), CNN_CONV_MMA=0
- * (convolutions use the SIMT kernels only, never the tensor-core ones), CNN_CONV_FIRST=0 (first layers over
- * 3-channel images through the rewritten-operand path, not conv2d_first.cu), CNN_CONV_WS=0 (no warp-specialised
- * forward kernels, conv2d_ws.cu), CNN_CONV_TMA=0 (none of their TMA rows), CNN_CONV_COOP=0 (none of their cooperative
- * rows), CNN_CONV_SWAP=0 (none of their transposed-tile rows), CNN_CONV_SKIP=a,b (no tensor-core row whose name
- * contains a or b), CNN_CONV_PAIR=0 (the eval plan sums no two
- * convolutions in one kernel), CNN_COMPILE_THREADS (nvrtc.c).
+ * The environment it reads comes from cnn_env_get (src/core/env.c, docs/CLI.md): CNN_CACHE_DIR, HOME and
+ * XDG_CACHE_HOME (the cache directory), CUDA_HOME (libnvrtc), CNN_SYNC_DEBUG, CNN_CONV_SKIP.
  */
 #include "cuda/internal.h"
 
@@ -25,118 +18,13 @@
 
 #define MiB (1024.0 * 1024.0)
 
-/* A failure here (a broken context) surfaces as the error of the next driver call, with its name. */
-void cuda_bind(cuda_be *cb) {
-    CUcontext cur = NULL;
-    if (cu.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur != cb->ctx) cu.CtxSetCurrent(cb->ctx);
-}
-
 static cuda_be *enter(cnn_backend *be) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     return cb;
 }
 
-unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads) {
-    long long blocks = (work + threads - 1) / threads;
-    long long cap = (long long)cb->sm_count * 16;
-    if (blocks > cap) blocks = cap;
-    return blocks < 1 ? 1u : (unsigned)blocks;
-}
-
-cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
-                       unsigned bx, unsigned by, void *args) {
-    return cuda_launch_smem(cb, f, what, gx, gy, gz, bx, by, 0, args);
-}
-
-/* over 48 KB of dynamic shared memory a function must opt in first */
-static cnn_status smem_opt_in(cuda_be *cb, CUfunction f, const char *what, unsigned smem) {
-    if (smem <= 48u * 1024u) return CNN_OK;
-    if (smem > (unsigned)cb->smem_optin)
-        return cnn_fail(CNN_E_UNSUPPORTED, "%s needs %u bytes of shared memory per block; this GPU allows %d", what,
-                        smem, cb->smem_optin);
-    CUresult ra = cu.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
-    if (ra != CUDA_SUCCESS) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "cuFuncSetAttribute(%u bytes of dynamic shared memory) for %s", smem, what);
-        return cuda_fail(ra, msg);
-    }
-    return CNN_OK;
-}
-
-cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem, int *out) {
-    CNN_TRY(smem_opt_in(cb, f, what, smem));
-    int n = 0;
-    CUresult r = cu.OccupancyMaxActiveBlocksPerMultiprocessor(&n, f, (int)threads, (size_t)smem);
-    if (r != CUDA_SUCCESS) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "cuOccupancyMaxActiveBlocksPerMultiprocessor for %s", what);
-        return cuda_fail(r, msg);
-    }
-    *out = n > 0 ? n : 1;
-    return CNN_OK;
-}
-
-cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
-                            unsigned bx, unsigned by, unsigned smem, void *args) {
-    CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
-    CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
-    CNN_TRY(smem_opt_in(cb, f, what, smem));
-    void *params[1] = {args};
-    CUresult r;
-    if (cb->pdl) { /* every kernel starts with pdl_enter(): it reads nothing before the previous one has finished */
-        CUlaunchAttribute attr;
-        memset(&attr, 0, sizeof attr);
-        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig lc;
-        memset(&lc, 0, sizeof lc);
-        lc.gridDimX = gx, lc.gridDimY = gy, lc.gridDimZ = gz, lc.blockDimX = bx, lc.blockDimY = by, lc.blockDimZ = 1;
-        lc.sharedMemBytes = smem, lc.hStream = cb->stream, lc.attrs = &attr, lc.numAttrs = 1;
-        r = cu.LaunchKernelEx(&lc, f, params, NULL);
-    } else {
-        r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
-    }
-    if (r != CUDA_SUCCESS) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "launch of %s (grid %u x %u x %u, block %u x %u)", what, gx, gy, gz, bx, by);
-        return cuda_fail(r, msg);
-    }
-    cb->stats.launches++;
-    if (cb->sync_debug && !cb->capturing) {
-        r = cu.StreamSynchronize(cb->stream);
-        if (r != CUDA_SUCCESS) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "kernel %s (grid %u x %u x %u, block %u x %u) failed", what, gx, gy, gz, bx, by);
-            return cuda_fail(r, msg);
-        }
-    }
-    return CNN_OK;
-}
-
 /* ---- memory ------------------------------------------------------------------------------------------- */
-
-static cnn_status oom(cuda_be *cb, size_t bytes, const char *what) {
-    size_t fr = 0, tot = 0;
-    cu.MemGetInfo(&fr, &tot);
-    return cnn_fail(CNN_E_OOM, "out of GPU memory allocating %s: %zu bytes (%.1f MiB); %.1f MiB free of %.1f MiB",
-                    what ? what : "a buffer", bytes, bytes / MiB, fr / MiB, tot / MiB);
-}
-
-static cnn_status dev_alloc(cuda_be *cb, size_t bytes, const char *what, CUdeviceptr *out) {
-    *out = 0;
-    size_t fr = 0, tot = 0;
-    CU_TRY(cu.MemGetInfo(&fr, &tot), "cuMemGetInfo");
-    if (bytes > tot) return oom(cb, bytes, what);
-    CUresult r = cu.MemAlloc(out, bytes);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) return oom(cb, bytes, what);
-    if (r != CUDA_SUCCESS) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "cuMemAlloc(%zu bytes for %s)", bytes, what ? what : "a buffer");
-        return cuda_fail(r, msg);
-    }
-    return CNN_OK;
-}
 
 static cnn_status be_alloc(cnn_backend *be, size_t bytes, const char *what, void **out) {
     cuda_be *cb = enter(be);
@@ -150,7 +38,7 @@ static cnn_status be_alloc(cnn_backend *be, size_t bytes, const char *what, void
         cb->cap_allocs = cap;
     }
     CUdeviceptr p;
-    CNN_TRY(dev_alloc(cb, bytes, what, &p));
+    CNN_TRY(cuda_dev_alloc(cb, bytes, what, &p));
     cb->allocs[cb->n_allocs++] = (cuda_alloc){p, bytes};
     cb->cur_bytes += bytes;
     if (cb->cur_bytes > cb->peak) cb->peak = cb->cur_bytes;
@@ -177,43 +65,6 @@ static void be_free(cnn_backend *be, void *ptr) {
 }
 
 static size_t be_peak_bytes(cnn_backend *be) { return cuda_impl(be)->peak; }
-
-cnn_status cuda_workspace_slot(cuda_be *cb, int slot, size_t bytes, void **out) {
-    CNN_ASSERT(slot >= 0 && slot < CUDA_WS_SLOTS);
-    if (bytes <= cb->ws_bytes[slot]) {
-        *out = (void *)(uintptr_t)cb->ws[slot];
-        return CNN_OK;
-    }
-    if (cb->capturing)
-        cnn_log(2, "cnn: workspace grows to %zu bytes during graph capture (the first eager run should have sized it)",
-                bytes);
-    size_t want = bytes + (bytes >> 1);
-    want = (want + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
-    CUdeviceptr p;
-    CNN_TRY(dev_alloc(cb, want, "workspace", &p));
-    if (cb->ws[slot] && cb->graphs_live == 0 && !cb->capturing) {
-        /* queued kernels may still use the old buffer */
-        CUresult r = cu.StreamSynchronize(cb->stream);
-        if (r != CUDA_SUCCESS) {
-            cu.MemFree(p);
-            return cuda_fail(r, "cuStreamSynchronize (before replacing the workspace; an earlier kernel failed)");
-        }
-        cu.MemFree(cb->ws[slot]);
-    } else if (cb->ws[slot]) {
-        /* a recorded graph may still point at the old buffer: keep it until destroy */
-        CUdeviceptr *r = realloc(cb->retired, (size_t)(cb->n_retired + 1) * sizeof *r);
-        if (!r) {
-            cu.MemFree(p);
-            return cnn_fail(CNN_E_OOM, "out of host memory");
-        }
-        cb->retired = r;
-        cb->retired[cb->n_retired++] = cb->ws[slot];
-    }
-    cb->ws[slot] = p;
-    cb->ws_bytes[slot] = want;
-    *out = (void *)(uintptr_t)p;
-    return CNN_OK;
-}
 
 /* ---- copies ------------------------------------------------------------------------------------------- */
 
@@ -431,17 +282,15 @@ static void be_destroy(cnn_backend *be) {
     free(cb);
 }
 
-static void default_cache_dir(char *buf, size_t cap) {
-    const char *env = getenv("CNN_CACHE_DIR");
-    if (env) {
-        snprintf(buf, cap, "%s", env);
+static void default_cache_dir(const cnn_env *env, char *buf, size_t cap) {
+    if (env->cache_dir_set) {
+        snprintf(buf, cap, "%s", env->cache_dir);
         return;
     }
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0] == '/')
-        snprintf(buf, cap, "%s/cnn", xdg);
-    else if (home && home[0])
-        snprintf(buf, cap, "%s/.cache/cnn", home);
+    if (env->xdg_cache_home[0] == '/')
+        snprintf(buf, cap, "%.1000s/cnn", env->xdg_cache_home);
+    else if (env->home[0])
+        snprintf(buf, cap, "%.1000s/.cache/cnn", env->home);
     else
         buf[0] = 0; /* nowhere sensible: no disk cache */
 }
@@ -471,7 +320,8 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
         return cnn_fail(CNN_E_UNSUPPORTED, "GPU %s (sm_%d%d) is too old: compute capability 7.0 or newer is needed",
                         cb->pub.device_name, cb->cc_major, cb->cc_minor);
 
-    CNN_TRY(cnn_cuda_nvrtc_load(getenv("CUDA_HOME")));
+    const cnn_env *env = cnn_env_get();
+    CNN_TRY(cnn_cuda_nvrtc_load(env->cuda_home));
     CNN_TRY(cuda_pick_arch(cb->cc_major, cb->cc_minor, cb->arch, sizeof cb->arch));
 
     CU_TRY(cu.DevicePrimaryCtxRetain(&cb->ctx, cb->dev), "cuDevicePrimaryCtxRetain");
@@ -479,7 +329,7 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     CU_TRY(cu.StreamCreate(&cb->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     CU_TRY(cu.EventCreate(&cb->ev_begin, CU_EVENT_DEFAULT), "cuEventCreate");
     CU_TRY(cu.EventCreate(&cb->ev_end, CU_EVENT_DEFAULT), "cuEventCreate");
-    CNN_TRY(dev_alloc(cb, 256, "backend scratch", &cb->scratch));
+    CNN_TRY(cuda_dev_alloc(cb, 256, "backend scratch", &cb->scratch));
 
     cb->n_mods = cuda_program_total();
     cb->mods = calloc((size_t)cb->n_mods, sizeof *cb->mods);
@@ -488,38 +338,17 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     if (opts->cache_dir)
         snprintf(cb->cache_dir, sizeof cb->cache_dir, "%s", opts->cache_dir);
     else
-        default_cache_dir(cb->cache_dir, sizeof cb->cache_dir);
-    const char *dbg = getenv("CNN_SYNC_DEBUG");
-    cb->sync_debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
-    const char *mma = getenv("CNN_CONV_MMA");
-    cb->no_mma = mma && strcmp(mma, "0") == 0;
-    const char *first = getenv("CNN_CONV_FIRST");
-    cb->no_first = first && strcmp(first, "0") == 0;
-    const char *ws = getenv("CNN_CONV_WS");
-    cb->no_ws = ws && strcmp(ws, "0") == 0;
-    const char *tma = getenv("CNN_CONV_TMA");
-    cb->no_tma = (tma && strcmp(tma, "0") == 0) || !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
-    const char *swap = getenv("CNN_CONV_SWAP");
-    cb->no_swap = swap && strcmp(swap, "0") == 0;
-    const char *skip = getenv("CNN_CONV_SKIP");
-    snprintf(cb->conv_skip, sizeof cb->conv_skip, "%s", skip ? skip : "");
-    const char *coop = getenv("CNN_CONV_COOP");
-    cb->no_coop = coop && strcmp(coop, "0") == 0;
-    const char *pair = getenv("CNN_CONV_PAIR");
-    cb->no_pair = pair && strcmp(pair, "0") == 0;
-    const char *pdl = getenv("CNN_PDL");
-    cb->pdl = cu.LaunchKernelEx && cb->cc_major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
-    const char *flush = getenv("CNN_TUNE_FLUSH");
-    cb->tune_no_flush = flush && strcmp(flush, "0") == 0;
-    const char *dgrad_tc = getenv("CNN_CONV_DGRAD_TC");
-    cb->no_dgrad_tc = dgrad_tc && strcmp(dgrad_tc, "0") == 0;
+        default_cache_dir(env, cb->cache_dir, sizeof cb->cache_dir);
+    cb->sync_debug = env->sync_debug;
+    snprintf(cb->conv_skip, sizeof cb->conv_skip, "%s", env->conv_skip);
+    cb->no_tma = !cu.TensorMapEncodeTiled || !cu.TensorMapEncodeIm2col;
+    cb->pdl = cu.LaunchKernelEx && cb->cc_major >= 9;
     cb->first_force_cfg = -1;
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
     cb->wgrad_force_cfg = -1;
-    const char *wino = getenv("CNN_CONV_WINOGRAD");
-    cb->winograd = wino && strcmp(wino, "0") == 0 ? 0 : wino && strcmp(wino, "1") == 0 ? 1 : -1;
+    cb->winograd = -1;
     cb->tune = opts->deterministic ? CNN_TUNE_NONE : opts->tune == CNN_TUNE_DEFAULT ? CNN_TUNE_FAST : opts->tune;
     return CNN_OK;
 }
@@ -597,19 +426,11 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
             be->device_name, cb->arch, cb->sm_count, cb->driver_version / 1000, cb->driver_version % 1000 / 10, nv_major,
             nv_minor, cuda_dtype_str(dt), cb->cache_dir[0] ? cb->cache_dir : "off",
             cb->sync_debug ? ", CNN_SYNC_DEBUG on" : "");
-    if (cb->no_mma) cnn_log(1, "cnn: CNN_CONV_MMA=0: tensor-core convolution kernels are off");
-    if (cb->no_first) cnn_log(1, "cnn: CNN_CONV_FIRST=0: first layers run on the general kernels (rewritten operands)");
-    if (cb->no_ws) cnn_log(1, "cnn: CNN_CONV_WS=0: no warp-specialised convolution kernels");
-    if (cb->no_tma && !cb->no_ws)
-        cnn_log(1, "cnn: %s: no TMA convolution kernels", cu.TensorMapEncodeIm2col ? "CNN_CONV_TMA=0" : "the driver has no tensor-map encoder");
-    if (cb->no_coop && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_COOP=0: no cooperative convolution kernels");
-    if (cb->no_swap && !cb->no_ws && !cb->no_tma) cnn_log(1, "cnn: CNN_CONV_SWAP=0: no transposed-tile convolution kernels");
-    if (cb->conv_skip[0]) cnn_log(1, "cnn: CNN_CONV_SKIP=%s: no tensor-core convolution rows of those names", cb->conv_skip);
+    if (cb->no_tma && cb->cc_major == 9)
+        cnn_log(1, "cnn: the driver has no tensor-map encoder: no TMA convolution kernels");
+    if (cb->conv_skip[0]) cnn_log(1, "cnn: CNN_CONV_SKIP=%s: no convolution rows of those names", cb->conv_skip);
     if (!cb->pdl && cb->cc_major >= 9)
-        cnn_log(1, "cnn: %s: kernels launched without programmatic serialization",
-                cu.LaunchKernelEx ? "CNN_PDL=0" : "the driver has no cuLaunchKernelEx");
-    if (cb->tune_no_flush)
-        cnn_log(1, "cnn: CNN_TUNE_FLUSH=0: the tuner times candidates with L2 as the previous launch left it");
+        cnn_log(1, "cnn: the driver has no cuLaunchKernelEx: kernels launched without programmatic serialization");
     if (cb->allow_tf32) cnn_log(2, "cnn: allow_tf32 set: forward convolutions in TF32 on the tensor cores (sm_80+, C %% 4 == 0, K %% 8 == 0); backward passes and linear layers in exact fp32");
     *out = be;
     return CNN_OK;

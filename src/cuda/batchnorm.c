@@ -13,21 +13,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum {
-    BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
-    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_N
-};
-static const char *const entries[BN_N] = {"chan_partial",   "chan_sum_finalize", "bn_mean_finalize", "bn_var_finalize",
-                                          "bn_bwd_finalize", "bn_apply",         "bn_bwd_apply",     "scale_shift",
-                                          "bn_partial_vec",  "bn_stats_finalize", "bn_apply_vec",    "bn_bwd_apply_vec"};
-
-static void defines(int cfg, char *buf, size_t cap) {
-    (void)cfg;
-    if (cap) buf[0] = 0;
-}
-
-const cuda_family cuda_family_batchnorm = {"batchnorm", "batchnorm.cu", entries, BN_N, CUDA_DT_ALL, 1, defines, NULL};
-
 #define RED_TX 32 /* = kernels/batchnorm.cu */
 #define RED_TY 8
 #define VEC_T 256 /* = kernels/batchnorm.cu: threads of bn_partial_vec */

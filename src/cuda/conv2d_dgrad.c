@@ -16,7 +16,7 @@
  * Where the forward kernels do not take a phase (channel counts, alignment, a tap pattern whose first row would
  * need negative padding), cuda_conv2d_dgrad runs the generic kernels.
  */
-#include "cuda/internal.h"
+#include "cuda/conv2d.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -61,13 +61,13 @@ static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const 
         if (ph[i].cv.n == 0) continue;
         const cnn_epilogue ep = {.residual = np == 1 && accumulate ? dx : NULL};
         /* the rewritten filter and the blocks live in 256-byte aligned workspace: dy stands in for them */
-        if (!cuda_conv_tc_takes(cb, &ph[i].cv, &ep, dy, dy, np == 1 ? dx : dy)) return false;
+        if (!conv_fast_eligible(cb, &ph[i].cv, &ep, dy, dy, np == 1 ? dx : dy)) return false;
     }
     *direct = np == 1 && ph[0].cv.n && ph[0].off_h == 0 && ph[0].off_w == 0 && ph[0].cv.p == cv->h && ph[0].cv.q == cv->w;
     return np > 1 || *direct;
 }
 
-bool cuda_dgrad_tc_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate) {
+bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate) {
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
     return (cv->c % 8 == 0 || cv->stride_h * cv->stride_w == 1) && plan(cb, cv, dy, dx, accumulate, ph, &direct);
@@ -76,7 +76,7 @@ bool cuda_dgrad_tc_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy,
 /* the phase's filter, flipped and transposed, into out (C, RT, ST, K) */
 static cnn_status rewrite_filter(cuda_be *cb, const cnn_conv2d *cv, const dgrad_phase *ph, const void *w, void *out) {
     CUfunction f;
-    CNN_TRY(cuda_conv_tc_kernel(cb, CUDA_TC_DGRAD_FILTER, &f));
+    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), cb->pub.act_dtype, 0, PIPE_DGRAD_FILTER, &f));
     conv_args a = {0};
     a.k = cv->k, a.r = cv->r, a.s = cv->s, a.c = cv->c, a.p = ph->cv.r, a.q = ph->cv.s;
     a.pad_h = ph->r0, a.pad_w = ph->s0, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
@@ -89,12 +89,13 @@ static cnn_status rewrite_filter(cuda_be *cb, const cnn_conv2d *cv, const dgrad_
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-cnn_status cuda_dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx, bool accumulate) {
+cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
+                             bool accumulate) {
     cuda_be *cb = cuda_impl(be);
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
     const bool ok = plan(cb, cv, dy, dx, accumulate, ph, &direct);
-    CNN_ASSERT(ok); /* the caller asked cuda_dgrad_tc_fits */
+    CNN_ASSERT(ok); /* the caller asked cuda_dgrad_phases_fits */
     const int np = cv->stride_h * cv->stride_w;
     const size_t esz = cnn_dtype_size(be->act_dtype);
     size_t wbytes = 0, bbytes = 0;
@@ -106,11 +107,11 @@ cnn_status cuda_dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const void *dy, 
     }
     void *wt;
     CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, wbytes, &wt));
-    cb->stats.dgrad_tc_launches++;
+    cb->stats.dgrad_fast_launches++;
     if (direct) {
         CNN_TRY(rewrite_filter(cb, cv, &ph[0], w, wt));
         const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
-        return cuda_conv_tc_fprop(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt, dx);
+        return conv_fast_fprop_checked(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt, dx);
     }
     void *blocks = NULL;
     if (bbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STAGED, bbytes, &blocks));
@@ -124,11 +125,11 @@ cnn_status cuda_dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const void *dy, 
         void *blk = (char *)blocks + off;
         off += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
         CNN_TRY(rewrite_filter(cb, cv, &ph[i], w, wt));
-        CNN_TRY(cuda_conv_tc_fprop(be, &ph[i].cv, NULL, dy, wt, blk));
+        CNN_TRY(conv_fast_fprop_checked(be, &ph[i].cv, NULL, dy, wt, blk));
         a.block[i] = blk, a.pp[i] = ph[i].cv.p, a.pq[i] = ph[i].cv.q, a.off_h[i] = ph[i].off_h, a.off_w[i] = ph[i].off_w;
     }
     CUfunction f;
-    CNN_TRY(cuda_conv_tc_kernel(cb, CUDA_TC_DGRAD_INTERLEAVE, &f));
+    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, PIPE_DGRAD_INTERLEAVE, &f));
     char what[200];
     snprintf(what, sizeof what, "conv2d_dgrad_interleave[%s] n%d c%d h%d w%d stride %dx%d%s", cuda_dtype_str(be->act_dtype),
              cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w, accumulate ? " accumulate" : "");

@@ -64,11 +64,11 @@ typedef struct cnn_cuda_stats {
     long disk_stores;    /* entries written */
     long module_loads;   /* cuModuleLoadData calls */
     long launches;
-    long tma_launches;   /* of them, convolutions whose operands came by TMA (conv2d_ws.cu's /t rows) */
-    long ost_launches;   /* of those, convolutions whose output went by TMA too (the /o rows) */
+    long tma_launches;   /* of them, convolutions whose operands came by TMA (the warp-specialised TMA rows) */
+    long ost_launches;   /* of those, convolutions whose output went by TMA too (the store-tma rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
-    long wgrad_tc_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
-    long dgrad_tc_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
+    long wgrad_wgmma_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
+    long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);
@@ -78,11 +78,33 @@ cnn_status cnn_cuda_mem_info(cnn_backend *be, size_t *free_bytes, size_t *total_
 const char *cnn_cuda_arch(cnn_backend *be);
 const char *cnn_cuda_cache_dir(cnn_backend *be);
 
-/* Convolution variants (SIMT and tensor-core tile configs): how many, their names, whether one can run on
- * this backend (tensor cores need F16/BF16 and sm_80+), and forcing one (-1 = the heuristic) for every
- * following conv2d_fprop/dgrad/wgrad and linear call on this backend. */
+/* Convolution configs (the rows of src/cuda/conv2d_table.c): how many, their names (derived from their flags),
+ * their flags, whether one can run on this backend (tensor cores need F16/BF16 and sm_80+), and forcing one
+ * (-1 = the heuristic) for every following conv2d_fprop/dgrad/wgrad and linear call on this backend. */
 int cnn_cuda_conv_config_count(void);
 const char *cnn_cuda_conv_config_name(int v);
+/* What a config is: exactly one kind bit (its kernel), the passes it runs, and its row's options. Tests select
+ * configs by these bits, never by name. */
+enum {
+    CNN_CUDA_CONV_SIMT = 1u << 0,      /* conv2d.cu, fp32-FMA tiles: every pass and dtype                        */
+    CNN_CUDA_CONV_MMA = 1u << 1,       /* conv2d.cu, mma.sync tiles: every pass, F16/BF16, sm_80+                  */
+    CNN_CUDA_CONV_PIPELINED = 1u << 2, /* the cp.async-pipelined mma.sync forward kernel (F32: TF32 or fp32 FMA) */
+    CNN_CUDA_CONV_WGMMA = 1u << 3,     /* the wgmma forward kernel, one warpgroup role (sm_90a, F16/BF16)        */
+    CNN_CUDA_CONV_WARPSPEC = 1u << 4,  /* wgmma, warp-specialised: a producer warpgroup feeds two consumers     */
+    CNN_CUDA_CONV_KINDS = 0x1fu,
+    CNN_CUDA_CONV_FPROP = 1u << 8,
+    CNN_CUDA_CONV_DGRAD = 1u << 9,
+    CNN_CUDA_CONV_WGRAD = 1u << 10,
+    CNN_CUDA_CONV_PERSISTENT = 1u << 16,      /* wgmma: its twin's program on a grid of as many CTAs as fit, each
+                                               * looping over tiles (warp-specialised rows always are)           */
+    CNN_CUDA_CONV_FILTER_RESIDENT = 1u << 17, /* the filter's column block stays in shared memory (short reductions) */
+    CNN_CUDA_CONV_TMA = 1u << 18,             /* operands copied by the tensor-memory accelerator (C % 64 == 0)  */
+    CNN_CUDA_CONV_COOPERATIVE = 1u << 19,     /* both consumers on one tile, half its rows each (else: ping-pong)  */
+    CNN_CUDA_CONV_RESIDUAL_SMEM = 1u << 20,   /* the residual staged in shared memory during the mainloop          */
+    CNN_CUDA_CONV_TRANSPOSED = 1u << 21,      /* the transposed tile: filter rows as wgmma's m64 operand            */
+    CNN_CUDA_CONV_TMA_STORE = 1u << 22,       /* the output stored by TMA from shared memory                        */
+};
+unsigned cnn_cuda_conv_config_flags(int v);
 bool cnn_cuda_conv_config_usable(cnn_backend *be, int v);
 void cnn_cuda_conv_force_config(cnn_backend *be, int v);
 /* Split-K of the tensor-core forward kernels: -1 = the heuristic (splits when the output has too few tiles to
@@ -98,8 +120,9 @@ void cnn_cuda_wgrad_force(cnn_backend *be, int cfg, int splits);
 /* Winograd F(2x2,3x3) for F32 3x3/1 convolutions (winograd.c): -1 the heuristic (default), 0 never, 1 wherever it
  * applies. */
 void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode);
-/* The persistent tensor-core rows (names ending /p) launch as many CTAs as fit on the GPU, each looping over
- * output tiles; ctas > 0 caps that grid (a test makes each CTA take several tiles), 0 restores it. */
+/* The persistent rows (CNN_CUDA_CONV_PERSISTENT and the warp-specialised ones) launch as many CTAs as fit on the
+ * GPU, each looping over output tiles; ctas > 0 caps that grid (a test makes each CTA take several tiles), 0
+ * restores it. */
 void cnn_cuda_conv_force_grid(cnn_backend *be, int ctas);
 /* First-layer kernels (conv2d_first.cu: 3-channel images, the stem with or without its max-pool, 3x3/1): how many
  * configs, their names, and forcing one (-1 = tuned or the heuristic) for every problem of its shape class; a

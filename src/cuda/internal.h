@@ -159,17 +159,31 @@ typedef struct cuda_family {
     const char *const *entries;   /* kernel names, index = the family's entry enum */
     int n_entries;
     unsigned dtypes;              /* CUDA_DT_* mask: one program per activation dtype in it; 0 = dtype-free */
-    int n_configs;
+    int n_configs;                /* configs, when count is NULL                                          */
+    int (*count)(void);           /* or: configs counted from a table (the conv rows: conv2d_table.c)      */
     void (*defines)(int cfg, char *buf, size_t cap);
     const char *(*config_name)(int cfg);
 } cuda_family;
 
-extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
-    cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_tc,
-    cuda_family_conv2d_fprop_ffma, cuda_family_conv2d_fprop_wg, cuda_family_conv2d_fprop_ws, cuda_family_conv2d_fprop_first,
-    cuda_family_winograd, cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss, cuda_family_prep, cuda_family_optim,
-    cuda_family_conv2d_wgrad_wgmma;
+/* The families of the ops but the convolution's (families.c; the convolution's are conv2d.h's), and each one's
+ * entry points in the order of its `entries`. */
+extern const cuda_family cuda_family_pointwise, cuda_family_batchnorm, cuda_family_pool, cuda_family_loss,
+    cuda_family_prep, cuda_family_optim;
+enum {
+    PW_RELU_FWD, PW_RELU_BWD, PW_ADD, PW_PASS_BWD, PW_DROP_FWD, PW_DROP_BWD, PW_TO_ACT, PW_FROM_ACT,
+    PW_FLAT_FWD, PW_FLAT_BWD, PW_N
+};
+enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
+enum {
+    BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
+    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_N
+};
+enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
+enum { XENT_ROWS, XENT_MEAN, XENT_N };
+enum { OPT_SGD, OPT_ADAMW, OPT_NONFINITE, OPT_N };
 
+/* Configs of a family. */
+static inline int cuda_family_configs(const cuda_family *fam) { return fam->count ? fam->count() : fam->n_configs; }
 /* Whether a family has programs for activation dtype dt. */
 bool cuda_family_has_dtype(const cuda_family *fam, cnn_dtype dt);
 /* Program id of (family, dtype, cfg); total number of programs. */
@@ -218,27 +232,19 @@ typedef struct cuda_be {
     char arch[24];
     char cache_dir[1024];     /* "" = no disk cache */
     bool sync_debug;          /* CNN_SYNC_DEBUG: synchronise and check after every launch */
-    bool no_mma;              /* CNN_CONV_MMA=0: no tensor-core conv variants (an escape hatch) */
-    bool no_first;            /* CNN_CONV_FIRST=0: first layers take the rewritten-operand path (A/B timing) */
-    bool no_ws;               /* CNN_CONV_WS=0: the warp-specialised conv rows are never used (A/B timing) */
-    bool no_tma;              /* CNN_CONV_TMA=0: nor their TMA rows (A/B timing); also set without the driver's
-                               * tensor-map encoders */
-    bool no_coop;             /* CNN_CONV_COOP=0: nor their cooperative rows (A/B timing) */
-    bool no_swap;             /* CNN_CONV_SWAP=0: nor their transposed-tile rows (A/B timing) */
-    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the tensor-core rows whose names contain a or b (A/B timing) */
-    bool no_pair;             /* CNN_CONV_PAIR=0: the eval plan fuses no conv pairs (A/B timing) */
-    bool tune_no_flush;       /* CNN_TUNE_FLUSH=0: the tuner times candidates without flushing L2 (A/B timing) */
-    bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+, a driver with
-                               * cuLaunchKernelEx, CNN_PDL not 0): each may be placed while the one before it
-                               * finishes (kernels/common.cuh, pdl_enter) */
-    bool no_dgrad_tc;         /* CNN_CONV_DGRAD_TC=0: dgrad always on the generic kernels (A/B timing) */
+    bool no_tma;              /* the driver has no tensor-map encoders (CUDA < 12.0): no TMA conv rows */
+    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the fast conv rows whose names contain a or b (A/B timing) */
+    bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+ and a driver with
+                               * cuLaunchKernelEx): each may be placed while the one before it finishes
+                               * (kernels/common.cuh, pdl_enter) */
     int first_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_first.cu config c where it applies (tests) */
     bool allow_tf32;
     bool capturing;
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
-    int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 heuristic, 0 never, 1 wherever it applies */
+    int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 tuned or heuristic, 0 never, 1 wherever it
+                               * applies (cnn_cuda_conv_force_winograd, tests) */
     int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */
     int wgrad_force_cfg;      /* -1 = tuned or heuristic; c = conv2d_wgrad.c's config c (tests) */
     int wgrad_force_splits;   /* with a forced config: its reduction splits (0 = the heuristic's) */
@@ -272,15 +278,13 @@ void cuda_tune_put(cuda_be *cb, const char *key, int cfg, int splits, float ms);
 void cuda_tune_free(cuda_be *cb);
 /* Time n candidates of one problem (key names it in messages): launch(ctx, i, y) launches candidate i writing
  * into y, a scratch output of ybytes; each is launched once to warm up, then 3 times with the L2 flushed (a 64 MiB
- * memset) before each (not with CNN_TUNE_FLUSH=0: A/B runs), CUDA events, median. *best = the fastest (its median
+ * memset) before each, CUDA events, median. *best = the fastest (its median
  * in *best_ms), or -1 when there was no memory for the scratch buffers (the caller's heuristic stands: tuning is
  * an optimisation). all_ms (NULL or n floats): every candidate's median, -1 for those not timed. Outside capture. */
 typedef cnn_status (*cuda_tune_launch_fn)(void *ctx, int i, void *y);
 cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cuda_tune_launch_fn launch, void *ctx,
                           int *best, float *best_ms, float *all_ms);
 
-/* Make the backend's context current on this thread (cheap when it already is). */
-void cuda_bind(cuda_be *cb);
 /* The CUfunction of entry `entry` of (family, dtype, cfg): compiled (or loaded from the disk cache) on first
  * use, then served from the in-process table. */
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out);
@@ -289,6 +293,12 @@ cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cf
  * program that fails here is compiled again (and its error reported) by cuda_kernel. CNN_COMPILE_THREADS caps
  * the threads (1: off). */
 void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
+/* ---- launch.c: below every launcher ------------------------------------------------------------------- */
+
+/* Make the backend's context current on this thread (cheap when it already is). */
+void cuda_bind(cuda_be *cb);
+/* cuMemAlloc of bytes for `what` (named in the OOM error, with the free memory) */
+cnn_status cuda_dev_alloc(cuda_be *cb, size_t bytes, const char *what, CUdeviceptr *out);
 /* Launch f with one argument struct on the backend's stream; `what` names it in errors. Checks the launch,
  * and with CNN_SYNC_DEBUG synchronises and checks its execution. */
 cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
@@ -312,7 +322,9 @@ static inline cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
 /* Grid size for a grid-stride loop over `work` items with `threads` per block. */
 unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads);
 /* act dtype names, "f32" "f16" "bf16" */
-const char *cuda_dtype_str(cnn_dtype dt);
+static inline const char *cuda_dtype_str(cnn_dtype dt) {
+    return dt == CNN_DTYPE_F32 ? "f32" : dt == CNN_DTYPE_F16 ? "f16" : dt == CNN_DTYPE_BF16 ? "bf16" : "?";
+}
 
 /* ---- launchers (the table's ops), one file per family ------------------------------------------------ */
 
@@ -322,41 +334,13 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
-/* conv2d.c, for conv2d_dgrad.c: whether the forward tensor-core path takes a problem, and its helper kernels */
-bool cuda_conv_tc_takes(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
-                        const void *y);
-enum { CUDA_TC_DGRAD_FILTER = 0, CUDA_TC_DGRAD_INTERLEAVE = 1 };
-cnn_status cuda_conv_tc_kernel(cuda_be *cb, int entry, CUfunction *f);
-/* conv2d_dgrad.c: dgrad by phases on the forward tensor-core kernels (every stride): whether it takes a problem,
- * and the run of one it takes */
-bool cuda_dgrad_tc_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate);
-cnn_status cuda_dgrad_tc(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx, bool accumulate);
-/* conv2d_wgrad.c: wgrad on wgmma (sm_90a, F16/BF16): whether it takes a problem (C % 64 == 0, K % 8 == 0, the
- * tensor maps' limits, 16-byte aligned operands), and the tuned or heuristic launch of one it takes */
-bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);
-cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
-/* The tensor-core forward path (conv2d_tc.cu; wgmma rows for F16/BF16 on sm_90a) of conv2d.c, for callers that
- * run a GEMM as a 1x1 convolution (winograd.c): tuned choice + launch of a problem it takes. */
-cnn_status cuda_conv_tc_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                              const void *w, void *y);
-/* winograd.c: true fp32 3x3 stride-1 forward convolutions as Winograd F(2x2, 3x3). _choose, for a problem the
- * tensor-core path takes: whether it runs there (false where it cannot; forced, tuned against the direct kernels
- * and cached, or the heuristic) */
-cnn_status cuda_winograd_choose(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                                const void *w, bool *use);
-cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                               const void *w, void *y);
-/* conv2d_first.c: first layers over 3-channel images (conv2d_first.cu), and the conv with its max-pool fused */
-bool cuda_first_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
-                         const void *y);
-cnn_status cuda_first_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
-                            const void *x, const void *w, void *y);
-bool cuda_conv2d_pool_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual);
-/* conv2d.c: two convolutions summed in one kernel (the backend table's conv2d_fprop_pair) */
+/* conv2d_pair.c: two convolutions summed in one kernel (the backend table's conv2d_fprop_pair) */
 bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
 cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
                                   const cnn_epilogue *ep, const void *x, const void *w, const void *x2,
                                   const void *w2, void *y);
+/* conv2d.c: conv + max-pool */
+bool cuda_conv2d_pool_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_pool2d *pl, bool residual);
 cnn_status cuda_conv2d_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
                                   const void *x, const void *w, void *y);
 /* linear.c */
@@ -403,10 +387,5 @@ cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, flo
 cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
                              float *m, float *v, float grad_scale);
 cnn_status cuda_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out);
-
-/* conv2d.c's search space: the variants usable for a pass (0 fprop, 1 dgrad, 2 wgrad) of a problem on this
- * backend, and the heuristic's choice among them (or the forced variant). */
-int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int *out, int cap);
-int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv, int pass);
 
 #endif

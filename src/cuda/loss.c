@@ -6,16 +6,6 @@
 
 #include <stdio.h>
 
-enum { XENT_ROWS, XENT_MEAN, XENT_N };
-static const char *const entries[XENT_N] = {"xent_rows", "xent_mean"};
-
-static void defines(int cfg, char *buf, size_t cap) {
-    (void)cfg;
-    if (cap) buf[0] = 0;
-}
-
-const cuda_family cuda_family_loss = {"loss", "loss.cu", entries, XENT_N, CUDA_DT_ALL, 1, defines, NULL};
-
 cnn_status cuda_xent_forward_backward(cnn_backend *be, const cnn_xent *xe, const void *logits,
                                       const int32_t *labels, float *loss, void *dlogits) {
     cuda_be *cb = cuda_impl(be);

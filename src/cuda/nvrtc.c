@@ -516,10 +516,10 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
     /* threads: CNN_COMPILE_THREADS (1 = compile each when first launched, as without this), else up to 8 and
      * the CPUs online */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *env = getenv("CNN_COMPILE_THREADS");
-    int nt = env && atoi(env) > 0 ? atoi(env) : 8;
+    const int want = cnn_env_get()->compile_threads;
+    int nt = want > 0 ? want : 8;
     if (nt > 8) nt = 8;
-    if (!(env && atoi(env) > 0) && cpus > 0 && nt > cpus) nt = (int)cpus;
+    if (want <= 0 && cpus > 0 && nt > cpus) nt = (int)cpus;
     if (nt > nj) nt = nj;
     if (nj < 2 || nt < 2) return; /* nothing to overlap: cuda_kernel compiles each when asked */
     prep_pool pool = {cb->arch, jobs, nj, 0};
@@ -544,7 +544,7 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
 
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out) {
     CNN_ASSERT(entry >= 0 && entry < fam->n_entries && entry < CUDA_MAX_ENTRIES);
-    CNN_ASSERT(cfg >= 0 && cfg < fam->n_configs && cuda_family_has_dtype(fam, dt));
+    CNN_ASSERT(cfg >= 0 && cfg < cuda_family_configs(fam) && cuda_family_has_dtype(fam, dt));
     int id = cuda_program_id(fam, dt, cfg);
     CNN_ASSERT(id >= 0 && id < cb->n_mods);
     cuda_module *m = &cb->mods[id];
@@ -562,4 +562,34 @@ cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cf
     }
     *out = m->fn[entry];
     return CNN_OK;
+}
+
+/* ---- the cache descriptor of a program -------------------------------------------------------------------- */
+
+static uint64_t headers_hash(void) {
+    uint64_t h = CNN_FNV_OFFSET;
+    for (int i = 0; i < cnn_kernel_file_count; i++) {
+        size_t n = strlen(cnn_kernel_files[i].name);
+        if (n > 4 && strcmp(cnn_kernel_files[i].name + n - 4, ".cuh") == 0) {
+            h = cnn_fnv1a64(h, cnn_kernel_files[i].name, n + 1);
+            h = cnn_fnv1a64(h, cnn_kernel_files[i].data, cnn_kernel_files[i].len);
+        }
+    }
+    return h;
+}
+
+void cuda_program_descriptor(int id, const char *arch, int driver_version, char *buf, size_t cap) {
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    size_t len = 0;
+    const char *src = cuda_kernel_source(info.file, &len);
+    uint64_t sh = src ? cnn_fnv1a64(CNN_FNV_OFFSET, src, len) : 0;
+    char store[1024];
+    const char *opts[40];
+    int n = cuda_program_options(id, arch, store, sizeof store, opts, 40);
+    size_t o = (size_t)snprintf(buf, cap, "cnn.c kernel cache v1\nfile %s %016llx\nheaders %016llx\noptions", info.file,
+                                (unsigned long long)sh, (unsigned long long)headers_hash());
+    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, " %s", opts[i]);
+    if (o < cap)
+        snprintf(buf + o, cap - o, "\nnvrtc %d.%d\ndriver %d\n", nvrtc.major, nvrtc.minor, driver_version);
 }

@@ -6,16 +6,6 @@
 #include <math.h>
 #include <stdio.h>
 
-enum { OPT_SGD, OPT_ADAMW, OPT_NONFINITE, OPT_N };
-static const char *const entries[OPT_N] = {"sgd_update", "adamw_update", "count_nonfinite"};
-
-static void defines(int cfg, char *buf, size_t cap) {
-    (void)cfg;
-    if (cap) buf[0] = 0;
-}
-
-const cuda_family cuda_family_optim = {"optim", "optim.cu", entries, OPT_N, 0, 1, defines, NULL};
-
 static cnn_status run(cnn_backend *be, int entry, optim_args *a) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
@@ -24,7 +14,7 @@ static cnn_status run(cnn_backend *be, int entry, optim_args *a) {
     CUfunction f;
     CNN_TRY(cuda_kernel(cb, &cuda_family_optim, CNN_DTYPE_F32, 0, entry, &f));
     char what[64];
-    snprintf(what, sizeof what, "%s count %lld", entries[entry], a->count);
+    snprintf(what, sizeof what, "%s count %lld", cuda_family_optim.entries[entry], a->count);
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, a->count, 256), 1, 1, 256, 1, a);
 }
 

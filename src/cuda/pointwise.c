@@ -7,32 +7,14 @@
 
 #include <stdio.h>
 
-enum {
-    PW_RELU_FWD, PW_RELU_BWD, PW_ADD, PW_PASS_BWD, PW_DROP_FWD, PW_DROP_BWD, PW_TO_ACT, PW_FROM_ACT,
-    PW_FLAT_FWD, PW_FLAT_BWD, PW_N
-};
-static const char *const entries[PW_N] = {"relu_forward",    "relu_backward",    "add_forward", "pass_backward",
-                                          "dropout_forward", "dropout_backward", "to_act",      "from_act",
-                                          "flatten_forward", "flatten_backward"};
-
-enum { CFG_SCALAR = 0, CFG_VEC16 = 1, N_CFG };
-
-static void defines(int cfg, char *buf, size_t cap) {
-    snprintf(buf, cap, cfg == CFG_VEC16 ? "-DVEC=ACT_VEC" : "-DVEC=1");
-}
-static const char *config_name(int cfg) { return cfg == CFG_VEC16 ? "vec16" : "scalar"; }
-
-const cuda_family cuda_family_pointwise = {"pointwise", "pointwise.cu", entries, PW_N, CUDA_DT_ALL, N_CFG, defines,
-                                           config_name};
-
 static bool aligned16(const void *p) { return p == NULL || ((uintptr_t)p & 15) == 0; }
 
 static int pick_vec(const void *a, const void *b, const void *c) {
-    return aligned16(a) && aligned16(b) && aligned16(c) ? CFG_VEC16 : CFG_SCALAR;
+    return aligned16(a) && aligned16(b) && aligned16(c) ? PW_CFG_VEC16 : PW_CFG_SCALAR;
 }
 
 /* elements per thread-step of config cfg */
-static int vec_of(cnn_dtype dt, int cfg) { return cfg == CFG_SCALAR ? 1 : (dt == CNN_DTYPE_F32 ? 4 : 8); }
+static int vec_of(cnn_dtype dt, int cfg) { return cfg == PW_CFG_SCALAR ? 1 : (dt == CNN_DTYPE_F32 ? 4 : 8); }
 
 static cnn_status run(cnn_backend *be, int entry, int cfg, pw_args *a, long long work) {
     cuda_be *cb = cuda_impl(be);
@@ -41,8 +23,8 @@ static cnn_status run(cnn_backend *be, int entry, int cfg, pw_args *a, long long
     CUfunction f;
     CNN_TRY(cuda_kernel(cb, &cuda_family_pointwise, be->act_dtype, cfg, entry, &f));
     char what[96];
-    snprintf(what, sizeof what, "%s[%s %s] count %lld", entries[entry], cuda_dtype_str(be->act_dtype),
-             config_name(cfg), a->count);
+    snprintf(what, sizeof what, "%s[%s %s] count %lld", cuda_family_pointwise.entries[entry], cuda_dtype_str(be->act_dtype),
+             cuda_family_pointwise.config_name(cfg), a->count);
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, work, 256), 1, 1, 256, 1, a);
 }
 
@@ -110,7 +92,7 @@ cnn_status cuda_flatten_forward(cnn_backend *be, cnn_shape s, const void *x, voi
     CNN_ASSERT(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0);
     pw_args a = {.count = cnn_shape_numel(s), .a = x, .out = y, .n = s.n, .c = s.c, .hw = s.h * s.w};
     if (s.h * s.w == 1 || s.c == 1) return be->copy(be, y, x, (size_t)a.count * cnn_dtype_size(be->act_dtype));
-    return run(be, PW_FLAT_FWD, CFG_SCALAR, &a, a.count);
+    return run(be, PW_FLAT_FWD, PW_CFG_SCALAR, &a, a.count);
 }
 
 cnn_status cuda_flatten_backward(cnn_backend *be, cnn_shape s, const void *dy, void *dx, bool accumulate) {
@@ -119,5 +101,5 @@ cnn_status cuda_flatten_backward(cnn_backend *be, cnn_shape s, const void *dy, v
                  .hw = s.h * s.w};
     if ((s.h * s.w == 1 || s.c == 1) && !accumulate)
         return be->copy(be, dx, dy, (size_t)a.count * cnn_dtype_size(be->act_dtype));
-    return run(be, PW_FLAT_BWD, CFG_SCALAR, &a, a.count);
+    return run(be, PW_FLAT_BWD, PW_CFG_SCALAR, &a, a.count);
 }

@@ -6,16 +6,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
-static const char *const entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec", "pool_backward_vec"};
-
-static void defines(int cfg, char *buf, size_t cap) {
-    (void)cfg;
-    if (cap) buf[0] = 0;
-}
-
-const cuda_family cuda_family_pool = {"pool", "pool.cu", entries, POOL_N, CUDA_DT_ALL, 1, defines, NULL};
-
 static const char *kind_name(cnn_pool_kind k) {
     return k == CNN_POOL_MAX ? "max" : k == CNN_POOL_AVG ? "avg" : "adaptive_avg";
 }
@@ -43,7 +33,7 @@ static cnn_status run(cnn_backend *be, int entry, pool_args *a, long long work, 
     CNN_TRY(cuda_kernel(cb, &cuda_family_pool, be->act_dtype, 0, entry, &f));
     char what[160];
     snprintf(what, sizeof what, "%s[%s %s] n%d c%d h%d w%d -> p%d q%d window %dx%d stride %dx%d pad %dx%d",
-             entries[entry], cuda_dtype_str(be->act_dtype), kind_name(pl->kind), pl->n, pl->c, pl->h, pl->w, pl->p,
+             cuda_family_pool.entries[entry], cuda_dtype_str(be->act_dtype), kind_name(pl->kind), pl->n, pl->c, pl->h, pl->w, pl->p,
              pl->q, pl->r, pl->s, pl->stride_h, pl->stride_w, pl->pad_h, pl->pad_w);
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, work, 256), 1, 1, 256, 1, a);
 }

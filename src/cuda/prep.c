@@ -4,15 +4,6 @@
 
 #include <stdio.h>
 
-static const char *const entries[] = {"prep_images"};
-
-static void defines(int cfg, char *buf, size_t cap) {
-    (void)cfg;
-    if (cap) buf[0] = 0;
-}
-
-const cuda_family cuda_family_prep = {"prep", "prep.cu", entries, 1, CUDA_DT_ALL, 1, defines, NULL};
-
 cnn_status cuda_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
                             const uint8_t *flip, void *dst) {
     cuda_be *cb = cuda_impl(be);

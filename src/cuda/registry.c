@@ -3,11 +3,10 @@
  * kernels by (family, dtype, config) and tests/unit/test_nvrtc.c walks the same ids, so the set that CI
  * compiles is exactly the set the engine can emit.
  *
- * Families are declared next to their launchers (the search space beside the kernel): conv2d.c declares the
- * three conv passes and their tile configs, pointwise.c its scalar/vector variants, and so on.
+ * Families are data, below every launcher: conv2d_table.c declares the convolution's (its rows are the search
+ * space), families.c every other op's. The cache descriptor of a program is nvrtc.c's.
  */
-#include "cuda/internal.h"
-#include "cuda/embed.h"
+#include "cuda/conv2d.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,8 +14,8 @@
 static const cuda_family *const families[] = {
     &cuda_family_conv2d_fprop,     &cuda_family_conv2d_dgrad,     &cuda_family_conv2d_wgrad,
     &cuda_family_conv2d_fprop_mma, &cuda_family_conv2d_dgrad_mma, &cuda_family_conv2d_wgrad_mma,
-    &cuda_family_conv2d_fprop_tc,  &cuda_family_conv2d_fprop_ffma, &cuda_family_conv2d_fprop_wg,
-    &cuda_family_conv2d_fprop_ws,  &cuda_family_conv2d_fprop_first, &cuda_family_winograd, &cuda_family_pointwise,
+    &cuda_family_conv2d_fprop_pipelined,  &cuda_family_conv2d_fprop_pipelined_ffma, &cuda_family_conv2d_fprop_wgmma,
+    &cuda_family_conv2d_fprop_warpspec,  &cuda_family_conv2d_fprop_first, &cuda_family_winograd, &cuda_family_pointwise,
     &cuda_family_batchnorm,        &cuda_family_pool,             &cuda_family_loss,
     &cuda_family_prep,             &cuda_family_optim,            &cuda_family_conv2d_wgrad_wgmma,
 };
@@ -36,7 +35,7 @@ static int n_dtypes(const cuda_family *f) {
     return f->dtypes ? n : 1;
 }
 
-static int family_size(const cuda_family *f) { return n_dtypes(f) * f->n_configs; }
+static int family_size(const cuda_family *f) { return n_dtypes(f) * cuda_family_configs(f); }
 
 bool cuda_family_has_dtype(const cuda_family *fam, cnn_dtype dt) { return fam->dtypes == 0 || (fam->dtypes & dt_bit(dt)); }
 
@@ -46,15 +45,6 @@ static cnn_dtype nth_dtype(const cuda_family *f, int d) {
         if ((f->dtypes & dt_bit(act_dtypes[k])) && d-- == 0) return act_dtypes[k];
     CNN_ASSERT(!"dtype index out of range");
     return CNN_DTYPE_F32;
-}
-
-const char *cuda_dtype_str(cnn_dtype dt) {
-    switch (dt) {
-    case CNN_DTYPE_F32: return "f32";
-    case CNN_DTYPE_F16: return "f16";
-    case CNN_DTYPE_BF16: return "bf16";
-    default: return "?";
-    }
 }
 
 /* kernels/common.cuh's ACT values */
@@ -79,13 +69,13 @@ int cuda_program_id(const cuda_family *fam, cnn_dtype dt, int cfg) {
     int base = 0;
     for (int i = 0; i < N_FAMILIES; i++) {
         if (families[i] == fam) {
-            CNN_ASSERT(cfg >= 0 && cfg < fam->n_configs);
+            CNN_ASSERT(cfg >= 0 && cfg < cuda_family_configs(fam));
             int d = 0;
             if (fam->dtypes) {
                 CNN_ASSERT(fam->dtypes & dt_bit(dt));
                 for (int k = 0; k < N_ACT && act_dtypes[k] != dt; k++) d += (fam->dtypes & dt_bit(act_dtypes[k])) != 0;
             }
-            return base + d * fam->n_configs + cfg;
+            return base + d * cuda_family_configs(fam) + cfg;
         }
         base += family_size(families[i]);
     }
@@ -99,8 +89,8 @@ static const cuda_family *decode(int id, int *d, int *cfg) {
     for (int i = 0; i < N_FAMILIES; i++) {
         int n = family_size(families[i]);
         if (id < n) {
-            *d = id / families[i]->n_configs;
-            *cfg = id % families[i]->n_configs;
+            *d = id / cuda_family_configs(families[i]);
+            *cfg = id % cuda_family_configs(families[i]);
             return families[i];
         }
         id -= n;
@@ -142,32 +132,4 @@ int cuda_program_options(int id, const char *arch, char *store, size_t store_cap
         opts[count++] = tok;
     }
     return count;
-}
-
-static uint64_t headers_hash(void) {
-    uint64_t h = CNN_FNV_OFFSET;
-    for (int i = 0; i < cnn_kernel_file_count; i++) {
-        size_t n = strlen(cnn_kernel_files[i].name);
-        if (n > 4 && strcmp(cnn_kernel_files[i].name + n - 4, ".cuh") == 0) {
-            h = cnn_fnv1a64(h, cnn_kernel_files[i].name, n + 1);
-            h = cnn_fnv1a64(h, cnn_kernel_files[i].data, cnn_kernel_files[i].len);
-        }
-    }
-    return h;
-}
-
-void cuda_program_descriptor(int id, const char *arch, int driver_version, char *buf, size_t cap) {
-    cnn_cuda_program_info info;
-    cnn_cuda_program_describe(id, &info);
-    size_t len = 0;
-    const char *src = cuda_kernel_source(info.file, &len);
-    uint64_t sh = src ? cnn_fnv1a64(CNN_FNV_OFFSET, src, len) : 0;
-    char store[1024];
-    const char *opts[40];
-    int n = cuda_program_options(id, arch, store, sizeof store, opts, 40);
-    size_t o = (size_t)snprintf(buf, cap, "cnn.c kernel cache v1\nfile %s %016llx\nheaders %016llx\noptions", info.file,
-                                (unsigned long long)sh, (unsigned long long)headers_hash());
-    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, " %s", opts[i]);
-    if (o < cap)
-        snprintf(buf + o, cap - o, "\nnvrtc %d.%d\ndriver %d\n", nvrtc.major, nvrtc.minor, driver_version);
 }

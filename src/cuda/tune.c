@@ -7,7 +7,7 @@
  * so a second run tunes nothing. Lines are appended with one write(2) on an O_APPEND descriptor (concurrent
  * processes interleave whole lines); the file is read once, at the first lookup, and a malformed line is
  * skipped (the problem is then tuned again). cuda_tune_time times a launcher's candidates (the candidates
- * themselves live with the kernels: conv2d.c, conv2d_first.c). V is
+ * themselves: conv2d_table.c, the policy: conv2d_choose.c). V is
  * CUDA_TUNE_VERSION: a config is stored by its index in the launcher's table and its speed depends on the kernel
  * source, so a change to either bumps V and old winners are ignored rather than misread.
  */
@@ -22,11 +22,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CUDA_TUNE_VERSION 8 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
-                              * of convs with a residual end in " res". 3: warp-specialised rows (conv2d_ws.cu)
+#define CUDA_TUNE_VERSION 9 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
+                              * of convs with a residual end in " res". 3: warp-specialised rows (conv2d_warpspec.cu)
                               * join the fast search. 4: their TMA rows join it. 5: so do the 64-wide TMA row
                               * and the cooperative rows. 6: and the two transposed-tile rows. 7: and the
-                              * 192-pixel one. 8: and the two storing through TMA (/o) */
+                              * 192-pixel one. 8: and the two storing through TMA (/o). 9: a fast conv winner is stored as its
+                              * row index in conv2d_table.c's one table (the generic rows first), not as its index
+                              * among the fast rows; their keys begin "fprop", not "fprop_tc" */
 
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;
@@ -127,7 +129,7 @@ cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cu
         st = launch(ctx, i, y); /* warm-up (and compilation) */
         float ms[3];
         for (int r = 0; r < 3 && st == CNN_OK; r++) {
-            if ((!cb->tune_no_flush && cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS) ||
+            if (cu.MemsetD8Async(flush, (unsigned char)r, flush_bytes, cb->stream) != CUDA_SUCCESS ||
                 cu.EventRecord(e0, cb->stream) != CUDA_SUCCESS)
                 st = cnn_fail(CNN_E_DEVICE, "tuning %s: memset/event failed", key);
             if (st == CNN_OK) st = launch(ctx, i, y);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_resume.sh — exact resume (testing.md B14/B15): 40 steps straight, 20 + stop + --resume + 20, and a run
+# test_resume.sh — exact resume: 40 steps straight, 20 + stop + --resume + 20, and a run
 # killed with SIGKILL at a random moment then resumed, must give bitwise-identical losses and final weights; and
 # the same run twice gives the same bits. CNN_TEST_DEVICE=cuda runs it on the GPU (tools/gpu_session.sh).
 . "$(dirname "$0")/../lib.sh"

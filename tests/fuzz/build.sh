@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/fuzz/build.sh — build the safetensors/JSON libFuzzer target (testing.md B1) with clang
+# tests/fuzz/build.sh — build the safetensors/JSON libFuzzer target with clang
 # -fsanitize=fuzzer,address,undefined, generate its seed corpus and dictionary, and fuzz for FUZZ_SECONDS.
 #
 # Environment: BUILD (output root, default build), FUZZ_SECONDS (default 60), FUZZ_JOBS (parallel processes,

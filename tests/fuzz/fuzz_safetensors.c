@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c — the libFuzzer target of testing.md B1: any byte string goes through cnn_st_parse (as a
+/* fuzz_safetensors.c — the libFuzzer target: any byte string goes through cnn_st_parse (as a
  * file image) and through cnn_json_parse (as a JSON text). Neither may crash, leak, read out of bounds or hang;
  * a file that parses must satisfy every promise of safetensors.h (the entries tile the data buffer, sizes match
  * shapes, names are found by cnn_st_find) and every tensor byte is read, so ASan checks the ranges; a failure

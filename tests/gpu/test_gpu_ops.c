@@ -10,12 +10,12 @@
  *
  * Each group runs in a forked child (the parent never touches CUDA), so a crash or a sticky device error in one
  * group is reported as that group's failure and the others still run.
- *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_tc group with F32
+ *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_fast group with F32
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
- * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_tc conv_first linear xent prep
+ * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first linear xent prep
  * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
- * CNN_TEST_TC_CONFIG=text: conv_tc runs only the tensor-core configs whose name contains it (a sanitizer run on
+ * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
 #include "test.h"
@@ -995,7 +995,7 @@ static cnn_conv2d conv_of(const conv_case *k) {
 }
 
 /* a copy of x with every value rounded to TF32 (10 mantissa bits) to nearest, ties away from zero: what
- * conv2d_tc.cu's tf32_rna does to its operands */
+ * conv2d_pipelined.cu's tf32_rna does to its operands */
 static float *tf32_copy(const float *x, int64_t n) {
     float *r = malloc(count_of(n) * sizeof *r);
     for (int64_t i = 0; i < n; i++) {
@@ -1163,11 +1163,11 @@ static void g_conv_configs(ctx *t) {
     if (!quick) conv_one(t, &big, -1, 2, 3900);
 }
 
-/* the tensor-core forward kernels (conv2d_tc.cu: F16/BF16 with C % 8 == 0, F32 with C % 4 == 0 in fp32 FMA or,
+/* the tensor-core forward kernels (conv2d_pipelined.cu: F16/BF16 with C % 8 == 0, F32 with C % 4 == 0 in fp32 FMA or,
  * as "tf32", in TF32; K % 8 == 0; and the stem, C <= 4 at
  * stride 2, through its space-to-depth rewrite; other C < 8 with the channels padded), each config forced and the heuristic, on odd shapes within their
  * preconditions; the dgrad/wgrad of these cases use the generic kernels. The first three run in quick mode. */
-static const conv_case conv_tc_cases[] = {
+static const conv_case conv_fast_cases[] = {
     {1, 32, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
     {2, 3, 15, 13, 64, 7, 7, 2, 2, 3, 3},    /* the stem: 7x7/2 pad 3 over 3 channels, odd H and W */
     {2, 64, 19, 21, 136, 1, 1, 1, 1, 0, 0},  /* 1x1 over one slice, 798 x 136: many tiles, ragged in M and N */
@@ -1204,37 +1204,48 @@ static void g_conv_algo(ctx *t);
  * transposed, padding R-1-pad): padding 0 (a padding of R-1 in the rewritten problem), R-1 (none) and between,
  * 5x5, H != W, batch 1, with and without accumulation, the tuned choice and one forced config; a strided conv
  * beside them stays on the generic kernels. */
-static const conv_case dgrad_tc_cases[] = {
+static const char *row_only; /* CNN_TEST_CONV_ROW */
+static bool row_selected(int cfg) { return !row_only || strstr(cnn_cuda_conv_config_name(cfg), row_only) != NULL; }
+/* a conv config's flag bit (hooks.h: its kernel kind, passes and options) */
+static bool row_has(int cfg, unsigned bit) { return (cnn_cuda_conv_config_flags(cfg) & bit) != 0; }
+/* the first fast forward row (the pipelined mma.sync kernel's); the rows after it are the fast kinds' */
+static int first_fast_row(void) {
+    for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++)
+        if (row_has(cfg, CNN_CUDA_CONV_PIPELINED)) return cfg;
+    fatal("no pipelined conv row");
+    return -1;
+}
+
+static const conv_case dgrad_fast_cases[] = {
     {1, 16, 9, 7, 24, 3, 3, 1, 1, 0, 0},  /* pad 0: the rewritten problem pads by 2 */
     {2, 24, 6, 5, 16, 5, 5, 1, 1, 2, 2},  /* 5x5 pad 2 */
     {2, 16, 5, 8, 32, 3, 3, 1, 1, 2, 2},  /* pad 2 = R - 1: the rewritten problem has none */
     {3, 40, 7, 7, 8, 1, 1, 1, 1, 0, 0},   /* 1x1, K = 8 becomes the reduction */
 };
 /* strided dgrad by phases (conv2d_dgrad.c): each phase a forward convolution into its block, then the interleave;
- * with and without accumulation, the tuned choice and one forced config. on_tc: whether the tensor-core path must
+ * with and without accumulation, the tuned choice and one forced config. on_fast: whether the fast rows must
  * have run it (the backend counts those dgrads); where a phase's first row would need negative padding, the
  * generic kernels. */
 typedef struct dgrad_stride_case {
     conv_case cc;
-    bool on_tc;
+    bool on_fast;
 } dgrad_stride_case;
 static const dgrad_stride_case dgrad_stride_cases[] = {
-    {.cc = {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1}, .on_tc = true},   /* 3x3/2 pad 1, odd H: a block row more */
-    {.cc = {2, 16, 8, 10, 24, 3, 3, 2, 2, 1, 1}, .on_tc = true},  /* even H and W */
-    {.cc = {3, 24, 9, 7, 16, 1, 1, 2, 2, 0, 0}, .on_tc = true},   /* 1x1/2: three phases no tap reaches */
-    {.cc = {1, 16, 15, 13, 8, 7, 7, 2, 2, 3, 3}, .on_tc = true},  /* 7x7/2 pad 3, batch 1, H != W */
-    {.cc = {2, 8, 9, 10, 16, 3, 3, 2, 1, 1, 1}, .on_tc = true},   /* stride 2x1 */
-    {.cc = {1, 16, 11, 11, 16, 3, 3, 3, 3, 0, 0}, .on_tc = true}, /* stride 3, pad 0: 9 phases */
-    {.cc = {2, 16, 7, 9, 8, 2, 2, 2, 2, 0, 0}, .on_tc = true},    /* 2x2/2: one tap per phase */
-    {.cc = {2, 8, 7, 7, 8, 1, 1, 2, 2, 1, 1}, .on_tc = false},    /* 1x1/2 pad 1: negative padding, generic */
+    {.cc = {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1}, .on_fast = true},   /* 3x3/2 pad 1, odd H: a block row more */
+    {.cc = {2, 16, 8, 10, 24, 3, 3, 2, 2, 1, 1}, .on_fast = true},  /* even H and W */
+    {.cc = {3, 24, 9, 7, 16, 1, 1, 2, 2, 0, 0}, .on_fast = true},   /* 1x1/2: three phases no tap reaches */
+    {.cc = {1, 16, 15, 13, 8, 7, 7, 2, 2, 3, 3}, .on_fast = true},  /* 7x7/2 pad 3, batch 1, H != W */
+    {.cc = {2, 8, 9, 10, 16, 3, 3, 2, 1, 1, 1}, .on_fast = true},   /* stride 2x1 */
+    {.cc = {1, 16, 11, 11, 16, 3, 3, 3, 3, 0, 0}, .on_fast = true}, /* stride 3, pad 0: 9 phases */
+    {.cc = {2, 16, 7, 9, 8, 2, 2, 2, 2, 0, 0}, .on_fast = true},    /* 2x2/2: one tap per phase */
+    {.cc = {2, 8, 7, 7, 8, 1, 1, 2, 2, 1, 1}, .on_fast = false},    /* 1x1/2 pad 1: negative padding, generic */
 };
-static void g_dgrad_tc(ctx *t) {
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
-    const int n = (int)(sizeof dgrad_tc_cases / sizeof dgrad_tc_cases[0]);
+static void g_dgrad_fast(ctx *t) {
+    const int first_tc = first_fast_row();
+    const int n = (int)(sizeof dgrad_fast_cases / sizeof dgrad_fast_cases[0]);
     for (int i = 0; i < n; i++)
         for (int f = 0; f < 2; f++) /* the tuned choice, then the first tensor-core config forced */
-            conv_one(t, &dgrad_tc_cases[i], f ? first_tc : -1, 2 * i + f, 7600 + 10 * i + f);
+            conv_one(t, &dgrad_fast_cases[i], f ? first_tc : -1, 2 * i + f, 7600 + 10 * i + f);
     const int ns = (int)(sizeof dgrad_stride_cases / sizeof dgrad_stride_cases[0]);
     for (int i = 0; i < (quick ? 4 : ns); i++)
         for (int f = 0; f < 2; f++) {
@@ -1244,10 +1255,10 @@ static void g_dgrad_tc(ctx *t) {
             cnn_cuda_stats_get(t->gpu, &st1);
             const bool tc = cnn_cuda_conv_config_usable(t->gpu, first_tc) && !t->tf32;
             char name[160];
-            snprintf(name, sizeof name, "dgrad_tc.%s.case%d.%s.on_tc", t->dts, i, f ? "forced" : "chosen");
-            check((st1.dgrad_tc_launches > st0.dgrad_tc_launches) == (tc && dgrad_stride_cases[i].on_tc), name,
-                  "tensor-core dgrads %ld before, %ld after (expected %s)", st0.dgrad_tc_launches, st1.dgrad_tc_launches,
-                  tc && dgrad_stride_cases[i].on_tc ? "one" : "none");
+            snprintf(name, sizeof name, "dgrad_fast.%s.case%d.%s.on_fast", t->dts, i, f ? "forced" : "chosen");
+            check((st1.dgrad_fast_launches > st0.dgrad_fast_launches) == (tc && dgrad_stride_cases[i].on_fast), name,
+                  "tensor-core dgrads %ld before, %ld after (expected %s)", st0.dgrad_fast_launches, st1.dgrad_fast_launches,
+                  tc && dgrad_stride_cases[i].on_fast ? "one" : "none");
         }
 }
 static void g_conv_winograd(ctx *t) {
@@ -1255,8 +1266,7 @@ static void g_conv_winograd(ctx *t) {
     t->tag = ".winograd";
     const int n = (int)(sizeof wino_cases / sizeof wino_cases[0]);
     const int forced[] = {-1, 0, 3}; /* the heuristic, then tensor-core configs 0 and 3 (by index among them) */
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int first_tc = first_fast_row();
     for (int i = 0; i < (quick ? 3 : n); i++)
         for (int f = 0; f < 3; f++) {
             int cfg = forced[f] < 0 ? -1 : first_tc + forced[f];
@@ -1266,7 +1276,6 @@ static void g_conv_winograd(ctx *t) {
     cnn_cuda_conv_force_winograd(t->gpu, -1);
 }
 
-static const char *tc_only; /* CNN_TEST_TC_CONFIG */
 /* wgrad on wgmma (conv2d_wgrad.c: F16/BF16 on sm_90a, C % 64 == 0, K % 8 == 0): every config forced, with its
  * heuristic splits, one split (the kernel writes dW itself) and three, then the tuned or heuristic choice, on odd
  * shapes within those preconditions: batch 1, H != W, R != S, strides 2 and 2x1, pads 0 to 3, K a multiple of 8 but
@@ -1305,8 +1314,8 @@ static void wgrad_one(ctx *t, const conv_case *cc, int cfg, int splits, uint64_t
     verify(t, name, &dw, rdw, &lw, in, 2);
     char lname[220];
     snprintf(lname, sizeof lname, "%s.on_wgmma", name);
-    check(st1.wgrad_tc_launches == st0.wgrad_tc_launches + 1, lname, "wgmma wgrad launches %ld before, %ld after",
-          st0.wgrad_tc_launches, st1.wgrad_tc_launches);
+    check(st1.wgrad_wgmma_launches == st0.wgrad_wgmma_launches + 1, lname, "wgmma wgrad launches %ld before, %ld after",
+          st0.wgrad_wgmma_launches, st1.wgrad_wgmma_launches);
     free(rdw);
     arr_free(t, &x), arr_free(t, &dy), arr_free(t, &dw);
 }
@@ -1333,26 +1342,23 @@ static void g_conv_wgrad(ctx *t) {
     }
 }
 
-static bool tc_selected(int cfg) { return !tc_only || strstr(cnn_cuda_conv_config_name(cfg), tc_only) != NULL; }
-
-static void g_conv_tc(ctx *t) {
-    int first_tc = cnn_cuda_conv_config_count();
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+static void g_conv_fast(ctx *t) {
+    const int first_tc = first_fast_row();
     if (!cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
-        printf("SKIP conv_tc.%s: the conv2d_tc.cu kernels need sm_80+\n", t->dts);
+        printf("SKIP conv_fast.%s: the conv2d_pipelined.cu kernels need sm_80+\n", t->dts);
         return;
     }
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (t->dt == CNN_DTYPE_F32 && (strstr(cnn_cuda_conv_config_name(cfg), "wg") || strstr(cnn_cuda_conv_config_name(cfg), "ws"))) /* by design */
-            printf("# conv_tc.%s: %s is a wgmma config; F32 (TF32 or fp32 FMA) runs on the mma.sync ones\n", t->dts,
+        if (t->dt == CNN_DTYPE_F32 && row_has(cfg, CNN_CUDA_CONV_WGMMA | CNN_CUDA_CONV_WARPSPEC)) /* by design */
+            printf("# conv_fast.%s: %s is a wgmma config; F32 (TF32 or fp32 FMA) runs on the mma.sync ones\n", t->dts,
                    cnn_cuda_conv_config_name(cfg));
         else if (!cnn_cuda_conv_config_usable(t->gpu, cfg)) {
             char name[160];
-            snprintf(name, sizeof name, "conv_tc.%s.%s", t->dts, cnn_cuda_conv_config_name(cfg));
-            skip(name, "needs more shared memory per block than this GPU has, wgmma off sm_90a, or an environment "
-                       "variable turns it off (CNN_CONV_WS, _TMA, _COOP, _SWAP, _SKIP)");
+            snprintf(name, sizeof name, "conv_fast.%s.%s", t->dts, cnn_cuda_conv_config_name(cfg));
+            skip(name, "needs more shared memory per block than this GPU has, wgmma off sm_90a, TMA without the "
+                       "driver's tensor-map encoder, or CNN_CONV_SKIP names it");
         }
-    int ncase = (int)(sizeof conv_tc_cases / sizeof conv_tc_cases[0]);
+    int ncase = (int)(sizeof conv_fast_cases / sizeof conv_fast_cases[0]);
     /* split-K: the heuristic (splits the small outputs of these cases), off, and 3 forced splits; the persistent
      * rows (no split-K) at the same time: a CTA per tile (these outputs have fewer tiles than the GPU has SMs; 2
      * SMs in the emulator), then one CTA and three CTAs looping over all the tiles */
@@ -1361,31 +1367,32 @@ static void g_conv_tc(ctx *t) {
         for (int sk = 0; sk < 3; sk++) {
             cnn_cuda_conv_force_splitk(t->gpu, splitk[sk]);
             cnn_cuda_conv_force_grid(t->gpu, grid[sk]);
-            if (!tc_only) conv_one(t, &conv_tc_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
+            if (!row_only) conv_one(t, &conv_fast_cases[i], -1, 3 - ((i + sk) % 4), 5000 + 10 * i + sk);
             for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-                if (cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
-                    conv_one(t, &conv_tc_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
+                if (cnn_cuda_conv_config_usable(t->gpu, cfg) && row_selected(cfg))
+                    conv_one(t, &conv_fast_cases[i], cfg, i + cfg + sk, 5100 + 100 * i + 10 * sk + cfg);
         }
     cnn_cuda_conv_force_splitk(t->gpu, -1);
-    /* the warp-specialised rows (conv2d_ws.cu), quick mode too, one CTA (B-resident rows: one per column block)
+    /* the warp-specialised rows (conv2d_warpspec.cu), quick mode too, one CTA (B-resident rows: one per column block)
      * and a few looping over several tiles, every epilogue variant: a reduction of 18 slices (longer
      * than any ring of stages, so the consumers take turns and each wraps the ring inside a tile; too long for
      * the B-resident rows, which run their twins), and a 1x1 over 256 channels (4 slices: the B-resident rows
      * keep them all) with 264 outputs, ragged in both directions */
     const conv_case bres_case = {4, 256, 9, 7, 264, 1, 1, 1, 1, 0, 0};
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++)
-        if (strstr(cnn_cuda_conv_config_name(cfg), "ws/") && cnn_cuda_conv_config_usable(t->gpu, cfg) && tc_selected(cfg))
+        if (row_has(cfg, CNN_CUDA_CONV_WARPSPEC) && cnn_cuda_conv_config_usable(t->gpu, cfg) && row_selected(cfg))
             for (int gi = 0; gi < 2; gi++) {
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 3);
-                conv_one(t, &conv_tc_cases[8], cfg, cfg + 2 * gi, 5950 + 2 * cfg + gi);
+                conv_one(t, &conv_fast_cases[8], cfg, cfg + 2 * gi, 5950 + 2 * cfg + gi);
                 cnn_cuda_conv_force_grid(t->gpu, gi == 0 ? 1 : 6); /* B-resident: 3 or 2 CTAs per column block */
                 conv_one(t, &bres_case, cfg, cfg + 2 * gi + 1, 6050 + 2 * cfg + gi);
             }
-    /* the TMA rows (/t, and those with more after it: /t/r, /t/x, /t/x/o) where their tensor maps apply (C % 64
+    /* the TMA rows (with or without the options after it: residual in shared memory, transposed, TMA stores) where
+     * their tensor maps apply (C % 64
      * == 0), quick mode too: the im2col map's bounding box, traversal strides and filter-tap offsets over batch 1,
      * H != W, R != S, strides 2x1 and 2, pads 0 to 3, a 7x7/2, rows past the last image (the map's zeros) and K
      * ragged; one CTA, then three looping over the tiles. Each must have run by TMA (the backend counts those
-     * launches), not through its twin; a /o row's output too, where the epilogue adds no residual. */
+     * launches), not through its twin; a store-tma row's output too, where the epilogue adds no residual. */
     static const conv_case tma_cases[] = {
         {1, 64, 9, 13, 72, 5, 3, 2, 1, 2, 1},   /* batch 1, H != W, 5x3, stride 2x1, pad 2x1 */
         {3, 64, 7, 7, 40, 7, 7, 2, 2, 3, 3},    /* 7x7/2 pad 3: tap offsets to 6, the box wider than the image */
@@ -1394,9 +1401,7 @@ static void g_conv_tc(ctx *t) {
     };
     for (int cfg = first_tc; cfg < cnn_cuda_conv_config_count(); cfg++) {
         const char *nm = cnn_cuda_conv_config_name(cfg);
-        const size_t len = strlen(nm);
-        const bool tma_row = (len >= 2 && strcmp(nm + len - 2, "/t") == 0) || strstr(nm, "/t/"); /* /t, /t/r, /t/x.. */
-        if (!tma_row || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
+        if (!row_has(cfg, CNN_CUDA_CONV_TMA) || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !row_selected(cfg)) continue;
         for (int i = 0; i < (int)(sizeof tma_cases / sizeof tma_cases[0]); i++) {
             cnn_cuda_conv_force_grid(t->gpu, i % 2 ? 3 : 1);
             cnn_cuda_stats st0, st1;
@@ -1404,11 +1409,11 @@ static void g_conv_tc(ctx *t) {
             conv_one(t, &tma_cases[i], cfg, cfg + i, 6500 + 10 * cfg + i);
             cnn_cuda_stats_get(t->gpu, &st1);
             char name[160];
-            snprintf(name, sizeof name, "conv_tc.%s.tma_launched.%s.case%d", t->dts, nm, i);
+            snprintf(name, sizeof name, "conv_fast.%s.tma_launched.%s.case%d", t->dts, nm, i);
             check(st1.tma_launches > st0.tma_launches, name, "TMA launches %ld before, %ld after (equal: its twin ran)",
                   st0.tma_launches, st1.tma_launches);
-            if (len >= 2 && strcmp(nm + len - 2, "/o") == 0 && (cfg + i) % 4 != 3 /* conv_one's variant 3 adds a residual: the twin */) {
-                snprintf(name, sizeof name, "conv_tc.%s.tma_store_launched.%s.case%d", t->dts, nm, i);
+            if (row_has(cfg, CNN_CUDA_CONV_TMA_STORE) && (cfg + i) % 4 != 3 /* conv_one's variant 3 adds a residual: the twin */) {
+                snprintf(name, sizeof name, "conv_fast.%s.tma_store_launched.%s.case%d", t->dts, nm, i);
                 check(st1.ost_launches > st0.ost_launches, name,
                       "TMA-store launches %ld before, %ld after (equal: its twin ran)", st0.ost_launches, st1.ost_launches);
             }
@@ -1486,10 +1491,7 @@ static void g_conv_pair(ctx *t) {
         return;
     }
     for (int cfg = 0; cfg < cnn_cuda_conv_config_count(); cfg++) {
-        const char *nm = cnn_cuda_conv_config_name(cfg);
-        const size_t len = strlen(nm);
-        const bool tma_row = (len >= 2 && strcmp(nm + len - 2, "/t") == 0) || strstr(nm, "/t/"); /* /t, /t/r, /t/x.. */
-        if (!tma_row || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !tc_selected(cfg)) continue;
+        if (!row_has(cfg, CNN_CUDA_CONV_TMA) || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !row_selected(cfg)) continue;
         for (int i = 0; i < n; i++) {
             cnn_cuda_conv_force_grid(t->gpu, (i + cfg) % 2 ? 3 : 1);
             pair_one(t, &pair_cases[i], cfg, (i + cfg) % 2 == 0, 1, 8100 + 100 * i + cfg);
@@ -1595,8 +1597,7 @@ static void g_conv_first(ctx *t) {
         fatal("pool init");
     bool f3 = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p3, false), f2 = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p2, false);
     bool fr = t->gpu->conv2d_pool_fusable(t->gpu, &cv, &p3, true);
-    int first_tc = cnn_cuda_conv_config_count(); /* the first mma.sync config: usable = tensor cores here */
-    while (first_tc > 0 && strncmp(cnn_cuda_conv_config_name(first_tc - 1), "tc", 2) == 0) first_tc--;
+    const int first_tc = first_fast_row(); /* the first pipelined mma.sync row: usable = tensor cores here */
     bool mma = cnn_cuda_conv_config_usable(t->gpu, first_tc);
     char name[96];
     snprintf(name, sizeof name, "conv2d_first.%s.fusable", t->dts);
@@ -2446,9 +2447,9 @@ static const group groups[] = {
     {"channel_sum", g_channel_sum, true, false}, {"bn", g_bn, true, false},
     {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
-    {"conv_tc", g_conv_tc, true, true},    {"conv_first", g_conv_first, true, false},
+    {"conv_fast", g_conv_fast, true, true},    {"conv_first", g_conv_first, true, false},
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
-    {"conv_dgrad", g_dgrad_tc, true, true},
+    {"conv_dgrad", g_dgrad_fast, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},
@@ -2510,8 +2511,12 @@ int main(int argc, char **argv) {
             fork_groups = false;
         else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
             only_dtype = argv[++i];
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]\n", argv[0]);
+        else if (strcmp(argv[i], "--list-conv") == 0) { /* the conv rows: index, flag word, name (no GPU needed) */
+            for (int v = 0; v < cnn_cuda_conv_config_count(); v++)
+                printf("%2d  0x%06x  %s\n", v, cnn_cuda_conv_config_flags(v), cnn_cuda_conv_config_name(v));
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [--no-fork] [--dtype f32|bf16|f16|tf32] [--list-conv] [group...]\n", argv[0]);
             return 2;
         } else if (nsel < 64)
             sel[nsel++] = argv[i];
@@ -2526,7 +2531,7 @@ int main(int argc, char **argv) {
     }
     const char *q = getenv("CNN_TEST_QUICK");
     quick = q && q[0] && strcmp(q, "0") != 0;
-    tc_only = getenv("CNN_TEST_TC_CONFIG");
+    row_only = getenv("CNN_TEST_CONV_ROW");
     const char *to = getenv("CNN_TEST_TIMEOUT");
     int timeout = to ? atoi(to) : 900;
     /* counters shared with the children */

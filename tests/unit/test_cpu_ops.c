@@ -3,7 +3,7 @@
  * against src/cpu's plain reference, every GEMM micro-kernel this machine runs, and determinism (same call
  * twice, 1 vs 2 threads: bitwise equal).
  *
- * Method (testing.md B10/B11):
+ * Method:
  *   - inputs are fresh Philox uniforms per case (never zeros); every output is poisoned with NaN first, and
  *     NaN never passes (rel_l2 returns infinity);
  *   - forward: fp32 output vs the fp64 reference fed the same fp32 inputs, rel-L2 <= 1e-5;

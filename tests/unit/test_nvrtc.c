@@ -312,13 +312,13 @@ static void test_tune_cache(void) {
     a.sm_count = 132, a.driver_version = 13000;
     b = c = d = a;
     int cfg = -1, sp = -1;
-    cuda_tune_put(&a, "fprop_tc bf16 n1 c64", 3, 2, 1.5f);
-    cuda_tune_put(&a, "fprop_tc bf16 n2 c64", 0, 1, 0.5f);
-    bool got = cuda_tune_get(&a, "fprop_tc bf16 n1 c64", &cfg, &sp);
+    cuda_tune_put(&a, "fprop bf16 n1 c64", 3, 2, 1.5f);
+    cuda_tune_put(&a, "fprop bf16 n2 c64", 0, 1, 0.5f);
+    bool got = cuda_tune_get(&a, "fprop bf16 n1 c64", &cfg, &sp);
     check(got && cfg == 3 && sp == 2, "tune.in_process", "cfg %d splits %d", cfg, sp);
-    got = cuda_tune_get(&b, "fprop_tc bf16 n2 c64", &cfg, &sp);
+    got = cuda_tune_get(&b, "fprop bf16 n2 c64", &cfg, &sp);
     check(got && cfg == 0 && sp == 1, "tune.from_disk", "cfg %d splits %d", cfg, sp);
-    check(!cuda_tune_get(&b, "fprop_tc bf16 n3 c64", &cfg, &sp), "tune.unknown_key", NULL);
+    check(!cuda_tune_get(&b, "fprop bf16 n3 c64", &cfg, &sp), "tune.unknown_key", NULL);
     /* malformed lines appended by hand: skipped, the good ones still load */
     DIR *dd = opendir(dir);
     struct dirent *e;
@@ -332,12 +332,12 @@ static void test_tune_cache(void) {
         fputs("garbage without a bar\nfprop_tc bad|x|y|z\nfprop_tc neg|-1|1|2.0\nfprop_tc zero|1|0|2.0\n", f);
         fclose(f);
     }
-    check(cuda_tune_get(&c, "fprop_tc bf16 n1 c64", &cfg, &sp) && cfg == 3 && sp == 2 &&
-              !cuda_tune_get(&c, "fprop_tc bad", &cfg, &sp) && !cuda_tune_get(&c, "fprop_tc neg", &cfg, &sp) &&
-              !cuda_tune_get(&c, "fprop_tc zero", &cfg, &sp),
+    check(cuda_tune_get(&c, "fprop bf16 n1 c64", &cfg, &sp) && cfg == 3 && sp == 2 &&
+              !cuda_tune_get(&c, "fprop bad", &cfg, &sp) && !cuda_tune_get(&c, "fprop neg", &cfg, &sp) &&
+              !cuda_tune_get(&c, "fprop zero", &cfg, &sp),
           "tune.malformed_skipped", NULL);
     d.sm_count = 114; /* another GPU of the same arch: its own file */
-    check(!cuda_tune_get(&d, "fprop_tc bf16 n1 c64", &cfg, &sp), "tune.per_sm_count", NULL);
+    check(!cuda_tune_get(&d, "fprop bf16 n1 c64", &cfg, &sp), "tune.per_sm_count", NULL);
     cuda_tune_free(&a), cuda_tune_free(&b), cuda_tune_free(&c), cuda_tune_free(&d);
     if (path[0]) unlink(path);
     rmdir(dir);

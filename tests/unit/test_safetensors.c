@@ -1,8 +1,8 @@
 /* test_safetensors.c — the safetensors reader and writer, the JSON parser under them, and the file helpers
- * (io.h): testing.md B4 (conformance vectors, written here as byte strings), B5 (truncation at every header byte
- * and 1,000 payload offsets; every header bit and 10^4 payload bits flipped), B6 (hostile headers rejected in
- * < 100 ms), round trips of every dtype, byte-exact agreement with the reference writer, and the atomic
- * writer's promises (commit, discard, old file intact, no temporary files left).
+ * (io.h): conformance vectors (written here as byte strings), truncation at every header byte and 1,000
+ * payload offsets, every header bit and 10^4 payload bits flipped, hostile headers rejected in < 100 ms,
+ * round trips of every dtype, byte-exact agreement with the reference writer, and the atomic writer's
+ * promises (commit, discard, old file intact, no temporary files left).
  *
  * Every parse runs on an exact-size heap copy so that ASan sees a read one byte past the end.
  * CNN_TEST_QUICK=1 (the ASan+UBSan run) flips fewer payload bits and truncates at fewer payload offsets. */

@@ -1,5 +1,5 @@
-/* conv2d_wgmma.cuh -- Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) as the forward kernels conv2d_wg.cu and
- * conv2d_ws.cu use it: both operands K-major in shared memory, 64-element (128-byte) slice rows in the 128-byte
+/* wgmma.cuh -- Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) as the forward kernels conv2d_wgmma.cu and
+ * conv2d_warpspec.cu use it: both operands K-major in shared memory, 64-element (128-byte) slice rows in the 128-byte
  * swizzle (conv2d_loader.cuh's conv_swz<64>), f32 accumulators in mma.sync's m16n8 layout per warp.
  *   wg_desc                the matrix descriptor of such an operand (wg_desc_mn: of an MN-major one, for wgrad)
  *   wgmma_n<N>             one m64 x N x k16 product, N = 64, 128, 192 or 256

@@ -1,12 +1,12 @@
-/* conv2d_wg.cu -- forward convolution on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): the implicit GEMM,
- * operands and fused epilogue of conv2d_tc.cu, but each warpgroup (4 warps, 128 threads) issues m64 x BN x k16
+/* conv2d_wgmma.cu -- forward convolution on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): the implicit GEMM,
+ * operands and fused epilogue of conv2d_pipelined.cu, but each warpgroup (4 warps, 128 threads) issues m64 x BN x k16
  * products that read both operands straight from shared memory through matrix descriptors -- no ldmatrix, no
  * operand registers, 4x the work per instruction of mma.sync:
  *   - BK = 64: a slice row is 128 bytes, written by cp.async in the 128-byte swizzle (16-byte chunk c of row r
  *     stored at chunk c ^ (r % 8)), which is what a descriptor with swizzle mode 1 reads; stage bases are
  *     1024-byte aligned, so the hardware's address-based swizzle and ours agree; the k16 step inside a row is a
  *     32-byte advance of the descriptor's start address;
- *   - loads as in conv2d_tc.cu (C % 8 == 0, taps stepped incrementally, zero fill outside the image);
+ *   - loads as in conv2d_pipelined.cu (C % 8 == 0, taps stepped incrementally, zero fill outside the image);
  *   - per slice: wait for its cp.async group, fence.proxy.async (the tensor cores read shared memory through the
  *     async proxy), a barrier, 4 k16 steps x MB m64 blocks of wgmma, commit, wait only for the previous slice's
  *     batch, a barrier, then the loads STAGES-1 slices ahead into the stage that batch read: the tensor cores
@@ -24,13 +24,13 @@
 #include "params.cuh"
 #include "conv2d_epilogue.cuh"
 #include "conv2d_loader.cuh"
-#include "conv2d_wgmma.cuh"
+#include "wgmma.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(WGS) || !defined(STAGES)
-#error "conv2d_wg.cu needs -DBM -DBN -DWGS -DSTAGES"
+#error "conv2d_wgmma.cu needs -DBM -DBN -DWGS -DSTAGES"
 #endif
 #if ACT == ACT_F32
-#error "conv2d_wg.cu takes F16 or BF16 activations"
+#error "conv2d_wgmma.cu takes F16 or BF16 activations"
 #endif
 
 #define BK 64
@@ -47,7 +47,7 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 #define MINB 1 /* CTAs per SM the register allocation must leave room for */
 #endif
 
-extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wg(const conv_args a) {
+extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_wgmma(const conv_args a) {
     pdl_enter();
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];

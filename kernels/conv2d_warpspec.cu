@@ -1,86 +1,53 @@
-/* conv2d_ws.cu -- forward convolution on Hopper's wgmma (sm_90a) with warp-specialised roles: one producer
- * warpgroup copies the operand slices, two consumer warpgroups multiply, each its own output tile, taking turns
- * ("ping-pong"): while one runs its tile's epilogue (scale/shift, residual, ReLU, stores) the other's wgmma keep
- * the tensor cores busy, and neither ever issues a copy. The implicit GEMM, loads, swizzle and epilogue are
- * conv2d_wg.cu's (conv2d_loader.cuh, conv2d_wgmma.cuh, conv2d_epilogue.cuh).
- *   - Persistent grid: CTA b takes tiles b, b + gridDim.x, ...; its i-th tile goes to consumer i % 2.
- *   - The producer (warpgroup 0, 128 threads, registers lowered by setmaxnreg) loads every slice of every tile
- *     of the CTA in order into a ring of STAGES stages: slice g into stage g % STAGES, once the consumer of
- *     slice g - STAGES has released that stage (empty[s]). It keeps DEPTH slices' copies in flight; when slice
- *     g's have landed, each producer thread makes its writes visible to the tensor cores (fence.proxy.async)
- *     and arrives at full[s] (128 arrivals complete it).
- *   - A consumer (warpgroups 1 and 2, registers raised) waits for full[s], issues the slice's wgmma, and
- *     releases the previous slice's stage once that batch has retired (one batch left running, as in
- *     conv2d_wg.cu; each warp arrives at empty[s]: 4 arrivals). Before a tile's first slice it waits until the
- *     other consumer has issued every slice of the tile before (turn[]), so the two mainloops alternate and,
- *     as a consequence, a consumer only ever waits for a stage's next completion: every earlier slice has been
- *     waited for by one of them (mbar_wait's parity is then unambiguous). A consumer prefetches its tile's
- *     residual into L2 before its mainloop, and runs the epilogue (conv2d_epilogue.cuh's tile_epilogue_rows;
- *     tile_epilogue_smem for a residual on the cp.async rows) through 1 KB of shared memory per warp of its
- *     own, ahead of the ring (not the stage of the tile's last slice: the consumer would then hold that stage
- *     over its epilogue, which only an mbarrier would order against the producer's next copy into it).
- * Tile BM x BN per consumer: BM = 64 x MB rows (MB m64 blocks), BN 128 or 256 columns (or 64 with TMA); BK = 64.
- * COOP=1 (cooperative, the `/c` rows; TMA rows only): the two consumers share each tile instead of alternating:
- * the CTA's tile is BM x BN and consumer i multiplies its rows [i * BM/2, (i + 1) * BM/2) against the whole B
- * slice, so a stage carries one B slice for twice the rows (a 128x256 tile: 48 KB of operands per 64 x 256 x 128
- * multiply-adds, against 40 KB for a 64x256 consumer tile's half as many), at the cost of the epilogue: both
- * consumers run theirs at once while the producer fills the ring with the next tile's first slices. Both
- * release every stage (empty[] completes on 8 warps' arrivals) and no turns are taken.
- * BRES=1 (B resident), for short reductions: each CTA owns one column block of BN output channels for the
- * whole launch (the grid is a multiple of the column blocks; CTA b takes column b % n_tiles and every
- * (gridDim.x / n_tiles)-th row block), so the producer copies that block's filter rows, all ktiles slices of
- * them, into shared memory once (announced by bfull) and the ring carries only A slices. The filter is then
- * read from L2 once per CTA instead of once per tile, which for a 1x1 conv over 256 channels is as many bytes
- * as the activations (ResNet-50's short-reduction convs are bound by L2 throughput). The host launches it only
- * where ktiles slices of B and the ring fit in shared memory.
- * TMA=1 (the `/t` rows, for C % 64 == 0): the producer is one thread that issues, per slice, one tensor-memory-
- * accelerator copy of the A slice (the map of x in im2col mode: BM output pixels' rows at one filter tap, 64
- * channels, zeros where the tap falls in the padding or past the last image) and one of the B slice (the filter
- * as a K x R*S*C matrix, tiled), both in the 128-byte swizzle, completing on full[s] with their byte count
- * (mbarrier expect_tx) instead of 128 arrivals: no address arithmetic, no per-chunk copies and no proxy fence
- * on the producer side, and the consumers keep more registers. The maps come in the parameter space beside the
- * problem (conv_tma_args, encoded per launch by the host).
- * A pair (a.pair_ktiles > 0, TMA rows only: src/cuda/conv2d.c's cuda_conv2d_fprop_pair): two convolutions with the
- * same output pixels summed, a ResNet block's last conv and its downsample conv. A tile's reduction is the first
- * convolution's pair_ktiles slices (a_map, b_map), then the second's (a2_map, b2_map: x2 in im2col mode from the
- * same output pixels with its own strides and padding, its filter tiled); the consumers see one longer reduction
- * into the same accumulators and one epilogue, so the block's output is written once and neither branch is stored.
- * RSM=1 (the `/r` rows; TMA rows only): a residual tile is staged in shared memory. Before its mainloop each consumer
- * warp issues cp.async copies of the residual its epilogue will add (RSM_BYTES: a region per consumer warp, one
- * KB per epilogue pass, in the scratch's swizzled layout), and waits for them only when the epilogue begins: the
- * residual is read from DRAM while the tile is multiplied, and the epilogue adds it from shared memory instead
- * of waiting on global loads. Fewer ring stages make the room; without a residual these rows run as their twins
- * with that shorter ring.
- * SWAP=1 (the `/x` rows; TMA rows with 64 channels per consumer, no residual): the consumer multiplies the
- * transposed tile, D[channel][pixel] = filter slice x pixel slice^T: the filter's 64 rows are wgmma's m64 operand
- * and the tile's BM pixels its n operand (m64nBMk16), so each instruction reads a 64-wide filter slice and BM pixel
- * rows from shared memory where a pixel-major 128x64 tile issues two m64n64 reading 64 filter rows twice: 80 bytes
- * of operand reads per clock at the tensor cores' rate instead of 128 (K = 64 convs: the pixel-major tile can be
- * no wider than 64 columns; docs/perf-log.md step 47). With COOP (BN = 128), consumer i takes channels 64i ..
- * 64i + 63 of the shared tile against all BM pixels (BM = 192 too: m64n192, for problems whose pixel count makes
- * whole rounds of 192-pixel tiles, perf-log step 48). The stages, copies and tile order are the pixel-major
- * tile's; the epilogue transposes back (conv2d_epilogue.cuh's tile_epilogue_cols).
- * OST=1 (the `/o` rows; transposed tiles only): the epilogue's stores go through the copy engine. Each consumer
- * warp rounds its 16 channels x BM pixels into a box of shared memory of its own (stmatrix, transposed, in place of
- * the 1 KB scratch); its lane 0 stores the box by TMA (targs.y_map) in CONV_OST_PIECES pieces, one every few slices
- * of the next tile's mainloop, and before the box is written again every piece has been issued and has read it
- * (conv2d_epilogue.cuh's tile_epilogue_cols_tma, ost_store). The tensor cores then wait on a cooperative tile's
- * epilogue only for its rounding into shared memory, and the CTAs, which finish their tiles together, do not write
- * their outputs in one burst: without the epilogue's global stores the 3x3 convs took 6-10% less time. The boxes
- * take 32 x BM bytes per warp, so the ring is shorter than the twin's without /o (docs/perf-log.md steps 50, 52).
- * Specialisation (-D, src/cuda/conv2d.c): BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT.
+/* conv2d_warpspec.cu -- forward convolution on Hopper's wgmma (sm_90a) with warp-specialised roles: one producer
+ * warpgroup copies the operand slices, two consumer warpgroups multiply. The implicit GEMM, loads, swizzle and
+ * epilogue are conv2d_wgmma.cu's (conv2d_loader.cuh, wgmma.cuh, conv2d_epilogue.cuh).
+ *
+ * Shapes: a consumer's tile is BM x BN (BM = 64 x MB pixel rows; BN 64, 128 or 256 output channels), BK = 64
+ * channels per slice; the grid is persistent: CTA b takes tiles b, b + gridDim.x, ...
+ * Roles and invariants:
+ *   - The producer (registers lowered by setmaxnreg) loads every slice of the CTA's tiles in order into a ring of
+ *     STAGES stages: slice g into stage g % STAGES once slice g - STAGES has been released (empty[s]); a stage is
+ *     full (full[s]) when its copies have landed and been fenced for the tensor cores (fence.proxy.async).
+ *   - A consumer (registers raised) waits for full[s], issues the slice's wgmma, and releases the previous
+ *     slice's stage once that batch has retired (one batch left running). Ping-pong (default): consumer i % 2
+ *     takes the CTA's i-th tile, and waits before a tile until the other has issued every slice of the tile
+ *     before (turn[]), so the mainloops alternate, one consumer's epilogue runs while the other multiplies, and a
+ *     consumer only ever waits for a stage's next completion (mbar_wait's parity is unambiguous).
+ *   - The epilogue (conv2d_epilogue.cuh) runs through scratch of the consumer's own ahead of the ring, never in
+ *     a ring stage, which only an mbarrier would order against the producer's next copy into it.
+ * Options (-D, one per row option of src/cuda/conv2d_table.c; the measurements are docs/perf-log.md's):
+ *   COOP=1   cooperative (TMA rows only): both consumers on one BM x BN tile, half its rows each, so a stage
+ *            carries one B slice for twice the rows; both release every stage, no turns (step 30).
+ *   BRES=1   filter-resident: CTA b owns column block b % n_tiles for the whole launch, its filter rows copied
+ *            once (bfull), the ring carrying only A slices; where ktiles slices of B and the ring fit (step 20).
+ *   TMA=1    the producer is one thread issuing tensor-memory-accelerator copies (C % 64 == 0): A through x's
+ *            im2col map (zeros in the padding and past the last image), B through the filter's tiled map, both in
+ *            the 128-byte swizzle, completing on full[s] by byte count (expect_tx); maps in conv_tma_args (step 28).
+ *   pairs    (TMA rows, a.pair_ktiles > 0: src/cuda/conv2d_pair.c) a tile's reduction is the first convolution's
+ *            pair_ktiles slices (a_map, b_map), then the second's (a2_map, b2_map), into the same accumulators.
+ *   RSM=1    (TMA rows) each consumer warp stages its tile's residual in shared memory by cp.async during the
+ *            mainloop; fewer ring stages make the room (step 43).
+ *   SWAP=1   (TMA rows, 64 channels per consumer, no residual) the transposed tile, D[channel][pixel]: the filter
+ *            slice is wgmma's m64 operand and the BM pixels its n (m64nBMk16), fewer operand bytes per
+ *            multiply-add; with COOP consumer i takes channels 64i .. 64i + 63; BM = 192 fills whole rounds of
+ *            tiles on some shapes; the epilogue transposes back (tile_epilogue_cols) (steps 47, 48).
+ *   OST=1    (transposed tiles) each consumer warp rounds its 16 channels x BM pixels into a box of shared memory
+ *            (stmatrix) that lane 0 stores by TMA (targs.y_map) in CONV_OST_PIECES pieces spread over the next
+ *            tile's mainloop; every piece has been issued and has read the box before it is written again
+ *            (tile_epilogue_cols_tma, ost_store); the boxes cost ring stages (steps 50, 52).
+ * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT.
  */
 #include "common.cuh"
 #include "params.cuh"
 #include "conv2d_epilogue.cuh"
 #include "conv2d_loader.cuh"
-#include "conv2d_wgmma.cuh"
+#include "wgmma.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(STAGES)
-#error "conv2d_ws.cu needs -DBM -DBN -DSTAGES"
+#error "conv2d_warpspec.cu needs -DBM -DBN -DSTAGES"
 #endif
 #if ACT == ACT_F32
-#error "conv2d_ws.cu takes F16 or BF16 activations"
+#error "conv2d_warpspec.cu takes F16 or BF16 activations"
 #endif
 
 #define BK 64
@@ -168,11 +135,11 @@ __device__ __forceinline__ void regs_raise(void) {
 }
 
 #if TMA
-extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const __grid_constant__ conv_tma_args targs) {
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const __grid_constant__ conv_tma_args targs) {
     pdl_enter();
     const conv_args &a = targs.a;
 #else
-extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_ws(const conv_args a) {
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const conv_args a) {
     pdl_enter();
 #endif
 #ifdef __CUDA_ARCH__

@@ -1,4 +1,4 @@
-/* conv2d_tc.cu -- forward convolution on tensor cores for the shapes that make up almost all of a ResNet or a
+/* conv2d_pipelined.cu -- forward convolution on tensor cores for the shapes that make up almost all of a ResNet or a
  * VGG: F16/BF16 NHWC activations with C % 8 == 0, or F32 ones with C % 4 == 0 multiplied in TF32 (--dtype tf32)
  * or, with FFMA=1, in fp32 FMA (--dtype fp32: true fp32, no tensor cores); K % 8 == 0, every kernel size, stride
  * and padding.
@@ -23,7 +23,7 @@
  *     residual tile is prefetched into L2 when the CTA starts, and the next 32 columns' residual vectors load
  *     while this 32's are stored;
  *   - split-K for small outputs (batch 1): gridDim.z splits of the reduction each write an fp32 partial tile to
- *     a.ws, and conv2d_tc_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
+ *     a.ws, and conv2d_pipelined_splitk_epilogue adds them in split order (deterministic) and applies the epilogue.
  * Narrow first layers run here too: the stem (C <= 4, stride 2, e.g. 3->64 7x7/2) as a space-to-depth problem
  * (conv2d_s2d_input and conv2d_s2d_filter rewrite x and w so that the same convolution becomes a stride-1 one
  * over 16 channels; src/cuda/conv2d.c, narrow_fprop, has the algebra), any other C < 8 (VGG's 3->64 3x3/1) with
@@ -39,7 +39,7 @@
 #include "conv2d_loader.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(WM) || !defined(WN) || !defined(STAGES)
-#error "conv2d_tc.cu needs -DBM -DBN -DWM -DWN -DSTAGES"
+#error "conv2d_pipelined.cu needs -DBM -DBN -DWM -DWN -DSTAGES"
 #endif
 #ifndef BK
 #define BK 32
@@ -71,7 +71,7 @@ static_assert(!FFMA || ACT == ACT_F32, "the FFMA core takes F32 operands");
 #undef MINB
 #define MINB 1 /* TF32: the epilogue holds twice the residual bytes; 128 registers a thread would spill */
 #endif
-extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const conv_args a) {
+extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_pipelined(const conv_args a) {
     pdl_enter();
 #ifdef __CUDA_ARCH__
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -217,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) conv2d_fprop_tc(const con
 }
 
 /* y = epilogue(sum over the splits of ws, in split order): grid-stride over (m, n) pairs of channels. */
-extern "C" __global__ void conv2d_tc_splitk_epilogue(const conv_args a) {
+extern "C" __global__ void conv2d_pipelined_splitk_epilogue(const conv_args a) {
     pdl_enter();
     const long long pairs = (long long)a.gm * a.gn / 2;
     act_t *y = (act_t *)a.out;

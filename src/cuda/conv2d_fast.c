@@ -1,0 +1,151 @@
+/* conv2d_fast.c -- the launch of a fast forward row (conv2d_table.c): the pipelined mma.sync kernel
+ * (kernels/conv2d_pipelined.cu, split-K over gridDim.z and its epilogue kernel), wgmma (kernels/conv2d_wgmma.cu, one CTA
+ * per tile or a persistent grid) and warp-specialised wgmma (kernels/conv2d_warpspec.cu, persistent; TMA rows get their
+ * tensor maps from conv2d_tma.c). A row that cannot run a problem hands it to its twin (conv2d_table.c) here, at
+ * launch: a transposed row with a residual or a pair, a TMA-store row whose output map does not apply, a
+ * filter-resident row whose filter block does not fit, a TMA row off its maps.
+ */
+#include "cuda/conv2d.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* the problem's fields and GEMM view; one split of BK-wide reduction slices */
+conv_args conv_make_args(const cnn_conv2d *cv, int pass, int bk) {
+    conv_args a = {0};
+    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w;
+    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.p = cv->p, a.q = cv->q;
+    a.stride_h = cv->stride_h, a.stride_w = cv->stride_w, a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
+    int64_t gm, gn, gk;
+    conv_gemm_dims(cv, pass, &gm, &gn, &gk);
+    a.gm = (int)gm, a.gn = (int)gn, a.gk = (int)gk;
+    a.ktiles_per_split = (int)cdiv(gk, bk);
+    a.splits = 1;
+    return a;
+}
+
+/* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+ with C % 8, or F32 in TF32
+ * with C % 4; K % 8, 16-byte aligned tensors) and no generic variant is forced. */
+bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                        const void *y) {
+    if (!conv_row_usable(cb, conv_n_generic())) return false; /* the first pipelined row: sm_80+, tensor cores on */
+    if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic()) return false;
+    if (cv->c % (16 / act_size(cb)) != 0 || cv->k % 8 != 0) return false;
+    return aligned16(x) && aligned16(w) && aligned16(y) && !(ep && ep->residual && !aligned16(ep->residual));
+}
+
+cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                            const void *w, void *y, int row, int splits, const conv_pair *pr) {
+    cuda_be *cb = cuda_impl(be);
+    const conv_row *c = &conv_rows[row];
+    CUfunction f, fe = NULL;
+    if (conv_is(c, CNN_CUDA_CONV_TRANSPOSED) && ((ep && ep->residual) || pr || !conv_tma_fits(cv)))
+        c = &conv_rows[row = conv_swap_twin(row)];
+    int64_t gm0, gn0, gk0;
+    conv_gemm_dims(cv, PASS_FPROP, &gm0, &gn0, &gk0);
+    if (conv_is(c, CNN_CUDA_CONV_TMA_STORE) && !conv_ost_fits(gm0, gn0, y)) c = &conv_rows[row = conv_ost_twin(row)];
+    if (conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT) && !conv_bres_fits(cb, c, gn0, conv_launch_gk(cv, pr)))
+        c = &conv_rows[row = conv_ws_twin(row, false, conv_is(c, CNN_CUDA_CONV_TMA))];
+    if (conv_is(c, CNN_CUDA_CONV_TMA) && !conv_tma_fits(cv))
+        c = &conv_rows[row = conv_ws_twin(row, conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT), false)];
+    const bool warpspec = conv_is(c, CNN_CUDA_CONV_WARPSPEC), tma = conv_is(c, CNN_CUDA_CONV_TMA);
+    CNN_ASSERT(!pr || (tma && splits == 1)); /* pairs: the TMA rows only (pair_candidates, pair_fusable) */
+    CNN_ASSERT(splits == 1 || !conv_hopper(c));
+    int cfg;
+    const cuda_family *fam = conv_row_family(cb, row, PASS_FPROP, &cfg);
+    CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
+    conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
+    if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
+        const cnn_conv2d *c2 = pr->cv;
+        a.pair_ktiles = a.ktiles_per_split;
+        a.gk = (int)conv_launch_gk(cv, pr);
+        a.ktiles_per_split = (int)cdiv(a.gk, conv_row_ks(cb, c));
+        a.c2 = c2->c, a.h2 = c2->h, a.w2 = c2->w, a.r2 = c2->r, a.s2 = c2->s;
+        a.stride2_h = c2->stride_h, a.stride2_w = c2->stride_w, a.pad2_h = c2->pad_h, a.pad2_w = c2->pad_w;
+        a.x2 = pr->x, a.wt2 = pr->w;
+    }
+    int64_t gm = a.gm, gn = a.gn, ktiles = a.ktiles_per_split, kps = cdiv(ktiles, splits);
+    splits = (int)cdiv(ktiles, kps); /* no empty split */
+    a.ktiles_per_split = (int)kps;
+    a.splits = splits;
+    a.x = x, a.wt = w, a.out = y;
+    if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
+    if (splits > 1) {
+        CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_SPLITK_EPILOGUE, &fe));
+        void *ws;
+        CNN_TRY(cuda_workspace(cb, (size_t)((int64_t)splits * gm * gn) * sizeof(float), &ws));
+        a.ws = ws;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_fprop_pipelined[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+             conv_dtype_str(cb), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
+             cv->stride_w, cv->pad_h, cv->pad_w);
+    if (pr)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " + c%d h%d w%d r%d s%d stride %dx%d pad %dx%d",
+                 pr->cv->c, pr->cv->h, pr->cv->w, pr->cv->r, pr->cv->s, pr->cv->stride_h, pr->cv->stride_w,
+                 pr->cv->pad_h, pr->cv->pad_w);
+    /* shared memory for the stages this launch can use: a short reduction (a 1x1 conv over 64 channels is one
+     * slice) takes less, so more CTAs fit on an SM; a persistent CTA cycles through all its stages over its
+     * tiles (conv2d_wgmma.cu traps when given too few) */
+    const bool persistent = conv_is(c, CNN_CUDA_CONV_PERSISTENT) || warpspec;
+    int stages = c->stages < kps || persistent ? c->stages : (int)kps;
+    if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
+        return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
+                        (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
+    unsigned smem = (unsigned)conv_row_smem(c, stages, a.gk);
+    unsigned threads = (unsigned)conv_row_threads(c);
+    int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
+    if (persistent) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
+        int per_sm = 1;
+        CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
+        grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
+        if (grid > tiles) grid = tiles;
+        if (conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT)) { /* whole column blocks: CTA b keeps column b % n_tiles (conv2d_warpspec.cu) */
+            int64_t nt = cdiv(gn, c->bn), rows = grid / nt;
+            if (rows < 1) rows = 1;
+            if (rows > cdiv(gm, c->bm)) rows = cdiv(gm, c->bm);
+            grid = rows * nt;
+        }
+        if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
+        snprintf(what + strlen(what), sizeof what - strlen(what), " persistent grid %lld", (long long)grid);
+    }
+    if (tma) {
+        conv_tma_args t;
+        memset(&t, 0, sizeof t);
+        CNN_TRY(conv_tma_encode(cb, c, cv, x, w, &t.a_map, &t.b_map));
+        if (pr) CNN_TRY(conv_tma_encode(cb, c, pr->cv, pr->x, pr->w, &t.a2_map, &t.b2_map));
+        if (conv_is(c, CNN_CUDA_CONV_TMA_STORE)) CNN_TRY(conv_ost_encode(cb, c, gm, gn, y, &t.y_map));
+        t.a = a;
+        CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
+        cb->stats.tma_launches++;
+        if (conv_is(c, CNN_CUDA_CONV_TMA_STORE)) cb->stats.ost_launches++;
+    } else {
+        CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
+    }
+    if (splits > 1) {
+        size_t len = strlen(what);
+        snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
+        CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
+    }
+    return CNN_OK;
+}
+
+static cnn_status fast_timed(const conv_operands *op, conv_cand c, void *y) {
+    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, NULL);
+}
+
+cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                           void *y) {
+    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w};
+    conv_cand c;
+    CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
+    return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL);
+}
+
+cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                              const void *w, void *y) {
+    CNN_ASSERT(conv_fast_eligible(cuda_impl(be), cv, ep, x, w, y));
+    CNN_TRY(conv_check_problem(cv, PASS_FPROP));
+    return conv_fast_fprop(be, cv, ep, x, w, y);
+}

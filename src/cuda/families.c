@@ -1,0 +1,49 @@
+/* families.c -- the kernel families of every op but the convolution's (whose rows and families are
+ * conv2d_table.c's): each kernel file's entry points, in the order of the entry enums of internal.h, and its
+ * specialisation defines. Data only: the registry lists these, the launchers ask for their kernels. */
+#include "cuda/internal.h"
+
+#include <stdio.h>
+
+static void no_defines(int cfg, char *buf, size_t cap) {
+    (void)cfg;
+    if (cap) buf[0] = 0;
+}
+
+/* pointwise.cu: two configs per dtype, 0 scalar (any alignment), 1 16-byte vectors */
+static const char *const pointwise_entries[PW_N] = {"relu_forward",    "relu_backward",    "add_forward", "pass_backward",
+                                                    "dropout_forward", "dropout_backward", "to_act",      "from_act",
+                                                    "flatten_forward", "flatten_backward"};
+static void pointwise_defines(int cfg, char *buf, size_t cap) {
+    snprintf(buf, cap, cfg == PW_CFG_VEC16 ? "-DVEC=ACT_VEC" : "-DVEC=1");
+}
+static const char *pointwise_config_name(int cfg) { return cfg == PW_CFG_VEC16 ? "vec16" : "scalar"; }
+const cuda_family cuda_family_pointwise = {.name = "pointwise", .file = "pointwise.cu", .entries = pointwise_entries,
+                                           .n_entries = PW_N, .dtypes = CUDA_DT_ALL, .n_configs = PW_N_CFG,
+                                           .defines = pointwise_defines, .config_name = pointwise_config_name};
+
+static const char *const batchnorm_entries[BN_N] = {"chan_partial",     "chan_sum_finalize", "bn_mean_finalize",
+                                                    "bn_var_finalize",  "bn_bwd_finalize",   "bn_apply",
+                                                    "bn_bwd_apply",     "scale_shift",       "bn_partial_vec",
+                                                    "bn_stats_finalize", "bn_apply_vec",     "bn_bwd_apply_vec"};
+const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchnorm.cu", .entries = batchnorm_entries,
+                                           .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
+                                           .defines = no_defines};
+
+static const char *const pool_entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec",
+                                                 "pool_backward_vec"};
+const cuda_family cuda_family_pool = {.name = "pool", .file = "pool.cu", .entries = pool_entries, .n_entries = POOL_N,
+                                      .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
+
+static const char *const loss_entries[XENT_N] = {"xent_rows", "xent_mean"};
+const cuda_family cuda_family_loss = {.name = "loss", .file = "loss.cu", .entries = loss_entries, .n_entries = XENT_N,
+                                      .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
+
+static const char *const prep_entries[] = {"prep_images"};
+const cuda_family cuda_family_prep = {.name = "prep", .file = "prep.cu", .entries = prep_entries, .n_entries = 1,
+                                      .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
+
+/* optim.cu: float32 state whatever the activations (dtype-free) */
+static const char *const optim_entries[OPT_N] = {"sgd_update", "adamw_update", "count_nonfinite"};
+const cuda_family cuda_family_optim = {.name = "optim", .file = "optim.cu", .entries = optim_entries,
+                                       .n_entries = OPT_N, .dtypes = 0, .n_configs = 1, .defines = no_defines};
