@@ -174,6 +174,7 @@ extern "C" __global__ void bn_bwd_apply(const red_args a) {
  * A block of 256 threads: CVT = min(C/8, 256) channel vectors of 8 x RT = 256 / CVT row lanes; blockIdx.x is the
  * chunk of rows, blockIdx.y the group of CVT channel vectors. */
 #define VEC_T 256
+#define VEC_ROWS 4 /* rows a thread of bn_partial_vec loads at once */
 __device__ __forceinline__ int vec_cvt(int c) { return c / 8 < VEC_T ? c / 8 : VEC_T; }
 
 /* mode 0: P0 = sum x, P1 = sum x^2;  mode 2: P0 = sum g, P1 = sum g * xhat (g as in bn_bwd_apply) */
@@ -186,34 +187,68 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
     const long long r0 = (long long)blockIdx.x * a.rows_per_chunk;
     long long r1 = r0 + a.rows_per_chunk;
     if (r1 > a.m) r1 = a.m;
+    /* VEC_ROWS rows per step, their loads issued together; their sums in float, added to the double totals once per
+     * step. With 16-bit activations a square is exact in float and a few of them add nearly exactly; F32 squares go
+     * to double at once (x^2 rounded to float would move E[x^2] - mean^2 when |mean| >> std). */
     double s0[8], s1[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) s0[e] = s1[e] = 0.0;
     if (active) {
         const act_t *x = (const act_t *)a.x + cv * 8;
+        const long long step = (long long)rt * a.c;
+        long long r = r0 + lane_r;
         if (a.mode == 0) {
-            for (long long r = r0 + lane_r; r < r1; r += rt) {
-                float v[8];
-                act8_unpack(act8_load(x + r * a.c), v);
+            for (; r < r1; r += VEC_ROWS * rt) {
+                act8 raw[VEC_ROWS];
 #pragma unroll
-                for (int e = 0; e < 8; e++) s0[e] += v[e], s1[e] += (double)v[e] * v[e];
+                for (int k = 0; k < VEC_ROWS; k++) raw[k] = r + k * rt < r1 ? act8_load(x + r * a.c + k * step) : act8_zero();
+                float t0[8] = {0}, v[8];
+#pragma unroll
+                for (int k = 0; k < VEC_ROWS; k++) {
+                    act8_unpack(raw[k], v);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        t0[e] += v[e];
+#if ACT == ACT_F32
+                        s1[e] += (double)v[e] * v[e];
+#else
+                        s1[e] += (double)(v[e] * v[e]);
+#endif
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < 8; e++) s0[e] += t0[e];
             }
         } else {
             const act_t *dy = (const act_t *)a.dy + cv * 8, *y = (const act_t *)a.y + cv * 8;
             float mu[8], is[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) mu[e] = a.mean[cv * 8 + e], is[e] = a.invstd[cv * 8 + e];
-            for (long long r = r0 + lane_r; r < r1; r += rt) {
-                float xv[8], g[8], yv[8];
-                act8_unpack(act8_load(x + r * a.c), xv);
-                act8_unpack(act8_load(dy + r * a.c), g);
-                if (a.relu) {
-                    act8_unpack(act8_load(y + r * a.c), yv);
+            for (; r < r1; r += VEC_ROWS * rt) {
+                act8 rx[VEC_ROWS], rg[VEC_ROWS], ry[VEC_ROWS];
 #pragma unroll
-                    for (int e = 0; e < 8; e++) g[e] = yv[e] > 0.0f ? g[e] : 0.0f;
+                for (int k = 0; k < VEC_ROWS; k++) {
+                    const bool in = r + k * rt < r1;
+                    const long long o = r * a.c + k * step;
+                    rx[k] = in ? act8_load(x + o) : act8_zero();
+                    rg[k] = in ? act8_load(dy + o) : act8_zero();
+                    ry[k] = in && a.relu ? act8_load(y + o) : act8_zero();
+                }
+                float t0[8] = {0}, t1[8] = {0}, xv[8], g[8], yv[8];
+#pragma unroll
+                for (int k = 0; k < VEC_ROWS; k++) {
+                    act8_unpack(rx[k], xv);
+                    act8_unpack(rg[k], g);
+                    act8_unpack(ry[k], yv);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const float gm = a.relu && !(yv[e] > 0.0f) ? 0.0f : g[e];
+                        t0[e] += gm;
+                        t1[e] += gm * ((xv[e] - mu[e]) * is[e]);
+                    }
                 }
 #pragma unroll
-                for (int e = 0; e < 8; e++) s0[e] += g[e], s1[e] += (double)g[e] * ((xv[e] - mu[e]) * is[e]);
+                for (int e = 0; e < 8; e++) s0[e] += t0[e], s1[e] += t1[e];
             }
         }
     }
@@ -250,24 +285,44 @@ extern "C" __global__ void bn_stats_finalize(const red_args a) {
     a.running_var[c] = (float)(mom * unbiased + (1.0 - mom) * (double)a.running_var[c]);
 }
 
+/* the per-channel factors of a thread's 8 channels, reloaded only when its channel group changes: with a grid
+ * whose thread count is a multiple of C / 8 (the launcher's, where C / 8 divides 256) never after the first */
+struct bn_chan8 {
+    int c;
+    float mean[8], k[8], beta[8]; /* y = (x - mean) * k + beta, k = invstd * gamma */
+};
+__device__ __forceinline__ void bn_chan8_at(const red_args &a, int c, bn_chan8 &p) {
+    if (c == p.c) return;
+    p.c = c;
+#pragma unroll
+    for (int e = 0; e < 8; e++) p.mean[e] = a.mean[c + e], p.k[e] = a.invstd[c + e] * a.gamma[c + e], p.beta[e] = a.beta[c + e];
+}
+
 /* bn_apply over 8 channels per thread and step */
 extern "C" __global__ void bn_apply_vec(const red_args a) {
     pdl_enter();
     const int cvs = a.c / 8;
     const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
     act_t *y = (act_t *)a.out;
-    for (long long v = GRID_TID, n = a.m * cvs; v < n; v += GRID_STRIDE) {
-        const int c = (int)(v % cvs) * 8;
+    bn_chan8 p;
+    p.c = -1;
+    long long v = GRID_TID;
+    int cg = (int)(v % cvs);
+    const int cstep = (int)(GRID_STRIDE % cvs);
+    for (const long long n = a.m * cvs; v < n; v += GRID_STRIDE) {
+        bn_chan8_at(a, cg * 8, p);
         float xv[8], rv[8];
         act8_unpack(act8_load(x + v * 8), xv);
         if (res) act8_unpack(act8_load(res + v * 8), rv);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            float t = (xv[e] - a.mean[c + e]) * a.invstd[c + e] * a.gamma[c + e] + a.beta[c + e];
+            float t = (xv[e] - p.mean[e]) * p.k[e] + p.beta[e];
             if (res) t += rv[e];
             xv[e] = a.relu && !(t > 0.0f) ? 0.0f : t;
         }
         act8_store(y + v * 8, xv);
+        cg += cstep;
+        if (cg >= cvs) cg -= cvs;
     }
 }
 
@@ -277,8 +332,19 @@ extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     const int cvs = a.c / 8;
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
     act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
-    for (long long v = GRID_TID, n = a.m * cvs; v < n; v += GRID_STRIDE) {
-        const int c = (int)(v % cvs) * 8;
+    long long v = GRID_TID;
+    int cg = (int)(v % cvs), c_loaded = -1;
+    const int cstep = (int)(GRID_STRIDE % cvs);
+    double k0[8], k1[8], k2[8], mu[8], is[8]; /* the channels' coefficients, reloaded only when the group changes */
+    for (const long long n = a.m * cvs; v < n; v += GRID_STRIDE, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
+        const int c = cg * 8;
+        if (c != c_loaded) {
+            c_loaded = c;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                k0[e] = a.coef[c + e], k1[e] = a.coef[a.c + c + e], k2[e] = a.coef[2 * a.c + c + e],
+                mu[e] = a.mean[c + e], is[e] = a.invstd[c + e];
+        }
         float g[8], t[8];
         act8_unpack(act8_load(dy + v * 8), g);
         if (a.relu) {
@@ -292,8 +358,8 @@ extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
             if (a.accumulate) act8_unpack(act8_load(dx + v * 8), o);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const double xh = ((double)xv[e] - (double)a.mean[c + e]) * (double)a.invstd[c + e];
-                const double d = a.coef[c + e] * ((double)g[e] - a.coef[a.c + c + e] - xh * a.coef[2 * a.c + c + e]);
+                const double xh = ((double)xv[e] - mu[e]) * is[e];
+                const double d = k0[e] * ((double)g[e] - k1[e] - xh * k2[e]);
                 t[e] = (float)(a.accumulate ? d + (double)o[e] : d);
             }
             act8_store(dx + v * 8, t);
