@@ -203,6 +203,7 @@ struct cnn_backend {
 
     /* pointwise */
     cnn_status (*relu_forward)(cnn_backend *be, int64_t count, const void *x, void *y);
+    /* dx (+)= dy where y > 0; dx may be dy itself (every element read, then written, at the same index) */
     cnn_status (*relu_backward)(cnn_backend *be, int64_t count, const void *y, const void *dy, void *dx,
                                 bool accumulate);
     cnn_status (*add_forward)(cnn_backend *be, int64_t count, const void *a, const void *b, void *y);

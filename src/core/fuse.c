@@ -3,7 +3,9 @@
  * Train (cnn_fuse_train): a BN takes in the residual add that alone reads it (where the add's other input is already
  * computed) and the ReLU that alone reads what it ends with: one bn_forward_train and one bn_backward, whose value
  * is the ReLU's (or the add's) and whose backward sends the residual its gradient. The BN's own output and the add's
- * are never stored. Every other node is a step of its own (the conv's output stays: the BN backward reads it).
+ * are never stored. A conv that only a ReLU reads (VGG without BN) applies it in its epilogue and stores only the
+ * ReLU's output, from which its backward takes the mask. Every other node is a step of its own (a conv's output
+ * that a BN reads stays: the BN backward reads it).
  *
  * Eval (cnn_fuse_eval):
  * Walking the nodes in order, a step starts at each node not yet absorbed and takes in what follows it alone:
@@ -93,6 +95,9 @@ void cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
                 }
             }
             j = sole_consumer(net, st.out);
+            if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) st.relu = true, st.out = j, done[j] = true;
+        } else if (net->nodes[i].op == CNN_OP_CONV) {
+            const int j = sole_consumer(net, i);
             if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) st.relu = true, st.out = j, done[j] = true;
         }
         done[i] = true;

@@ -567,6 +567,11 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_CONV: {
             cnn_conv2d cv;
             cnn_node_conv2d(net, nd, n, &cv);
+            if (sp->relu) { /* the fused ReLU's mask from the step's output, into its gradient in place (its only reader) */
+                const int64_t nout = (int64_t)n * net->nodes[sp->out].c * net->nodes[sp->out].h * net->nodes[sp->out].w;
+                st = be->relu_backward(be, nout, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, (void *)dy, false);
+                if (st != CNN_OK) break;
+            }
             st = be->conv2d_wgrad(be, &cv, x, dy, gradp(m, nd->param[0]));
             if (st == CNN_OK && nd->param[1] >= 0)
                 st = be->channel_sum(be, (int64_t)n * cv.p * cv.q, cv.k, dy, gradp(m, nd->param[1]));

@@ -98,14 +98,14 @@ static int resolve(const cnn_plan *p, int node) { return node < 0 ? -1 : p->valu
 /* ---- train: values and gradients -------------------------------------------------------------------------- */
 
 /* what a train step's backward reads besides its output's gradient: its inputs (conv, BN, pooling, linear) and its
- * own output (ReLU, pooling, a BN chain ending in a ReLU: the mask) */
+ * own output (ReLU, pooling, a BN or conv step ending in a ReLU: the mask) */
 static bool bwd_reads_input(cnn_op op) {
     return op == CNN_OP_CONV || op == CNN_OP_BN || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL ||
            op == CNN_OP_ADAPTIVE_AVGPOOL || op == CNN_OP_LINEAR;
 }
 static bool bwd_reads_output(const cnn_step *sp, cnn_op op) {
     return op == CNN_OP_RELU || op == CNN_OP_MAXPOOL || op == CNN_OP_AVGPOOL || op == CNN_OP_ADAPTIVE_AVGPOOL ||
-           (op == CNN_OP_BN && sp->relu);
+           ((op == CNN_OP_BN || op == CNN_OP_CONV) && sp->relu);
 }
 
 /* Train timeline over the S steps: forward of step s at time s, the loss at S, backward of step s at 2S - s.

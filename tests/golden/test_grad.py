@@ -2,7 +2,8 @@
 """test_grad.py — `cnn grad` against PyTorch: one training-mode forward (batch statistics) and backward with
 cross-entropy, input 2x3x64x64, int64 labels (B12, gradient half).
 
-Cases: resnet18, resnet18 with label smoothing 0.1, resnet50, vgg11_bn (--dropout 0; every nn.Dropout p=0).
+Cases: resnet18, resnet18 with label smoothing 0.1, resnet50, vgg11_bn and vgg11 (--dropout 0; every nn.Dropout
+p=0; vgg11 has no BN: its convs apply their ReLU in the epilogue of a training step and take the mask from it).
 G must hold exactly `loss` (float32, shape []) and every name of named_parameters() with its shape, float32.
 Reference: the PyTorch model in float64 fed the same float32 weights and input.
   loss: |ours - ref| <= 1e-5 * |ref| (relative);
@@ -35,7 +36,8 @@ import st  # noqa: E402
 CASES = [("resnet18", "resnet18", 201, None, 0.0, []),
          ("resnet18_ls0.1", "resnet18", 201, None, 0.1, ["--label-smoothing", "0.1"]),
          ("resnet50", "resnet50", 203, 3.5, 0.0, []),
-         ("vgg11_bn", "vgg11_bn", 204, None, 0.0, ["--dropout", "0"])]
+         ("vgg11_bn", "vgg11_bn", 204, None, 0.0, ["--dropout", "0"]),
+         ("vgg11", "vgg11", 205, None, 0.0, ["--dropout", "0"])]
 only = [s for s in os.environ.get("CNN_GRAD", "").split(",") if s]
 if only:
     CASES = [c for c in CASES if c[0] in only]
