@@ -57,6 +57,8 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     run_one "emu-conv_wgrad-bf16" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype bf16 conv_wgrad
     # dgrad on the forward tensor-core kernels, every stride (phases)
     run_one "emu-conv_dgrad-bf16" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype bf16 conv_dgrad
+    # BatchNorm's training kernels with the residual add and ReLU fused, scalar and vector paths
+    run_one "emu-bn-bf16" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype bf16 bn
     for dt in bf16 f16; do # the first-layer kernels and the fused stem + max-pool
         run_one "emu-conv_first-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_first
     done

@@ -97,21 +97,35 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     return CNN_OK;
 }
 
-/* the gradient reaching the BN's output: dy, where the ReLU after it passed (y > 0) */
-static inline double bn_grad(const float *dy, const float *y, bool relu, int64_t e) {
-    return relu && !(y[e] > 0.0f) ? 0.0 : (double)dy[e];
+/* what the backward reads to mask the ReLU: y, or without it x and the saved statistics (the pre-activation) */
+typedef struct bn_mask {
+    bool relu;
+    const float *y, *x, *mean, *invstd, *gamma, *beta;
+    int c;
+} bn_mask;
+
+/* the gradient reaching the BN's output: dy, where the ReLU after it passed */
+static inline double bn_grad(const float *dy, const bn_mask *mk, int64_t e) {
+    if (!mk->relu) return dy[e];
+    if (mk->y) return mk->y[e] > 0.0f ? (double)dy[e] : 0.0;
+    const int j = (int)(e % mk->c);
+    const double pre = ((double)mk->x[e] - mk->mean[j]) * mk->invstd[j] * (mk->gamma ? mk->gamma[j] : 1.0) +
+                       (mk->beta ? mk->beta[j] : 0.0);
+    return pre > 0.0 ? (double)dy[e] : 0.0;
 }
 
 cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *xv, const void *yv, const void *dyv,
-                                  const float *gamma, const float *save_mean, const float *save_invstd, bool relu,
-                                  void *dxv, bool accumulate, void *dresv, bool dres_accumulate, float *dgamma,
-                                  float *dbeta) {
+                                  const float *gamma, const float *beta, const float *save_mean,
+                                  const float *save_invstd, bool relu, void *dxv, bool accumulate, void *dresv,
+                                  bool dres_accumulate, float *dgamma, float *dbeta) {
     const int threads = cnn_cpu_threads(be);
     const int64_t M = bn->m;
     const int C = bn->c;
-    const float *x = xv, *y = yv, *dy = dyv; /* (M, C) */
-    float *dx = dxv, *dres = dresv;          /* (M, C) */
-    CNN_ASSERT(M > 0 && C > 0 && (!relu || y));
+    const float *x = xv, *dy = dyv; /* (M, C) */
+    float *dx = dxv, *dres = dresv; /* (M, C) */
+    CNN_ASSERT(M > 0 && C > 0);
+    const bn_mask mk = {.relu = relu, .y = yv, .x = x, .mean = save_mean, .invstd = save_invstd, .gamma = gamma,
+                        .beta = beta, .c = C};
     int64_t nch = n_chunks(M);
     double *part = malloc((size_t)nch * 2 * C * sizeof(double));
     double *stat = malloc((size_t)4 * C * sizeof(double));
@@ -127,7 +141,7 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
         int64_t r1 = (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M;
         for (int64_t r = ch * CHUNK; r < r1; r++)
             for (int j = 0; j < C; j++) {
-                double g = bn_grad(dy, y, relu, r * C + j);
+                double g = bn_grad(dy, &mk, r * C + j);
                 p0[j] += g;
                 p1[j] += g * (((double)x[r * C + j] - save_mean[j]) * save_invstd[j]);
             }
@@ -152,7 +166,7 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
         for (int64_t r = 0; r < M; r++)
             for (int j = 0; j < C; j++) {
                 double xhat = ((double)x[r * C + j] - save_mean[j]) * save_invstd[j];
-                double g = k_scale[j] * (bn_grad(dy, y, relu, r * C + j) - sum_dy[j] - xhat * k_proj[j]);
+                double g = k_scale[j] * (bn_grad(dy, &mk, r * C + j) - sum_dy[j] - xhat * k_proj[j]);
                 dx[r * C + j] = accumulate ? (float)((double)dx[r * C + j] + g) : (float)g;
             }
     }
@@ -160,7 +174,7 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t r = 0; r < M; r++)
             for (int j = 0; j < C; j++) {
-                double g = bn_grad(dy, y, relu, r * C + j);
+                double g = bn_grad(dy, &mk, r * C + j);
                 dres[r * C + j] = dres_accumulate ? (float)((double)dres[r * C + j] + g) : (float)g;
             }
     }
