@@ -65,8 +65,8 @@ typedef struct conv_tma_args {
 /* the pieces an OST row stores each consumer warp's part of a tile in (conv2d_epilogue.cuh's ost_store) */
 #define CONV_OST_PIECES 8
 
-/* dgrad by phases (conv2d_tc.cu's conv2d_dgrad_interleave, src/cuda/conv2d_dgrad.c): dx (N, H, W, C) assembled from
- * the stride_h x stride_w phases' blocks; phase (a, b) = index a * stride_w + b. */
+/* dgrad by phases (conv2d_pipelined.cu's conv2d_dgrad_interleave, src/cuda/conv2d_dgrad.c): dx (N, H, W, C)
+ * assembled from the stride_h x stride_w phases' blocks; phase (a, b) = index a * stride_w + b. */
 #define DGRAD_MAX_PHASES 16
 typedef struct dgrad_phase_args {
     int n, h, w, c;                 /* dx */

@@ -5,8 +5,8 @@
  * Split dx by phase (a, b) = (h mod sh, w mod sw). Only the taps r = r0 (mod sh), r0 = (a + pad_h) mod sh, reach
  * the rows h = sh * i + a, and for them p = i + (a + pad_h - r0) / sh - t where r = r0 + sh * t: phase (a, b) is a
  * stride-1 forward convolution of dy (N, P, Q, K) with its taps flipped and the filter transposed (C output channels
- * over K input channels; conv2d_tc.cu's conv2d_dgrad_filter writes it), output row i the block's row i + off_h. Its
- * padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and the last
+ * over K input channels; conv2d_pipelined.cu's conv2d_dgrad_filter writes it), output row i the block's row
+ * i + off_h. Its padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and the last
  * row below, so the block may have a row or column more than the phase (off_h, off_w skip it).
  *   - stride 1: one phase, padding R-1-pad, no extra rows: it writes dx itself, adding dx through the epilogue's
  *     residual when accumulating (every element read and then written by the same thread);
