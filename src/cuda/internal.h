@@ -387,6 +387,7 @@ cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, flo
 cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
                              float *m, float *v, float grad_scale);
 cnn_status cuda_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out);
+cnn_status cuda_guard_step(cnn_backend *be, const cnn_guard *g, cnn_guard_state *state);
 
 /* conv2d.c's search space: the variants usable for a pass (0 fprop, 1 dgrad, 2 wgrad) of a problem on this
  * backend, and the heuristic's choice among them (or the forced variant). */
