@@ -23,6 +23,7 @@
  */
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
+#include "guard.h"
 #include "model.h"
 #include "plan.h"
 
@@ -95,6 +96,9 @@ struct cnn_model {
     float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
+    cnn_node_check_fn node_check; /* called after each node of an eager train-mode forward (guard.c) */
+    void *node_check_ctx;
+    bool allow_nonfinite;    /* load weights holding NaN/Inf or negative variances */
 };
 
 const cnn_net *cnn_model_net(const cnn_model *m) { return m->net; }
@@ -105,6 +109,12 @@ float *cnn_model_params(cnn_model *m) { return m->params; }
 float *cnn_model_grads(cnn_model *m) { return m->grads; }
 float *cnn_model_buffers(cnn_model *m) { return m->buffers; }
 void *cnn_model_input_buffer(cnn_model *m) { return m->input; }
+float *cnn_model_loss_buffer(cnn_model *m) { return m->loss_dev; }
+void cnn_model_set_node_check(cnn_model *m, cnn_node_check_fn fn, void *ctx) {
+    m->node_check = fn;
+    m->node_check_ctx = ctx;
+}
+void cnn_model_set_allow_nonfinite(cnn_model *m, bool allow) { m->allow_nonfinite = allow; }
 
 /* ---- helpers ------------------------------------------------------------------------------------------ */
 
@@ -843,6 +853,7 @@ static cnn_status forward_train(cnn_model *m, int n) {
         default: CNN_ASSERT(!"unknown op");
         }
         if (st != CNN_OK) return cnn_error_prefix(st, "layer %s (%s)", nd->name, cnn_op_name(nd->op));
+        if (m->node_check) CNN_TRY(m->node_check(m->node_check_ctx, m, i, y, count));
     }
     return CNN_OK;
 }
@@ -959,7 +970,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float eps);
 
 static cnn_status run_graphed(cnn_model *m, int kind, int n, float eps, device_fn fn) {
     cnn_backend *be = m->be;
-    if (!m->use_graphs || !be->graph_begin) return fn(m, n, eps);
+    if (!m->use_graphs || !be->graph_begin || m->node_check) return fn(m, n, eps);
     graph_entry *e = NULL;
     for (int i = 0; i < m->n_graphs; i++)
         if (m->graphs[i].kind == kind && m->graphs[i].n == n && m->graphs[i].eps == eps &&
@@ -1048,7 +1059,7 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     CNN_TRY(check_loss_args(m, n, label_smoothing));
     CNN_TRY(upload_labels(m, n, labels));
     CNN_TRY(run_graphed(m, GRAPH_BACKWARD, n, label_smoothing, backward_ops));
-    return m->be->download(m->be, loss_out, m->loss_dev, 4);
+    return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
 /* The loss, its gradient and the backward pass: device work only. */
@@ -1176,7 +1187,8 @@ cnn_status cnn_model_load_st(cnn_model *m, const cnn_st_file *f, const char *pat
         float *vals = malloc((size_t)p->count * sizeof *vals);
         if (!vals) return cnn_fail(CNN_E_OOM, "out of host memory loading %s", p->name);
         cnn_convert_to_f32(vals, cnn_st_tensor_data(f, e), e->dtype, (size_t)p->count);
-        cnn_status st = cnn_model_set_param(m, i, vals);
+        cnn_status st = m->allow_nonfinite ? CNN_OK : cnn_param_values_check(p, vals, path);
+        if (st == CNN_OK) st = cnn_model_set_param(m, i, vals);
         free(vals);
         CNN_TRY(st);
     }
@@ -1231,6 +1243,7 @@ cnn_status cnn_model_save(cnn_model *m, const char *path) {
     if (!items) return cnn_fail(CNN_E_OOM, "out of host memory saving weights");
     float *host = NULL;
     cnn_status st = cnn_model_state_items(m, items, &host);
+    if (st == CNN_OK) st = cnn_items_check(items, net->n_params, path); /* never a model full of NaN */
     if (st == CNN_OK) st = cnn_st_write(path, items, net->n_params, NULL, 0);
     free(host);
     free(items);
