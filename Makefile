@@ -58,7 +58,7 @@ APP_OBJ := $(APP_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/%)
 
-.PHONY: all test test-gpu clean info demo bench-gpu fuzz lib
+.PHONY: all test test-gpu clean info demo bench-gpu fuzz lib reliability
 all: info $(BUILD)/cnn $(TEST_BIN)
 
 info:
@@ -126,6 +126,12 @@ demo: all
 test: all
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)-asan SAN=1 all
 	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) tests/run.sh
+
+# the reliability battery in full (docs/RELIABILITY.md; `make test` runs a subset): about an hour on two cores
+reliability: all
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)-asan SAN=1 all
+	@BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) tests/gpu/emu/run.sh --libs
+	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) tests/reliability/run.sh
 
 test-gpu: all
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run_gpu.sh

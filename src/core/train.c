@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 cnn_train_opts cnn_train_opts_default(void) {
@@ -477,7 +478,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
                    (double)(step - start_step) * o->batch / (now - t0));
         progress(o, step, total, now - t0, loss);
         bool epoch_end = pos == spe - 1 || step == total;
-        bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
+        bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
+                        step == o->stop_after;
         bool interrupted = o->interrupt && *o->interrupt;
         if (epoch_end) {
             double dt = now - t_epoch;
@@ -527,7 +529,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     }
     if (finished) {
         /* resumed at the end: the run died between its last checkpoint and the model (or the model was deleted) */
-        if (access(model_path, F_OK) == 0) {
+        struct stat sb;
+        if (stat(model_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
             cnn_log(1, "cnn: checkpoint is already at step %lld of %lld; %s exists", (long long)start_step,
                     (long long)total, model_path);
         } else {
