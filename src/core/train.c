@@ -527,7 +527,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             break;
         }
     }
-    if (finished) {
+    if (finished && st == CNN_OK) {
         /* resumed at the end: the run died between its last checkpoint and the model (or the model was deleted) */
         struct stat sb;
         if (stat(model_path, &sb) == 0 && S_ISREG(sb.st_mode)) {

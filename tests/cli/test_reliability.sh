@@ -89,7 +89,7 @@ for sig in TERM INT; do
     out=$TMP/sig$sig
     "$CNN" train $L --steps 100000 --out "$out" >/dev/null 2>"$out.err" &
     pid=$!
-    for _ in $(seq 600); do [ "$(records "$out/metrics.jsonl")" -ge 2 ] && break; sleep 0.1; done
+    while kill -0 $pid 2>/dev/null && [ "$(records "$out/metrics.jsonl")" -lt 2 ]; do sleep 0.1; done
     if [ $sig = TERM ]; then # a second run into the same directory fails at once, naming the first
         expect files.second_run_locked_out 1 "in use by another run \\(pid $pid\\)" -- "$CNN" train $L --steps 100000 --out "$out"
     fi

@@ -9,7 +9,9 @@
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/tests/reliability/lib.sh"
-M="--model resnet18 --stem cifar --num-classes 10 --device cpu --no-progress -q --seed 2 --checkpoint-every 1"
+# B16_DEVICE=cuda B16_DTYPE=bf16|fp16 run it on a GPU (fp16: an Inf pixel is also an activation past 65504)
+M="--model resnet18 --stem cifar --num-classes 10 --device ${B16_DEVICE:-cpu} --dtype ${B16_DTYPE:-fp32} --no-progress -q
+   --seed 2 --checkpoint-every 1"
 cases=0 detected=0 bad_ckpt=0
 note() { cases=$((cases + 1)); }
 ckpt_ok() { # every checkpoint left in $1 is finite

@@ -39,13 +39,13 @@ run_point() {
     mkdir -p "$d"
     case $fam in
     # (timeout outside the preloaded environment: only the engine's own calls count)
-    malloc) { timeout 120 env LD_PRELOAD="$SHIM" SHIM_FAIL_MALLOC="$n" SHIM_COUNT="$d/count" "$CNN" $T --out "$d/o" \
+    malloc) { timeout 600 env LD_PRELOAD="$SHIM" SHIM_FAIL_MALLOC="$n" SHIM_COUNT="$d/count" "$CNN" $T --out "$d/o" \
                   >/dev/null 2>"$d/err"; } 2>/dev/null ;;
-    open) { timeout 120 env LD_PRELOAD="$SHIM_NOMALLOC" ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1 \
+    open) { timeout 600 env LD_PRELOAD="$SHIM_NOMALLOC" ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1 \
                 SHIM_FAIL_OPEN="$n" SHIM_COUNT="$d/count" "${ASAN_CNN:-$CNN}" $T --out "$d/o" >/dev/null 2>"$d/err"; } 2>/dev/null ;;
     cuda | nvrtc)
         local lib=$fam
-        { timeout 300 env LD_LIBRARY_PATH="$EMU" CNN_CACHE_DIR="$d/cache" CNN_EMU_COUNT="$d/count" \
+        { timeout 900 env LD_LIBRARY_PATH="$EMU" CNN_CACHE_DIR="$d/cache" CNN_EMU_COUNT="$d/count" \
               "$([ $lib = cuda ] && echo CNN_EMU_FAIL_CALL || echo CNN_EMU_NVRTC_FAIL_CALL)=$n" \
               "$CNN" $I --output "$d/y.st" >/dev/null 2>"$d/err"; } 2>/dev/null ;;
     esac
