@@ -29,7 +29,8 @@ cmp -s "$TMP/a/model.safetensors" "$TMP/b/model.safetensors" && pass resume.weig
 k=$((2 + RANDOM % 30))
 "$CNN" train $M --out "$TMP/c" --checkpoint-every 1 >/dev/null 2>&1 &
 pid=$!
-while kill -0 $pid 2>/dev/null && [ "$(grep -c '"loss"' "$TMP/c/metrics.jsonl" 2>/dev/null)" -lt $k ]; do sleep 0.05; done
+records() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
+while kill -0 $pid 2>/dev/null && [ "$(records "$TMP/c/metrics.jsonl")" -lt $k ]; do sleep 0.05; done
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
 if [ -f "$TMP/c/model.safetensors" ]; then
