@@ -24,9 +24,9 @@ records() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null); echo "${n:-0}"; }
 W=$TMP/w/model.safetensors
 
 # ---- a model full of NaN scored 100 %; NaN/Inf weights and negative variances loaded silently ---------------
-$ED set "$W" "$TMP/nan.st" fc.bias 0 nan
+$ED set "$W" "$TMP/nan.st" conv1.weight 0 nan   # every logit NaN: 419bfde scored it 100 %
 $ED set "$W" "$TMP/negvar.st" bn1.running_var 3 -1
-expect weights.nan_refused 1 'fc\.bias.*non-finite.*allow-nonfinite' -- "$CNN" eval $E --data synthetic --eval-size 8 --weights "$TMP/nan.st"
+expect weights.nan_refused 1 'conv1\.weight.*non-finite.*allow-nonfinite' -- "$CNN" eval $E --data synthetic --eval-size 8 --weights "$TMP/nan.st"
 expect weights.negative_variance_refused 1 'bn1\.running_var.*negative variance' -- "$CNN" eval $E --data synthetic --eval-size 8 --weights "$TMP/negvar.st"
 "$CNN" eval $E --data synthetic --eval-size 8 --weights "$TMP/nan.st" --allow-nonfinite >"$TMP/eval.out" 2>"$TMP/eval.err"
 rc=$?
