@@ -187,7 +187,7 @@ static size_t plan_train(cnn_model *m) {
     const cnn_net *net = m->net;
     int n = net->n_nodes, B = m->max_batch;
     cnn_interval *iv = calloc((size_t)2 * n, sizeof *iv);
-    if (!iv) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!iv) return cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM;
     for (int i = 0; i < n; i++) {
         cnn_interval *a = &iv[i];
         a->bytes = node_bytes(m, i, B);
@@ -211,14 +211,14 @@ static size_t plan_train(cnn_model *m) {
         }
     }
     size_t total = cnn_plan_arena(iv, 2 * n, ALIGN);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && total != CNN_PLAN_OOM; i++) {
         m->train_off[i] = iv[i].offset;
         m->grad_off[i] = iv[n + i].offset;
     }
     free(iv);
     /* accumulate flags: in backward order (descending node index) the first writer of a gradient overwrites */
-    bool *written = calloc((size_t)n, sizeof *written);
-    if (!written) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    bool *written = total == CNN_PLAN_OOM ? NULL : calloc((size_t)n, sizeof *written);
+    if (!written) return total == CNN_PLAN_OOM ? total : (cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM);
     for (int j = n - 1; j >= 0; j--) {
         const cnn_node *nd = &net->nodes[j];
         for (int s = 0; s < n_inputs(nd); s++) {
@@ -295,7 +295,11 @@ static size_t plan_eval(cnn_model *m) {
     int n = net->n_nodes;
     bool *done = calloc((size_t)n, sizeof *done);   /* absorbed into a step or aliased */
     bool *emitted = calloc((size_t)n, sizeof *emitted); /* value available */
-    if (!done || !emitted) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!done || !emitted) {
+        free(done);
+        free(emitted);
+        return cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM;
+    }
     m->n_steps = 0;
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
@@ -380,7 +384,11 @@ static size_t plan_eval(cnn_model *m) {
     /* lifetimes over step indices */
     cnn_interval *iv = calloc((size_t)(m->n_steps ? m->n_steps : 1), sizeof *iv);
     int *step_of = malloc((size_t)n * sizeof *step_of);
-    if (!iv || !step_of) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!iv || !step_of) {
+        free(iv);
+        free(step_of);
+        return cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM;
+    }
     for (int i = 0; i < n; i++) step_of[i] = -1;
     for (int s = 0; s < m->n_steps; s++) {
         step_of[m->steps[s].node] = s;
@@ -405,7 +413,7 @@ static size_t plan_eval(cnn_model *m) {
     CNN_ASSERT(out_step >= 0);
     iv[out_step].last = m->n_steps;
     size_t total = cnn_plan_arena(iv, m->n_steps, ALIGN);
-    for (int s = 0; s < m->n_steps; s++) m->eval_off[m->steps[s].node] = iv[s].offset;
+    for (int s = 0; s < m->n_steps && total != CNN_PLAN_OOM; s++) m->eval_off[m->steps[s].node] = iv[s].offset;
     free(iv);
     free(step_of);
     return total;
@@ -623,7 +631,11 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
         sp->pair_off = m->pairw_bytes;
         m->pairw_bytes += pair_layout_of(m, sp).bytes;
     }
-    size_t train_bytes = train ? plan_train(m) : 0;
+    size_t train_bytes = train && eval_bytes != CNN_PLAN_OOM ? plan_train(m) : 0;
+    if (eval_bytes == CNN_PLAN_OOM || train_bytes == CNN_PLAN_OOM) { /* host memory ran out: recorded */
+        cnn_model_free(m);
+        return CNN_E_OOM;
+    }
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
 
     cnn_status st = CNN_OK;

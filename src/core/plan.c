@@ -29,7 +29,12 @@ static void sort_order(int *order, int n, cnn_interval *iv) {
 size_t cnn_plan_arena(cnn_interval *iv, int n, size_t align) {
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int *placed = malloc((size_t)(n ? n : 1) * sizeof *placed);
-    if (!order || !placed) cnn_abort(__FILE__, __LINE__, "out of host memory planning an arena");
+    if (!order || !placed) {
+        free(order);
+        free(placed);
+        cnn_fail(CNN_E_OOM, "out of host memory planning an arena of %d buffers", n);
+        return CNN_PLAN_OOM;
+    }
     for (int i = 0; i < n; i++) order[i] = i;
     sort_order(order, n, iv);
     size_t total = 0;
