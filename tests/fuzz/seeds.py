@@ -10,12 +10,12 @@ import json, os, struct, sys
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
 
 
-def put(target, name, data):
+def put(target, name, data, prefix="seed-"):
     d = os.path.join(root, target)
     os.makedirs(d, exist_ok=True)
     if isinstance(data, str):
         data = data.encode()
-    open(os.path.join(d, "seed-" + name), "wb").write(data)
+    open(os.path.join(d, prefix + name), "wb").write(data)
 
 
 def st(tensors, meta=None):
@@ -114,7 +114,8 @@ put("kernel_cache", "ok", entry(b"\x7fELF cubin payload bytes"))
 put("kernel_cache", "version", entry(b"payload", version=2))
 put("kernel_cache", "checksum", entry(b"payload")[:-1] + b"X")
 # 40 bytes whose lengths add up to 40 modulo 2^64 (payload length 2^64 - D): read past the end at 419bfde
-put("kernel_cache", "plen-wraps", b"CNNKBIN1" + struct.pack("<IIQQQ", 1, len(DESC), fnv(DESC), (1 << 64) - len(DESC), 0))
+put("kernel_cache", "plen-wraps", b"CNNKBIN1" + struct.pack("<IIQQQ", 1, len(DESC), fnv(DESC), (1 << 64) - len(DESC), 0),
+    prefix="regress-")
 put("kernel_cache", "short", entry(b"payload")[:39])
 
 # ---- cli: NUL-separated arguments --------------------------------------------------------------------------
