@@ -5,8 +5,9 @@
 #
 # The programs run as a pool of TEST_JOBS jobs at once (default: the number of CPUs), the longest first, so the
 # suite takes about its total CPU time divided by the CPUs. Each program's block is printed when it ends, with
-# its wall time. Nothing in a test may depend on the machine's load (timings are never asserted), so running
-# them side by side changes no verdict. TEST_ONLY=regex runs the programs whose names match.
+# its wall time and CPU time (/usr/bin/time, where present). Nothing in a test may depend on the machine's load
+# (timings are never asserted), so running them side by side changes no verdict. TEST_ONLY=regex runs the
+# programs whose names match.
 set -u
 BUILD=${BUILD:-build}
 ASAN_BUILD=${ASAN_BUILD:-}
@@ -89,7 +90,9 @@ report() { # name, exit status, seconds
     fi
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     [ "$f" -gt 0 ] && failures+=("$name")
-    echo "   $p passed, $f failed, $s skipped ($secs s)"
+    local cpu=""
+    [ -f "$LOG/$name.cpu" ] && cpu=$(awk 'END { if (NF == 2) printf ", %.0f s of CPU", $1 + $2 }' "$LOG/$name.cpu")
+    echo "   $p passed, $f failed, $s skipped ($secs s$cpu)"
 }
 
 declare -A job_name job_start
@@ -111,7 +114,11 @@ for j in "${jobs_list[@]}"; do
     if [ -n "${TEST_ONLY:-}" ] && ! [[ $name =~ $TEST_ONLY ]]; then continue; fi
     while [ "$running" -ge "$JOBS" ]; do reap; done
     # shellcheck disable=SC2086
-    (exec $cmd) >"$LOG/$name.log" 2>&1 </dev/null &
+    if [ -x /usr/bin/time ]; then
+        (exec /usr/bin/time -o "$LOG/$name.cpu" -f "%U %S" $cmd) >"$LOG/$name.log" 2>&1 </dev/null &
+    else
+        (exec $cmd) >"$LOG/$name.log" 2>&1 </dev/null &
+    fi
     job_name[$!]=$name
     job_start[$!]=$SECONDS
     running=$((running + 1))
