@@ -104,10 +104,12 @@ void cnn_cuda_nvrtc_version(int *major, int *minor) {
 
 cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap) {
     int n = 0;
-    CNN_CHECK_NVRTC(nvrtc.GetNumSupportedArchs(&n));
+    nvrtcResult r = nvrtc.GetNumSupportedArchs(&n); /* a library that fails here is broken, not the process */
+    if (r != NVRTC_SUCCESS) return cnn_fail(CNN_E_DEVICE, "nvrtcGetNumSupportedArchs: %s", nvrtc.GetErrorString(r));
     if (n <= 0 || n > 256) return cnn_fail(CNN_E_DEVICE, "NVRTC reports %d supported architectures", n);
     int archs[256];
-    CNN_CHECK_NVRTC(nvrtc.GetSupportedArchs(archs));
+    r = nvrtc.GetSupportedArchs(archs);
+    if (r != NVRTC_SUCCESS) return cnn_fail(CNN_E_DEVICE, "nvrtcGetSupportedArchs: %s", nvrtc.GetErrorString(r));
     int want = major * 10 + minor, best = -1;
     bool exact = false;
     for (int i = 0; i < n; i++) {

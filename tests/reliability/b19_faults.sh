@@ -8,8 +8,9 @@
 #            backend with an empty kernel cache, so compilation, cache writes, module loads, graph capture and
 #            replay all happen)
 #   nvrtc    the n-th NVRTC call fails (the same run)
-# Every run must end by itself (timeout: a hang) with status 0 (the failure was absorbed) or 1/2 with a one-line
-# message, never a signal or a sanitizer report (a crash).
+# Every run must end by itself (timeout: a hang) with status 0 (the failure was absorbed) or 1/2 with its error
+# on stderr, never a signal, an internal error (the abort funnel) or a sanitizer report (a crash). A failed
+# compilation also logs the NVRTC call that failed, so such errors take two lines; their count is reported.
 #   B19_EVERY=k (default 1)   B19_FAMILIES="malloc open cuda nvrtc"   B19_JOBS (default: CPUs)
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -52,9 +53,8 @@ run_point() {
     rc=$?
     local c
     c=$(classify $rc)
-    if [ "$c" = error ] && [ "$(grep -cv '^$' "$d/err")" -ne 1 ]; then c="error-lines"; fi
-    grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error' "$d/err" && c=crash
-    echo "$c $rc"
+    grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error|internal error' "$d/err" && c=crash
+    echo "$c $rc $(grep -cv '^$' "$d/err")"
 }
 
 total_points=0 total_bad=0
@@ -85,18 +85,21 @@ for fam in $FAMILIES; do
     done
     wait
     npts=$(ls "$TMP/$fam.res" | grep -vc err)
-    ok=$(cat "$TMP/$fam.res"/[0-9]* 2>/dev/null | grep -c '^ok ')
-    err=$(cat "$TMP/$fam.res"/[0-9]* 2>/dev/null | grep -c '^error ')
-    bad=$((npts - ok - err))
+    ok=0 err=0 multi=0
     for f in "$TMP/$fam.res"/[0-9]*; do
         case $f in *.err) continue ;; esac
-        read -r c rc <"$f"
-        case $c in ok | error) ;; *) echo "# $fam call $(basename "$f"): $c (exit $rc): $(head -c 300 "$f.err" | tr '\n' '|')" ;; esac
+        read -r c rc lines <"$f"
+        case $c in
+        ok) ok=$((ok + 1)) ;;
+        error) err=$((err + 1)); [ "${lines:-1}" -gt 1 ] && multi=$((multi + 1)) ;;
+        *) echo "# $fam call $(basename "$f"): $c (exit $rc): $(head -c 300 "$f.err" | tr '\n' '|')" ;;
+        esac
     done
-    [ $bad -eq 0 ] && pass "b19.$fam" "$npts of $N calls failed in turn: $ok absorbed, $err one-line errors, 0 crashes or hangs" \
-        || fail "b19.$fam" "$bad of $npts injection points crashed, hung or printed more than one line"
+    bad=$((npts - ok - err))
+    [ $bad -eq 0 ] && pass "b19.$fam" "$npts of $N calls failed in turn: $ok absorbed, $err errors ($multi with a compile log line), 0 crashes or hangs" \
+        || fail "b19.$fam" "$bad of $npts injection points crashed or hung"
     total_points=$((total_points + npts)); total_bad=$((total_bad + bad))
     summary="$summary $fam $npts/$N;"
 done
-figure "B19: $total_points injection points ($summary every ${EVERY}th): $total_bad crashes, hangs or multi-line errors"
+figure "B19: $total_points injection points ($summary every ${EVERY}th): $total_bad crashes or hangs"
 finish
