@@ -155,9 +155,9 @@ cnn_status cnn_tensors_dataset(const cnn_st_file *f, const char *path, const cnn
         if (v > maxl) maxl = v;
     }
     if (o->num_classes <= 0 && maxl >= CNN_MAX_INFERRED_CLASSES)
-        return cnn_fail(CNN_E_MISMATCH, "%s: labels go up to %lld, which would make a %lld-class model; give "
+        return cnn_fail(CNN_E_MISMATCH, "%s: labels go up to %lld, which would make a %llu-class model; give "
                         "--num-classes to confirm (at most %d classes are inferred)", path, (long long)maxl,
-                        (long long)maxl + 1, CNN_MAX_INFERRED_CLASSES);
+                        (unsigned long long)maxl + 1, CNN_MAX_INFERRED_CLASSES); /* maxl may be INT64_MAX */
     d->n = n; d->c = 3; d->h = (int)im->shape[2]; d->w = (int)im->shape[3];
     d->classes = o->num_classes > 0 ? o->num_classes : (int)maxl + 1;
     size_t per = (size_t)3 * d->h * d->w;
