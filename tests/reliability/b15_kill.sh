@@ -92,14 +92,14 @@ sys.exit(0 if ok else 1)
 PY
 fi
 
-# a full disk inside the third checkpoint: an error, the second checkpoint intact, no temporary file
-env LD_PRELOAD="$SHIM" SHIM_MATCH=checkpoint.safetensors SHIM_ENOSPC_AFTER_BYTES=$((2 * SIZE + SIZE / 2)) "$CNN" train $M \
-    --out "$TMP/full" >/dev/null 2>"$TMP/full.err"
+# a full disk inside the last checkpoint: an error, the one before it intact, no temporary file
+env LD_PRELOAD="$SHIM" SHIM_MATCH=checkpoint.safetensors SHIM_ENOSPC_AFTER_BYTES=$(((STEPS - 1) * SIZE + SIZE / 2)) \
+    "$CNN" train $M --out "$TMP/full" >/dev/null 2>"$TMP/full.err"
 rc=$?
 step=$($ED get-meta "$TMP/full/checkpoint.safetensors" step 2>/dev/null)
-[ $rc -eq 1 ] && grep -q 'No space left on device' "$TMP/full.err" && [ "$step" = 2 ] && $ED finite "$TMP/full/checkpoint.safetensors" >/dev/null \
-    && ! ls "$TMP/full" | grep -q '\.tmp\.' \
-    && pass b15.enospc "exit 1: $(head -c 120 "$TMP/full.err"); checkpoint of step 2 intact" \
+[ $rc -eq 1 ] && grep -q 'No space left on device' "$TMP/full.err" && [ "$step" = $((STEPS - 1)) ] \
+    && $ED finite "$TMP/full/checkpoint.safetensors" >/dev/null && ! ls "$TMP/full" | grep -q '\.tmp\.' \
+    && pass b15.enospc "exit 1: $(head -c 120 "$TMP/full.err"); checkpoint of step $((STEPS - 1)) intact" \
     || fail b15.enospc "exit $rc, checkpoint step '$step': $(head -c 300 "$TMP/full.err") $(ls "$TMP/full")"
 figure "B15: $n kill points ($((n - 3 * STEPS)) byte offsets over $STEPS checkpoint writes of $SIZE bytes, $((3 * STEPS)) fsync/rename/dir-fsync points): $bad_latest unloadable or partial latest, $stale stale temporary files after the next save, $mismatch resumed runs not bitwise equal; syscall order and ENOSPC checked"
 finish
