@@ -1,6 +1,7 @@
 # cnn.c — the one Makefile. `make` builds build/cnn with plain gcc; `make test` builds and runs every test.
 # The CUDA backend compiles in when cuda.h and nvrtc.h are found; no CUDA library is ever linked (libcuda and
-# libnvrtc are opened with dlopen at run time). Variables: BUILD (output dir), SAN=1 (ASan+UBSan), OPT, CC.
+# libnvrtc are opened with dlopen at run time). Variables: BUILD (output dir), SAN=1 (ASan+UBSan), SAN=fuzz (the
+# same plus libFuzzer's coverage, with CC=clang: tests/fuzz/build.sh), OPT, CC.
 
 CC      ?= gcc
 BUILD   ?= build
@@ -19,11 +20,14 @@ HAVE_CLANG  := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 GIT_COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
 ifneq ($(SAN),)
-  ifneq ($(SAN),1)
-    $(error SAN must be empty or 1, not '$(SAN)')
+  ifeq ($(filter 1 fuzz,$(SAN)),)
+    $(error SAN must be empty, 1 or fuzz, not '$(SAN)')
   endif
   OPT := -O1
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  ifeq ($(SAN),fuzz)
+    SANFLAGS += -fsanitize=fuzzer-no-link
+  endif
 endif
 
 CFLAGS  := -std=c11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter $(OPT) -g \
@@ -54,7 +58,7 @@ APP_OBJ := $(APP_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/%)
 
-.PHONY: all test test-gpu clean info demo bench-gpu fuzz
+.PHONY: all test test-gpu clean info demo bench-gpu fuzz lib reliability
 all: info $(BUILD)/cnn $(TEST_BIN)
 
 info:
@@ -63,6 +67,9 @@ info:
 	@echo "  $(if $(HAVE_CUDA),✓ CUDA headers in $(CUDA_HOME) (CUDA backend compiled in; libcuda/libnvrtc loaded at run time),✗ CUDA headers (CPU backend only))"
 	@echo "  $(if $(HAVE_TORCH),✓ PyTorch + torchvision ($(PYTHON)): reference tests run,✗ PyTorch ($(PYTHON)): reference tests will SKIP)"
 	@echo "  $(if $(HAVE_CLANG),✓ clang: libFuzzer harness (make fuzz),✗ clang: no libFuzzer harness)"
+
+# the library and the CLI's option parser alone (what the fuzz targets link)
+lib: $(BUILD)/libcnn.a $(BUILD)/apps/cli.o
 
 $(BUILD)/libcnn.a: $(LIB_OBJ)
 	@rm -f $@
@@ -119,6 +126,12 @@ demo: all
 test: all
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)-asan SAN=1 all
 	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) tests/run.sh
+
+# the reliability battery in full (docs/RELIABILITY.md; `make test` runs a subset): about an hour on two cores
+reliability: all
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)-asan SAN=1 all
+	@BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) tests/gpu/emu/run.sh --libs
+	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) tests/reliability/run.sh
 
 test-gpu: all
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run_gpu.sh

@@ -178,6 +178,7 @@ void cli_add_model(cli_table *t, cli_model *m, bool weights) {
     m->weights = NULL;
     m->seed = 0;
     m->dropout = 0.5f;
+    m->allow_nonfinite = false;
     cli_add(t, (cli_opt){"model", 0, CLI_STR, "M", &m->model, 0, 0, NULL,
                          "resnet18|34|50|101|152, vgg11|13|16|19[_bn]"});
     cli_add(t, (cli_opt){"num-classes", 0, CLI_INT, "N", &m->num_classes, 1, 1000000, NULL,
@@ -186,9 +187,12 @@ void cli_add_model(cli_table *t, cli_model *m, bool weights) {
                          "ResNet stem; cifar = conv1 3x3/1, no max-pool"});
     cli_add(t, (cli_opt){"input-size", 0, CLI_STR, "H[xW]", &m->input_size, 0, 0, NULL,
                          "input resolution (default 224; 32 with --stem cifar)"});
-    if (weights)
+    if (weights) {
         cli_add(t, (cli_opt){"weights", 0, CLI_STR, "W.safetensors", &m->weights, 0, 0, NULL,
                              "torchvision state_dict as safetensors (default: fresh initialisation)"});
+        cli_add(t, (cli_opt){"allow-nonfinite", 0, CLI_FLAG, NULL, &m->allow_nonfinite, 0, 0, NULL,
+                             "load weights holding NaN/Inf or negative running variances (refused by default)"});
+    }
     cli_add(t, (cli_opt){"seed", 0, CLI_I64, "S", &m->seed, 0, 9.2e18, NULL, "weight initialisation seed"});
     cli_add(t, (cli_opt){"dropout", 0, CLI_FLOAT, "P", &m->dropout, 0, 0.99, NULL, "VGG classifier dropout"});
 }

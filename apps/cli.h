@@ -69,6 +69,7 @@ typedef struct cli_model {
     const char *weights;
     int64_t seed;
     float dropout;
+    bool allow_nonfinite;
 } cli_model;
 
 void cli_add_common(cli_table *t, cli_common *c);

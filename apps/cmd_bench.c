@@ -26,6 +26,7 @@ typedef struct bench_layer {
     char name[2 * CNN_NAME_MAX + 4], kind[12], fused[32], layer[200];
     double ms_median, ms_min, ms_max, gflop, gbyte;
     int runs; /* timed runs (--repeat, or more under --layer-min-ms) */
+    double est_ms; /* --layer-min-ms: the median of the 3 runs that set `runs` */
 } bench_layer;
 
 typedef struct bench_row {
@@ -211,6 +212,7 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
                 double per = summarize(ms, 3).median;
                 double want = per > 0 ? (double)lp.min_ms / per + 1.0 : (double)LAYER_MAX_RUNS;
                 runs = want > LAYER_MAX_RUNS ? LAYER_MAX_RUNS : want > repeat ? (int)want : repeat;
+                r->layers[s].est_ms = per;
             }
         }
         if (st == CNN_OK) st = time_back_to_back(be, m, batch, s, runs, ms);
@@ -492,6 +494,7 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
             else printf("\"gbyte_per_batch\":%.9g,\"gbps\":%.9g,", L->gbyte, layer_rate(L));
             if (o->lp.rest_ms > 0 || o->lp.min_ms > 0)
                 printf("\"layer_rest_ms\":%d,\"layer_min_ms\":%d,", o->lp.rest_ms, o->lp.min_ms);
+            if (o->lp.min_ms > 0) printf("\"layer_est_ms\":%.17g,", L->est_ms); /* exact: the test recomputes repeat */
             printf("\"repeat\":%d,\"warmup\":%d,\"version\":\"%s\",\"commit\":\"%s\",\"date\":\"%s\",\"error\":\"\"}%s\n",
                    L->runs, r->warmup, CNN_VERSION, CNN_COMMIT, o->date,
                    !lines && !(last_row && s + 1 == nl) ? "," : "");

@@ -101,6 +101,7 @@ int cmd_infer(int argc, char **argv) {
     double t_backend = cnn_now();
     int b = n < batch ? n : batch;
     st = cnn_model_create(&mo, be, h, w, b, false, &m);
+    if (st == CNN_OK) cnn_model_set_allow_nonfinite(m, mm.allow_nonfinite);
     if (st == CNN_OK && mm.weights) st = cnn_model_load(m, mm.weights);
     double t_model = cnn_now(), t_first = 0;
     int classes = mo.num_classes;
@@ -172,6 +173,7 @@ int cmd_grad(int argc, char **argv) {
         return rc;
     }
     st = cnn_model_create(&mo, be, h, w, n, true, &m);
+    if (st == CNN_OK) cnn_model_set_allow_nonfinite(m, mm.allow_nonfinite);
     if (st == CNN_OK && mm.weights) st = cnn_model_load(m, mm.weights);
     if (st == CNN_OK) st = cnn_model_upload_input(m, x, n);
     if (st == CNN_OK) st = cnn_model_forward(m, n, CNN_MODE_TRAIN, (uint64_t)mm.seed);

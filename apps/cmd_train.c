@@ -2,14 +2,40 @@
 #include "cli.h"
 #include "cnn/train.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-/* Load the train or test split; for `tensors:` data the same file serves both. */
-static cnn_status load_split(const char *source, cnn_split split, int limit, uint64_t seed, cnn_dataset *ds) {
-    cnn_data_opts o = {.source = source, .split = split, .limit = limit, .seed = seed};
+/* Load the train or test split; for `tensors:` data the same file serves both. classes: --num-classes when
+ * given (labels must be below it), else 0. */
+static cnn_status load_split(const char *source, cnn_split split, int limit, uint64_t seed, int classes,
+                             cnn_dataset *ds) {
+    cnn_data_opts o = {.source = source, .split = split, .limit = limit, .seed = seed, .num_classes = classes};
     return cnn_dataset_load(&o, ds);
+}
+
+/* SIGINT/SIGTERM during training: the first one asks the loop to finish its step and checkpoint (exit 128 +
+ * signal); a second one ends the process at once, as the default action would (an atomic checkpoint write
+ * cut short leaves the previous checkpoint whole). */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig) {
+    if (interrupted) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    interrupted = sig;
+}
+
+static void catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -21,6 +47,7 @@ int cmd_train(int argc, char **argv) {
     int train_size = 0, epochs = 1;
     int64_t steps = 0, warmup = 0, ckpt_every = 0, stop_after = 0, log_every = 0;
     int eval_size = -1;
+    const char *on_nonfinite = "stop";
     bool no_augment = false, no_shuffle = false, no_progress = false, resume = false;
     cli_add_model(&t, &mm, true);
     cli_add(&t, (cli_opt){"data", 0, CLI_STR, "D", &data, 0, 0, NULL, "synthetic | cifar10:DIR | tensors:FILE.safetensors"});
@@ -55,6 +82,11 @@ int cmd_train(int argc, char **argv) {
                           "stop after step S's checkpoint, as if interrupted"});
     cli_add(&t, (cli_opt){"log-every", 0, CLI_I64, "S", &log_every, 0, 1e12, NULL, "a progress line every S steps"});
     cli_add(&t, (cli_opt){"no-progress", 0, CLI_FLAG, NULL, &no_progress, 0, 0, NULL, "no progress bar on stderr"});
+    cli_add(&t, (cli_opt){"on-nonfinite", 0, CLI_CHOICE, NULL, &on_nonfinite, 0, 0, "stop|skip",
+                          "a step whose loss or BN statistics are NaN/Inf: stop (exit 1, naming step and layer) or "
+                          "skip it (undone, counted)"});
+    cli_add(&t, (cli_opt){"max-skipped", 0, CLI_I64, "N", &o.max_skipped, 0, 1e12, NULL,
+                          "--on-nonfinite skip: stop when more than N steps were skipped"});
     cli_add_common(&t, &c);
     int rc = cli_parse(&t, "train", "--model M --data D [options]",
                        "Train with softmax cross-entropy. Writes OUT/model.safetensors (torchvision names), "
@@ -78,16 +110,19 @@ int cmd_train(int argc, char **argv) {
     o.resume = resume || resume_from;
     o.resume_path = resume_from;
     o.seed = (uint64_t)mm.seed;
+    o.on_nonfinite = strcmp(on_nonfinite, "skip") == 0 ? CNN_NONFINITE_SKIP : CNN_NONFINITE_STOP;
+    o.interrupt = &interrupted;
+    int classes = cli_seen(&t, "num-classes") ? mm.num_classes : 0;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "weight-decay")) o.weight_decay = 0.01f;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "lr")) o.lr = 1e-3f;
     bool tensors = strncmp(data, "tensors:", 8) == 0;
 
     cnn_dataset train = {0}, test = {0};
-    cnn_status st = load_split(data, CNN_SPLIT_TRAIN, train_size, o.seed, &train);
+    cnn_status st = load_split(data, CNN_SPLIT_TRAIN, train_size, o.seed, classes, &train);
     if (st != CNN_OK) return cli_fail(st);
     if (eval_size < 0) eval_size = tensors ? 0 : 1 << 30;
     if (eval_size > 0) {
-        st = load_split(data, CNN_SPLIT_TEST, eval_size == 1 << 30 ? 0 : eval_size, o.seed, &test);
+        st = load_split(data, CNN_SPLIT_TEST, eval_size == 1 << 30 ? 0 : eval_size, o.seed, classes, &test);
         if (st != CNN_OK) {
             cnn_dataset_free(&train);
             return cli_fail(st);
@@ -106,15 +141,18 @@ int cmd_train(int argc, char **argv) {
     if ((rc = cli_backend(&c, &be)) >= 0) goto out;
     cnn_model *m = NULL;
     st = cnn_model_create(&mo, be, h, w, o.batch, true, &m);
+    if (st == CNN_OK) cnn_model_set_allow_nonfinite(m, mm.allow_nonfinite);
     if (st == CNN_OK && mm.weights && !o.resume) st = cnn_model_load(m, mm.weights);
     if (st == CNN_OK) {
         if (!c.quiet)
             fprintf(stderr, "cnn: training %s (%s stem, %d classes) on %s: %d images of %dx%d, batch %d, %s, %s\n",
                     mo.arch, mo.stem == CNN_STEM_CIFAR ? "cifar" : "imagenet", mo.num_classes, data, train.n, h, w,
                     o.batch, be->name, be->device_name);
+        catch_signals();
         st = cnn_train(m, &mo, &train, eval_size > 0 ? &test : NULL, &o);
     }
     rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
+    if (st == CNN_E_INTERRUPTED) rc = 128 + (int)interrupted; /* 130 SIGINT, 143 SIGTERM, as the shell reports */
     cnn_model_free(m);
     cnn_backend_destroy(be);
 out:
@@ -139,7 +177,8 @@ int cmd_eval(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (!mm.weights) return cli_usage_error("eval", "--weights is required");
     cnn_dataset ds = {0};
-    cnn_status st = load_split(data, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed, &ds);
+    cnn_status st = load_split(data, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed,
+                               cli_seen(&t, "num-classes") ? mm.num_classes : 0, &ds);
     if (st != CNN_OK) return cli_fail(st);
     cnn_model_opts mo;
     int h, w;
@@ -152,12 +191,15 @@ int cmd_eval(int argc, char **argv) {
     }
     if ((rc = cli_backend(&c, &be)) >= 0) goto out;
     st = cnn_model_create(&mo, be, h, w, batch < ds.n ? batch : ds.n, false, &m);
+    if (st == CNN_OK) cnn_model_set_allow_nonfinite(m, mm.allow_nonfinite);
     if (st == CNN_OK) st = cnn_model_load(m, mm.weights);
     cnn_eval_result r;
     if (st == CNN_OK) st = cnn_evaluate(m, &ds, eval_size, batch, &r);
     if (st == CNN_OK) {
-        printf("eval %s on %s: %d images  loss %.4f  top1 %.2f%%  top5 %.2f%%\n", mo.arch, data, r.n, r.loss,
-               100 * r.top1, 100 * r.top5);
+        printf("eval %s on %s: %d images  loss %.4f  top1 %.2f%%  top5 %.2f%%  non-finite %d\n", mo.arch, data, r.n,
+               r.loss, 100 * r.top1, 100 * r.top5, r.nonfinite);
+        if (r.nonfinite)
+            fprintf(stderr, "cnn: %d of %d images give NaN/Inf logits (counted as wrong)\n", r.nonfinite, r.n);
         rc = CLI_EXIT_OK;
     } else {
         rc = cli_fail(st);

@@ -176,6 +176,24 @@ typedef struct optim_args {
     int pad0;
     const float *x;          /* count_nonfinite input */
     unsigned long long *counter;  /* count_nonfinite result (integer atomics: order-independent) */
+    const unsigned int *skip;     /* sgd/adamw: the guard's verdict word (nonzero: no update) or NULL */
 } optim_args;
+
+/* The training step's non-finite guard (optim.cu guard_step); the host's cnn_guard_state (backend.h) has this
+ * layout (checked in optim.c). */
+typedef struct guard_state {
+    unsigned long long steps, bad_steps, first_bad;
+    unsigned int skip, halted, first_what;
+    float first_loss, loss;
+    unsigned int pad;
+} guard_state;
+
+typedef struct guard_args {
+    const float *loss;       /* (1) */
+    float *stats, *backup;   /* (n_stats) */
+    long long n_stats;
+    int halt_on_bad, pad0;
+    guard_state *state;
+} guard_args;
 
 #endif

@@ -107,12 +107,45 @@ typedef struct cnn_sgd {
     float lr, momentum, dampening, weight_decay;
     bool nesterov;
     bool first_step;   /* PyTorch initialises the momentum buffer with the first gradient */
+    const uint32_t *skip; /* device word (cnn_guard_state.skip) read by the update itself: nonzero = leave the
+                           * weights and the state untouched; NULL = always update */
 } cnn_sgd;
 
 typedef struct cnn_adamw {
     float lr, beta1, beta2, eps, weight_decay;
     int64_t step;      /* 1-based, for bias correction */
+    const uint32_t *skip; /* as cnn_sgd.skip */
 } cnn_adamw;
+
+/* The non-finite guard of a training step, run on the device between the loss and the optimizer so that no
+ * step waits for the host because of it (guard_step):
+ *     bad  = the loss, or one of the n_stats BatchNorm running statistics the step's forward updated, is NaN/Inf
+ *     skip = bad, or halt_on_bad and an earlier step was bad
+ *     skip ? stats <- backup (the step's statistics updates are undone) : backup <- stats
+ * and the optimizers, given &state->skip, leave weights and optimizer state alone: a skipped step leaves no
+ * trace but the counters. The host reads the state whenever it reads the loss (state->loss is a copy of it):
+ * every few steps or every step, it learns how many steps were bad and which was the first. */
+#define CNN_GUARD_LOSS 1u  /* first_what: the loss was not finite       */
+#define CNN_GUARD_STATS 2u /* first_what: a running statistic was not */
+typedef struct cnn_guard_state { /* device memory; zeroed at the start of a run; 48 bytes */
+    uint64_t steps;      /* guard_step calls so far                                    */
+    uint64_t bad_steps;  /* of them with a bad loss or statistic                       */
+    uint64_t first_bad;  /* the 1-based call number of the first bad one; 0 = none yet  */
+    uint32_t skip;       /* the latest call's verdict: its step's update must not happen */
+    uint32_t halted;     /* halt_on_bad and a bad step happened: every later step skips */
+    uint32_t first_what; /* CNN_GUARD_* bits of the first bad step                      */
+    float first_loss;    /* its loss                                                    */
+    float loss;          /* the latest step's loss                                      */
+    uint32_t pad;
+} cnn_guard_state;
+
+typedef struct cnn_guard {
+    const float *loss;   /* (1) the step's mean loss              */
+    float *stats;        /* (n_stats) BN running statistics       */
+    float *backup;       /* (n_stats) their last finite values     */
+    int64_t n_stats;
+    bool halt_on_bad;
+} cnn_guard;
 
 /* ---- the backend table ---------------------------------------------------------------------------------- */
 
@@ -246,6 +279,9 @@ struct cnn_backend {
                              float *momentum_buf, float grad_scale);
     cnn_status (*adamw_update)(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
                                float *m, float *v, float grad_scale);
+
+    /* the training step's non-finite guard (cnn_guard above); state is device memory */
+    cnn_status (*guard_step)(cnn_backend *be, const cnn_guard *g, cnn_guard_state *state);
 
     /* number of non-finite values among count float32s, into *out (host) */
     cnn_status (*count_nonfinite)(cnn_backend *be, int64_t count, const float *x, int64_t *out);

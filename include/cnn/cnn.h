@@ -29,12 +29,15 @@ typedef enum cnn_status {
     CNN_E_DEVICE,      /* a CUDA driver error                                           */
     CNN_E_COMPILE,     /* NVRTC could not compile a kernel                              */
     CNN_E_NONFINITE,   /* NaN or Inf where a finite value is required                  */
+    CNN_E_INTERRUPTED, /* stopped by a signal (SIGINT/SIGTERM) after saving its state      */
     CNN_E_COUNT
 } cnn_status;
 
 const char *cnn_status_str(cnn_status s);
 
-/* Record a formatted message for status s (thread-local) and return s. */
+/* Record a formatted message for status s (thread-local) and return s. The message is kept on one line and
+ * harmless to print: control characters (C0, DEL, C1 as UTF-8) that a file put into it, through a tensor name
+ * say, are written as \xHH, so no newline or terminal escape sequence reaches stderr. */
 cnn_status cnn_fail(cnn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Put "prefix: " in front of the current message (e.g. the file or layer being handled); returns s. */
 cnn_status cnn_error_prefix(cnn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -33,7 +33,11 @@ typedef struct cnn_data_opts {
     cnn_split split;
     int limit;              /* use at most this many samples (0 = all); synthetic: how many to generate */
     uint64_t seed;          /* synthetic generation */
+    int num_classes;        /* > 0: every label must be below it; 0: inferred (tensors: at most
+                             * CNN_MAX_INFERRED_CLASSES, above which the count must be given) */
 } cnn_data_opts;
+
+#define CNN_MAX_INFERRED_CLASSES 1000
 
 cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *out);
 void cnn_dataset_free(cnn_dataset *d);

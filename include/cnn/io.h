@@ -44,6 +44,17 @@ cnn_status cnn_afile_commit(cnn_afile *f);
 /* Abandon the write: close and remove the temporary file. Safe on a closed, failed or committed cnn_afile. */
 void cnn_afile_discard(cnn_afile *f);
 
+/* Lock directory dir for this process: an exclusive flock on dir/.lock, which then holds our pid. The lock goes
+ * with the process (a killed run leaves no stale lock). Held by another process: CNN_E_IO naming its pid.
+ * *fd receives the descriptor to pass to cnn_dir_unlock. */
+cnn_status cnn_dir_lock(const char *dir, int *fd);
+void cnn_dir_unlock(int fd);
+
+/* Remove the temporary files "<name>.tmp.<pid>" and "<name>.tmp.<pid>.<n>" in dir (left by atomic writes that
+ * never finished) whose process no longer exists. Returns how many were removed; a directory that cannot be
+ * read counts none. */
+int cnn_remove_stale_tmp(const char *dir);
+
 /* Create a directory and any missing parents, like `mkdir -p`. An existing directory is fine; an existing
  * non-directory is CNN_E_IO. */
 cnn_status cnn_mkdir_p(const char *path);

@@ -151,6 +151,9 @@ size_t cnn_model_device_bytes(const cnn_model *m);
  * shapes equal, dtype F32/F16/BF16 (I64 for num_batches_tracked). Save is atomic. `extra` (may be NULL)
  * adds tensors (optimizer state) and metadata for checkpoints. */
 cnn_status cnn_model_load(cnn_model *m, const char *path);
+/* Weights holding a NaN/Inf or a negative running variance are refused by load (CNN_E_NONFINITE naming the
+ * tensor) unless allowed here (`--allow-nonfinite`). */
+void cnn_model_set_allow_nonfinite(cnn_model *m, bool allow);
 cnn_status cnn_model_save(cnn_model *m, const char *path);
 
 /* Host access to one parameter in torchvision layout (float32; num_batches_tracked as a float count). */
@@ -197,7 +200,8 @@ cnn_status cnn_model_forward_eval_steps(cnn_model *m, int n, int first, int coun
  * The step's results are those of cnn_model_forward + cnn_model_backward. */
 int cnn_model_train_steps(const cnn_model *m);
 cnn_status cnn_model_profile_train(cnn_model *m, int n, const int64_t *labels, double *times, int *node);
-/* After a train-mode forward: loss (mean over n) and all parameter gradients. labels are host int64. */
+/* After a train-mode forward: loss (mean over n) and all parameter gradients. labels are host int64. loss_out
+ * NULL: the loss stays on the device (no wait for it; the training loop reads it through its guard). */
 cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float label_smoothing,
                               float *loss_out);
 /* Loss only (eval), from the logits of the last forward. */

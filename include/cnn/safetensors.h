@@ -70,7 +70,8 @@ typedef struct cnn_st_file {
 
 /* Parse a file image in memory without copying it: buf must outlive out. On failure *out is zeroed. */
 cnn_status cnn_st_parse(const uint8_t *buf, size_t len, cnn_st_file *out);
-/* Read the file at path and parse it; every message starts with "<path>: ". On failure *out is zeroed. */
+/* Read the file at path and parse it; every message starts with "<path>: ". Only regular files: a device, pipe
+ * or socket (/dev/zero, which never ends) is refused before a byte is read. On failure *out is zeroed. */
 cnn_status cnn_st_open(const char *path, cnn_st_file *out);
 /* Release everything; safe on a zeroed, failed or already freed struct. */
 void cnn_st_free(cnn_st_file *f);

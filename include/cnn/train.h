@@ -11,7 +11,15 @@
 
 #include "cnn/data.h"
 
+#include <signal.h>
+
 typedef enum cnn_optim { CNN_OPTIM_SGD = 0, CNN_OPTIM_ADAMW } cnn_optim;
+/* What a training step whose loss or BatchNorm statistics come out NaN/Inf does (the device guard, backend.h):
+ * STOP: the run ends with CNN_E_NONFINITE naming the step and the first non-finite layer; nothing of the bad
+ *       step is kept and no checkpoint is written after it.
+ * SKIP: the step is undone (no update, statistics restored), counted and recorded; more than max_skipped such
+ *       steps end the run as STOP would. */
+typedef enum cnn_nonfinite { CNN_NONFINITE_STOP = 0, CNN_NONFINITE_SKIP } cnn_nonfinite;
 typedef enum cnn_sched { CNN_SCHED_CONSTANT = 0, CNN_SCHED_STEP, CNN_SCHED_COSINE } cnn_sched;
 
 typedef struct cnn_train_opts {
@@ -37,6 +45,11 @@ typedef struct cnn_train_opts {
     int64_t log_every;        /* step lines on stdout; 0 = epoch lines only */
     int eval_size;            /* test-split images evaluated after each epoch; 0 = none */
     bool progress;            /* progress bar on stderr */
+    cnn_nonfinite on_nonfinite;
+    int64_t max_skipped;      /* SKIP: steps that may be skipped in a run (a resumed run counts afresh) */
+    /* Set asynchronously (a signal handler) to a nonzero value: the run finishes the step in flight, writes a
+     * checkpoint and returns CNN_E_INTERRUPTED. NULL = never. */
+    const volatile sig_atomic_t *interrupt;
 } cnn_train_opts;
 
 cnn_train_opts cnn_train_opts_default(void);
@@ -45,14 +58,19 @@ cnn_train_opts cnn_train_opts_default(void);
 float cnn_lr_at(const cnn_train_opts *o, int64_t s, int64_t total, int64_t steps_per_epoch);
 
 typedef struct cnn_eval_result {
-    double loss, top1, top5;  /* mean loss; accuracies in [0, 1] */
+    double loss, top1, top5;  /* mean loss (NaN when any image's is); accuracies in [0, 1] */
     int n;
+    int nonfinite;            /* images with a NaN/Inf logit: counted as wrong in top1 and top5 */
 } cnn_eval_result;
 
 /* Evaluate a model (eval mode) on the first n images of a dataset (0 = all), batch by batch. */
 cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_eval_result *out);
 
-/* Train m on train (and evaluate on test after each epoch when test != NULL and eval_size > 0). */
+/* Train m on train (and evaluate on test after each epoch when test != NULL and eval_size > 0). The output
+ * directory is locked for the run (io.h, cnn_dir_lock) and cleared of temporary files that dead processes
+ * left. A resumed run that is already complete writes OUT/model.safetensors if it is missing. Every write
+ * that fails (metrics, checkpoint, model) ends the run with CNN_E_IO; a model or checkpoint that would hold a
+ * NaN/Inf is never written (CNN_E_NONFINITE). */
 cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
                      const cnn_train_opts *o);
 

@@ -2,6 +2,7 @@
 #include "cnn/data.h"
 #include "cnn/io.h"
 #include "cnn/safetensors.h"
+#include "parsers.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +80,24 @@ static cnn_status load_synthetic(const cnn_data_opts *o, cnn_dataset *d) {
 
 /* ---- CIFAR-10 ----------------------------------------------------------------------------------------- */
 
+cnn_status cnn_cifar10_parse(const uint8_t *buf, size_t len, const char *path, int records, int take, uint8_t *pix,
+                             int32_t *labels) {
+    if (len != (size_t)CIFAR_RECORD * (size_t)records)
+        return cnn_fail(CNN_E_FORMAT, "%s: %zu bytes, a CIFAR-10 batch file has exactly %lld (%d records of %d)", path,
+                        len, (long long)CIFAR_RECORD * records, records, CIFAR_RECORD);
+    CNN_ASSERT(take >= 0 && take <= records);
+    for (int r = 0; r < records; r++) { /* every label, also of records not taken: the file is whole or refused */
+        const uint8_t *rec = buf + (size_t)r * CIFAR_RECORD;
+        if (rec[0] > 9)
+            return cnn_fail(CNN_E_FORMAT, "%s: record %d has label %d, CIFAR-10 labels are 0..9", path, r, rec[0]);
+        if (r < take) {
+            labels[r] = rec[0];
+            memcpy(pix + (size_t)r * 3072, rec + 1, 3072);
+        }
+    }
+    return CNN_OK;
+}
+
 static cnn_status load_cifar(const char *dir, const cnn_data_opts *o, cnn_dataset *d) {
     int nfiles = o->split == CNN_SPLIT_TRAIN ? 5 : 1;
     int total = nfiles * CIFAR_FILE_RECORDS;
@@ -95,33 +114,21 @@ static cnn_status load_cifar(const char *dir, const cnn_data_opts *o, cnn_datase
         uint8_t *buf;
         size_t len;
         CNN_TRY(cnn_read_file(path, (size_t)CIFAR_RECORD * CIFAR_FILE_RECORDS + 1, &buf, &len));
-        if (len != (size_t)CIFAR_RECORD * CIFAR_FILE_RECORDS) {
-            free(buf);
-            return cnn_fail(CNN_E_FORMAT, "%s: %zu bytes, a CIFAR-10 batch file has exactly %d (10000 records of 3073)",
-                            path, len, CIFAR_RECORD * CIFAR_FILE_RECORDS);
-        }
-        for (int r = 0; r < CIFAR_FILE_RECORDS && filled < n; r++, filled++) {
-            const uint8_t *rec = buf + (size_t)r * CIFAR_RECORD;
-            if (rec[0] > 9) {
-                int bad = rec[0];
-                free(buf);
-                return cnn_fail(CNN_E_FORMAT, "%s: record %d has label %d, CIFAR-10 labels are 0..9", path, r, bad);
-            }
-            d->labels[filled] = rec[0];
-            memcpy(d->pix + (size_t)filled * 3072, rec + 1, 3072);
-        }
+        int take = n - filled < CIFAR_FILE_RECORDS ? n - filled : CIFAR_FILE_RECORDS;
+        cnn_status st = cnn_cifar10_parse(buf, len, path, CIFAR_FILE_RECORDS, take, d->pix + (size_t)filled * 3072,
+                                          d->labels + filled);
         free(buf);
+        CNN_TRY(st);
+        filled += take;
     }
     return CNN_OK;
 }
 
 /* ---- tensors ------------------------------------------------------------------------------------------ */
 
-static cnn_status load_tensors(const char *path, const cnn_data_opts *o, cnn_dataset *d) {
-    cnn_st_file f;
-    CNN_TRY(cnn_st_open(path, &f));
+cnn_status cnn_tensors_dataset(const cnn_st_file *f, const char *path, const cnn_data_opts *o, cnn_dataset *d) {
     cnn_status st = CNN_OK;
-    const cnn_st_entry *im = cnn_st_find(&f, "images"), *lb = cnn_st_find(&f, "labels");
+    const cnn_st_entry *im = cnn_st_find(f, "images"), *lb = cnn_st_find(f, "labels");
     char b[96];
     if (!im || !lb) st = cnn_fail(CNN_E_MISMATCH, "%s: needs tensors \"images\" and \"labels\"", path);
     else if (im->dtype != CNN_DTYPE_F32 || im->ndim != 4 || im->shape[1] != 3)
@@ -133,36 +140,45 @@ static cnn_status load_tensors(const char *path, const cnn_data_opts *o, cnn_dat
              im->shape[2] > 8192 || im->shape[3] > 8192)
         st = cnn_fail(CNN_E_MISMATCH, "%s: \"images\" shape %s out of range", path,
                       cnn_shape_str(im->shape, im->ndim, b, sizeof b));
-    if (st != CNN_OK) {
-        cnn_st_free(&f);
-        return st;
-    }
+    CNN_TRY(st);
     int total = (int)im->shape[0];
     int n = o->limit > 0 && o->limit < total ? o->limit : total;
+    /* every label is checked, also those of images past the limit: the file is sound or refused */
+    const uint8_t *lbytes = cnn_st_tensor_data(f, lb);
+    int64_t maxl = 0;
+    for (int i = 0; i < total; i++) {
+        int64_t v;
+        memcpy(&v, lbytes + 8 * (size_t)i, 8);
+        if (v < 0 || (o->num_classes > 0 && v >= o->num_classes))
+            return cnn_fail(CNN_E_MISMATCH, "%s: label %lld of image %d is outside [0, %d)", path, (long long)v, i,
+                            o->num_classes > 0 ? o->num_classes : CNN_MAX_INFERRED_CLASSES);
+        if (v > maxl) maxl = v;
+    }
+    if (o->num_classes <= 0 && maxl >= CNN_MAX_INFERRED_CLASSES)
+        return cnn_fail(CNN_E_MISMATCH, "%s: labels go up to %lld, which would make a %llu-class model; give "
+                        "--num-classes to confirm (at most %d classes are inferred)", path, (long long)maxl,
+                        (unsigned long long)maxl + 1, CNN_MAX_INFERRED_CLASSES); /* maxl may be INT64_MAX */
     d->n = n; d->c = 3; d->h = (int)im->shape[2]; d->w = (int)im->shape[3];
+    d->classes = o->num_classes > 0 ? o->num_classes : (int)maxl + 1;
     size_t per = (size_t)3 * d->h * d->w;
     d->fpix = cnn_malloc((size_t)n * per * sizeof(float), "images");
     d->labels = cnn_malloc((size_t)n * sizeof *d->labels, "labels");
-    if (!d->fpix || !d->labels) {
-        cnn_st_free(&f);
-        return CNN_E_OOM;
-    }
-    memcpy(d->fpix, cnn_st_tensor_data(&f, im), (size_t)n * per * sizeof(float));
-    const uint8_t *lbytes = cnn_st_tensor_data(&f, lb);
-    int64_t maxl = 0;
+    if (!d->fpix || !d->labels) return CNN_E_OOM;
+    memcpy(d->fpix, cnn_st_tensor_data(f, im), (size_t)n * per * sizeof(float));
     for (int i = 0; i < n; i++) {
         int64_t v;
         memcpy(&v, lbytes + 8 * (size_t)i, 8);
-        if (v < 0 || v >= 1000000) {
-            cnn_st_free(&f);
-            return cnn_fail(CNN_E_MISMATCH, "%s: label %lld of image %d is negative or too large", path, (long long)v, i);
-        }
-        if (v > maxl) maxl = v;
         d->labels[i] = (int32_t)v;
     }
-    d->classes = (int)maxl + 1;
-    cnn_st_free(&f);
     return CNN_OK;
+}
+
+static cnn_status load_tensors(const char *path, const cnn_data_opts *o, cnn_dataset *d) {
+    cnn_st_file f;
+    CNN_TRY(cnn_st_open(path, &f));
+    cnn_status st = cnn_tensors_dataset(&f, path, o, d);
+    cnn_st_free(&f);
+    return st;
 }
 
 cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
@@ -183,6 +199,11 @@ cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
     } else {
         return cnn_fail(CNN_E_INVALID, "unknown data source '%s' (expected synthetic, cifar10:DIR or tensors:FILE)", s);
     }
+    /* a label at or above the model's class count would index past its logits */
+    for (int i = 0; st == CNN_OK && o->num_classes > 0 && i < d->n; i++)
+        if (d->labels[i] >= o->num_classes)
+            st = cnn_fail(CNN_E_MISMATCH, "%s data: label %d of image %d is not below --num-classes %d", d->source,
+                          d->labels[i], i, o->num_classes);
     if (st != CNN_OK) cnn_dataset_free(d);
     return st;
 }

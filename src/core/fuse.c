@@ -77,10 +77,10 @@ void cnn_train_step_inputs(const cnn_net *net, const cnn_step *sp, int in[2]) {
     in[1] = sp->has_residual ? sp->residual : nd->op == CNN_OP_ADD ? nd->in[1] : -2;
 }
 
-void cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
+cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
     const int n = net->n_nodes;
     bool *done = calloc((size_t)n, sizeof *done);
-    if (!done) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!done) return cnn_fail(CNN_E_OOM, "out of host memory planning");
     p->n_train_steps = 0;
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
@@ -104,13 +104,17 @@ void cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
         p->train_steps[p->n_train_steps++] = st;
     }
     free(done);
+    return CNN_OK;
 }
 
-void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p) {
+cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p) {
     int n = net->n_nodes;
     bool *done = calloc((size_t)n, sizeof *done);   /* absorbed into a step or aliased */
     bool *emitted = calloc((size_t)n, sizeof *emitted); /* value available */
-    if (!done || !emitted) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!done || !emitted) {
+        free(done), free(emitted);
+        return cnn_fail(CNN_E_OOM, "out of host memory planning");
+    }
     p->n_steps = 0;
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
@@ -190,4 +194,5 @@ void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan 
     }
     free(done);
     free(emitted);
+    return CNN_OK;
 }

@@ -3,8 +3,11 @@
  * discarded atomic write leaves neither a file at the final path nor a temporary file. POSIX only. */
 #include "cnn/io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,4 +241,82 @@ cnn_status cnn_mkdir_p(const char *path) {
     if (st == CNN_OK) st = mkdir_one(p, path);
     free(p);
     return st;
+}
+
+/* ---- locks and leftovers ------------------------------------------------------------------------------ */
+
+cnn_status cnn_dir_lock(const char *dir, int *fd) {
+    *fd = -1;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path)
+        return cnn_fail(CNN_E_INVALID, "%s: path too long", dir);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (f < 0) return cnn_fail(CNN_E_IO, "%s: cannot create the lock file: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(f, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(f);
+        if (e == EWOULDBLOCK)
+            return cnn_fail(CNN_E_IO, "%s is in use by another run (pid %s): two runs cannot share an output directory",
+                            dir, pid[0] ? pid : "unknown");
+        return cnn_fail(CNN_E_IO, "%s: cannot lock: %s", path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) {
+        int e = errno;
+        close(f);
+        return cnn_fail(CNN_E_IO, "%s: cannot write the lock file: %s", path, strerror(e));
+    }
+    *fd = f;
+    return CNN_OK;
+}
+
+void cnn_dir_unlock(int fd) {
+    if (fd >= 0) close(fd); /* closing releases the flock */
+}
+
+/* The pid of a temporary file name "<name>.tmp.<pid>" or "<name>.tmp.<pid>.<n>", or 0. */
+static long tmp_pid(const char *name) {
+    const char *t = NULL;
+    for (const char *p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp.")) t = p;
+    if (!t || t == name) return 0;
+    long pid = 0;
+    const char *p = t + 5;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 10; p++, digits++) pid = pid * 10 + (*p - '0');
+    if (digits == 0) return 0;
+    if (*p == '.') {
+        const char *q = p + 1;
+        if (!*q) return 0;
+        for (; *q; q++)
+            if (*q < '0' || *q > '9') return 0;
+    } else if (*p) {
+        return 0;
+    }
+    return pid;
+}
+
+int cnn_remove_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = tmp_pid(e->d_name);
+        if (pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to ask about): keep */
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        struct stat sb;
+        if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0) {
+            removed++;
+            cnn_log(2, "cnn: removed %s (left by process %ld, which no longer runs)", path, pid);
+        }
+    }
+    closedir(d);
+    return removed;
 }

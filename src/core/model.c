@@ -27,6 +27,12 @@ float *cnn_model_params(cnn_model *m) { return m->params; }
 float *cnn_model_grads(cnn_model *m) { return m->grads; }
 float *cnn_model_buffers(cnn_model *m) { return m->buffers; }
 void *cnn_model_input_buffer(cnn_model *m) { return m->input; }
+float *cnn_model_loss_buffer(cnn_model *m) { return m->loss_dev; }
+void cnn_model_set_node_check(cnn_model *m, cnn_node_check_fn fn, void *ctx) {
+    m->node_check = fn;
+    m->node_check_ctx = ctx;
+}
+void cnn_model_set_allow_nonfinite(cnn_model *m, bool allow) { m->allow_nonfinite = allow; }
 
 /* ---- helpers ------------------------------------------------------------------------------------------ */
 
@@ -135,19 +141,22 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
             bn_floats += (4 * net->nodes[i].c + 63) / 64 * 64;
         }
     }
-    cnn_fuse_eval(net, be, max_batch, &m->plan);
-    size_t eval_bytes = cnn_plan_eval(net, max_batch, m->esz, &m->plan);
-    for (int s = 0; s < m->plan.n_steps; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
+    cnn_status st = cnn_fuse_eval(net, be, max_batch, &m->plan);
+    size_t eval_bytes = st == CNN_OK ? cnn_plan_eval(net, max_batch, m->esz, &m->plan) : CNN_PLAN_OOM;
+    for (int s = 0; s < m->plan.n_steps && eval_bytes != CNN_PLAN_OOM; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
         cnn_step *sp = &m->plan.steps[s];
         if (sp->pair < 0) continue;
         sp->pair_off = m->pairw_bytes;
         m->pairw_bytes += cnn_pair_layout_of(net, m->esz, sp).bytes;
     }
-    if (train) cnn_fuse_train(net, &m->plan);
-    size_t train_bytes = train ? cnn_plan_train(net, max_batch, m->esz, &m->plan) : 0;
+    if (train && eval_bytes != CNN_PLAN_OOM) st = cnn_fuse_train(net, &m->plan);
+    size_t train_bytes = !train ? 0 : st == CNN_OK ? cnn_plan_train(net, max_batch, m->esz, &m->plan) : CNN_PLAN_OOM;
+    if (eval_bytes == CNN_PLAN_OOM || train_bytes == CNN_PLAN_OOM) { /* host memory ran out: recorded */
+        cnn_model_free(m);
+        return CNN_E_OOM;
+    }
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
 
-    cnn_status st = CNN_OK;
 #define ALLOC(ptr, bytes, what)                                                                                \
     if (st == CNN_OK) st = dev_alloc(m, (bytes), (what), (void **)&(ptr))
     ALLOC(m->params, (size_t)net->n_trainable * 4, "parameters");
@@ -404,8 +413,14 @@ static cnn_status profile_mark(cnn_model *m, int *k) {
 static cnn_status forward_train(cnn_model *m, int n) {
     int k = 0;
     for (int s = 0; s < m->plan.n_train_steps; s++) {
-        CNN_TRY(forward_step(m, n, CNN_MODE_TRAIN, &m->plan.train_steps[s]));
+        const cnn_step *sp = &m->plan.train_steps[s];
+        CNN_TRY(forward_step(m, n, CNN_MODE_TRAIN, sp));
         CNN_TRY(profile_mark(m, &k));
+        if (m->node_check) { /* the step's value: its last node's output */
+            const cnn_node *o = &m->net->nodes[sp->out];
+            CNN_TRY(m->node_check(m->node_check_ctx, m, sp->out, value_ptr(m, sp->out, CNN_MODE_TRAIN),
+                                  (int64_t)n * o->c * o->h * o->w));
+        }
     }
     return CNN_OK;
 }
@@ -451,7 +466,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float eps);
 
 static cnn_status run_graphed(cnn_model *m, int kind, int n, float eps, device_fn fn) {
     cnn_backend *be = m->be;
-    if (!m->use_graphs || !be->graph_begin) return fn(m, n, eps);
+    if (!m->use_graphs || !be->graph_begin || m->node_check) return fn(m, n, eps);
     cnn_graph_entry *e = NULL;
     for (int i = 0; i < m->n_graphs; i++)
         if (m->graphs[i].kind == kind && m->graphs[i].n == n && m->graphs[i].eps == eps &&
@@ -540,7 +555,7 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     CNN_TRY(check_loss_args(m, n, label_smoothing));
     CNN_TRY(upload_labels(m, n, labels));
     CNN_TRY(run_graphed(m, CNN_GRAPH_BACKWARD, n, label_smoothing, backward_ops));
-    return m->be->download(m->be, loss_out, m->loss_dev, 4);
+    return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
 /* The loss, its gradient and the backward pass: device work only. */

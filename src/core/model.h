@@ -18,6 +18,12 @@ typedef struct cnn_graph_entry {
     void *graph;
 } cnn_graph_entry;
 
+/* Called after each step of a train-mode forward with its value (node: the step's last node; count act_dtype
+ * elements on the device); a status other than CNN_OK stops the forward. While set, forwards run eagerly (no
+ * recorded graph): only the diagnosis of a non-finite step (guard.c) sets it (cnn_model_set_node_check; fn NULL
+ * removes it). */
+typedef cnn_status (*cnn_node_check_fn)(void *ctx, cnn_model *m, int node, const void *value, int64_t count);
+
 /* Arenas (one device allocation per lifetime class):
  *   params   float32 trainable parameters, KRSC for conv filters        (n_trainable)
  *   grads    float32 gradients, same layout                            (n_trainable; training only)
@@ -58,6 +64,9 @@ struct cnn_model {
     float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
     cnn_graph_entry graphs[CNN_MAX_GRAPHS];
     int n_graphs;
+    cnn_node_check_fn node_check; /* called after each step of an eager train-mode forward (guard.c) */
+    void *node_check_ctx;
+    bool allow_nonfinite;    /* load weights holding NaN/Inf or negative variances */
 };
 
 /* Host scratch of at least elems floats, owned by the model (NULL + a recorded CNN_E_OOM). */
@@ -73,5 +82,10 @@ cnn_status cnn_model_load_st(cnn_model *m, const cnn_st_file *f, const char *pat
 /* One item per parameter (net->params order, torchvision names and layouts), data in a host buffer the caller
  * frees (*host_out). items must hold net->n_params entries. */
 cnn_status cnn_model_state_items(cnn_model *m, cnn_st_item *items, float **host_out);
+
+/* The device float that receives the loss of cnn_model_backward / cnn_model_loss. */
+float *cnn_model_loss_buffer(cnn_model *m);
+
+void cnn_model_set_node_check(cnn_model *m, cnn_node_check_fn fn, void *ctx);
 
 #endif

@@ -30,7 +30,12 @@ static void sort_order(int *order, int n, cnn_interval *iv) {
 size_t cnn_plan_arena(cnn_interval *iv, int n, size_t align) {
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int *placed = malloc((size_t)(n ? n : 1) * sizeof *placed);
-    if (!order || !placed) cnn_abort(__FILE__, __LINE__, "out of host memory planning an arena");
+    if (!order || !placed) {
+        free(order);
+        free(placed);
+        cnn_fail(CNN_E_OOM, "out of host memory planning an arena of %d buffers", n);
+        return CNN_PLAN_OOM;
+    }
     for (int i = 0; i < n; i++) order[i] = i;
     sort_order(order, n, iv);
     size_t total = 0;
@@ -114,7 +119,10 @@ size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p
     const int S = p->n_train_steps, T = 2 * S;
     int *step_of = malloc((size_t)net->n_nodes * sizeof *step_of); /* out node -> its step */
     cnn_interval *iv = calloc((size_t)2 * (S ? S : 1), sizeof *iv);
-    if (!step_of || !iv) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!step_of || !iv) {
+        free(step_of), free(iv);
+        return cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM;
+    }
     for (int i = 0; i < net->n_nodes; i++) step_of[i] = -1;
     for (int s = 0; s < S; s++) {
         const cnn_step *sp = &p->train_steps[s];
@@ -142,13 +150,16 @@ size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p
         }
     }
     size_t total = cnn_plan_arena(iv, 2 * S, CNN_ARENA_ALIGN);
+    /* accumulate flags: in backward order the first writer of a gradient overwrites */
+    bool *written = total == CNN_PLAN_OOM ? NULL : calloc((size_t)net->n_nodes, sizeof *written);
+    if (!written) {
+        free(iv), free(step_of);
+        return total == CNN_PLAN_OOM ? total : (cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM);
+    }
     for (int s = 0; s < S; s++) {
         p->train_off[p->train_steps[s].out] = iv[s].offset;
         p->grad_off[p->train_steps[s].out] = iv[S + s].offset;
     }
-    /* accumulate flags: in backward order the first writer of a gradient overwrites */
-    bool *written = calloc((size_t)net->n_nodes, sizeof *written);
-    if (!written) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
     for (int s = S - 1; s >= 0; s--) {
         int in[2];
         cnn_train_step_inputs(net, &p->train_steps[s], in);
@@ -173,7 +184,10 @@ size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p)
     /* lifetimes over step indices */
     cnn_interval *iv = calloc((size_t)(p->n_steps ? p->n_steps : 1), sizeof *iv);
     int *step_of = malloc((size_t)n * sizeof *step_of);
-    if (!iv || !step_of) cnn_abort(__FILE__, __LINE__, "out of host memory planning");
+    if (!iv || !step_of) {
+        free(iv), free(step_of);
+        return cnn_fail(CNN_E_OOM, "out of host memory planning"), CNN_PLAN_OOM;
+    }
     for (int i = 0; i < n; i++) step_of[i] = -1;
     for (int s = 0; s < p->n_steps; s++) {
         step_of[p->steps[s].node] = s;
@@ -198,7 +212,7 @@ size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p)
     CNN_ASSERT(out_step >= 0);
     iv[out_step].last = p->n_steps;
     size_t total = cnn_plan_arena(iv, p->n_steps, CNN_ARENA_ALIGN);
-    for (int s = 0; s < p->n_steps; s++) p->eval_off[p->steps[s].node] = iv[s].offset;
+    for (int s = 0; s < p->n_steps && total != CNN_PLAN_OOM; s++) p->eval_off[p->steps[s].node] = iv[s].offset;
     free(iv);
     free(step_of);
     return total;

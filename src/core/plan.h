@@ -25,6 +25,8 @@ typedef struct cnn_interval {
 /* Greedy best-fit by decreasing size: every interval gets an `align`-aligned offset such that no two
  * intervals overlapping in time overlap in memory. Returns the arena size. Deterministic. */
 size_t cnn_plan_arena(cnn_interval *iv, int n, size_t align);
+/* What cnn_plan_arena (and the model's planners) return when host memory ran out (CNN_E_OOM recorded). */
+#define CNN_PLAN_OOM SIZE_MAX
 
 /* One backend call of a plan: node `node` with what is fused into it. A step of the train plan is a node alone or
  * a BN with the residual add and ReLU after it (bn, pool, pair -1: the conv output stays stored, the BN backward
@@ -73,9 +75,9 @@ void cnn_node_pool2d(const cnn_net *net, const cnn_node *nd, int n, cnn_pool2d *
 void cnn_node_in_chw(const cnn_net *net, int in, int *c, int *h, int *w);
 
 /* fuse.c: the eval steps (p->steps, p->n_steps, p->value_of, which starts all -2) of net for batches of
- * max_batch on backend be; the train steps (p->train_steps, p->n_train_steps). */
-void cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p);
-void cnn_fuse_train(const cnn_net *net, cnn_plan *p);
+ * max_batch on backend be; the train steps (p->train_steps, p->n_train_steps). CNN_E_OOM: host memory ran out. */
+cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p);
+cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p);
 /* The inputs of train step sp whose gradients its backward writes: in[0] the node's first input (a chain's BN
  * input), in[1] an add's second input or a chain's residual, -2 where there is none (-1: the network input). */
 void cnn_train_step_inputs(const cnn_net *net, const cnn_step *sp, int in[2]);
@@ -89,7 +91,8 @@ typedef struct cnn_pair_layout {
 cnn_pair_layout cnn_pair_layout_of(const cnn_net *net, size_t esz, const cnn_step *sp);
 
 /* plan.c: arena offsets. Train: values and gradients of the train steps' outputs (p->train_off, grad_off,
- * grad_acc); eval: the values of the steps cnn_fuse_eval made (p->eval_off). Each returns the arena bytes it needs. */
+ * grad_acc); eval: the values of the steps cnn_fuse_eval made (p->eval_off). Each returns the arena bytes it needs,
+ * or CNN_PLAN_OOM (CNN_E_OOM recorded). */
 size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 

@@ -237,12 +237,16 @@ cnn_status cnn_st_parse(const uint8_t *buf, size_t len, cnn_st_file *out) {
 /* Before reading a whole file: reject a bad header length from its first 8 bytes and its size, so that a
  * hostile length never costs a read of a large file. Anything unusual is left to the full read. */
 static cnn_status precheck(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO without a writer must not block here */
     if (fd < 0) return CNN_OK;
     struct stat sb;
     uint8_t len8[8];
     cnn_status st = CNN_OK;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 8 && pread(fd, len8, 8, 0) == 8)
+    /* A device, pipe or socket has no size to check the header against, and /dev/zero never ends: only regular
+     * files are read (a directory is left to cnn_read_file's message). */
+    if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+        st = cnn_fail(CNN_E_IO, "not a regular file (a device, pipe or socket); safetensors files are read whole");
+    else if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 8 && pread(fd, len8, 8, 0) == 8)
         st = check_length(le64(len8), (uint64_t)sb.st_size);
     close(fd);
     return st;

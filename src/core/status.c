@@ -2,6 +2,7 @@
 #include "cnn/cnn.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,30 @@ const char *cnn_status_str(cnn_status s) {
     case CNN_E_DEVICE: return "device error";
     case CNN_E_COMPILE: return "kernel compilation failed";
     case CNN_E_NONFINITE: return "non-finite value";
+    case CNN_E_INTERRUPTED: return "interrupted";
     default: return "unknown status";
     }
+}
+
+/* Rewrite msg in place so that it holds no control character: C0 (including newline), DEL and the C1 range
+ * encoded as UTF-8 (0xC2 0x80..0x9F) become "\xHH" (cut at the buffer's end, never mid-escape). */
+static void sanitize(char *msg, size_t cap) {
+    char out[sizeof err_msg];
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 1 < sizeof out; p++) {
+        bool c1 = p[0] == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F;
+        if (*p < 0x20 || *p == 0x7F || c1) {
+            if (o + 4 >= sizeof out) break;
+            unsigned v = c1 ? p[1] : *p;
+            snprintf(out + o, 5, "\\x%02X", v);
+            o += 4;
+            if (c1) p++;
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = 0;
+    snprintf(msg, cap, "%s", out);
 }
 
 cnn_status cnn_fail(cnn_status s, const char *fmt, ...) {
@@ -32,6 +55,7 @@ cnn_status cnn_fail(cnn_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err_msg, sizeof err_msg, fmt, ap);
     va_end(ap);
+    sanitize(err_msg, sizeof err_msg);
     return s;
 }
 
@@ -48,6 +72,7 @@ cnn_status cnn_error_prefix(cnn_status s, const char *fmt, ...) {
     if (len >= sizeof err_msg) len = sizeof err_msg - 1;
     memcpy(err_msg, msg, len);
     err_msg[len] = 0;
+    sanitize(err_msg, sizeof err_msg);
     return s;
 }
 

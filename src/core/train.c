@@ -1,8 +1,10 @@
-/* train.c — the training loop: batches, forward/backward, optimizer, schedules, evaluation, metrics,
- * progress and checkpoints (atomic; exact resume). */
+/* train.c — the training loop: batches, forward/backward, the non-finite guard, optimizer, schedules,
+ * evaluation, metrics, progress and checkpoints (atomic; exact resume; never one holding a NaN). */
 #include "cnn/train.h"
 #include "cnn/io.h"
 #include "cnn/safetensors.h"
+#include "checkpoint.h"
+#include "guard.h"
 #include "model.h"
 
 #include <errno.h>
@@ -10,9 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
-
-#define CKPT_FORMAT "cnn.checkpoint.v1"
 
 cnn_train_opts cnn_train_opts_default(void) {
     cnn_train_opts o = {
@@ -21,6 +22,7 @@ cnn_train_opts cnn_train_opts_default(void) {
         .sched = CNN_SCHED_COSINE, .warmup = 0, .step_size = 30, .gamma = 0.1f, .label_smoothing = 0.0f,
         .augment = true, .shuffle = true, .seed = 0, .out_dir = "runs/last", .checkpoint_every = 0,
         .stop_after = 0, .resume = false, .resume_path = NULL, .log_every = 0, .eval_size = 0, .progress = true,
+        .on_nonfinite = CNN_NONFINITE_STOP, .max_skipped = 10, .interrupt = NULL,
     };
     return o;
 }
@@ -57,7 +59,7 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
     int64_t *labels = malloc((size_t)batch * sizeof *labels);
     cnn_status st = logits && labels ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory evaluating");
     double loss_sum = 0;
-    int64_t c1 = 0, c5 = 0;
+    int64_t c1 = 0, c5 = 0, bad = 0;
     for (int start = 0; start < n && st == CNN_OK; start += batch) {
         int b = n - start < batch ? n - start : batch;
         float loss;
@@ -69,6 +71,11 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
         loss_sum += (double)loss * b;
         for (int i = 0; i < b; i++) {
             const float *z = logits + (size_t)i * classes;
+            /* a NaN compares false with everything: such a row would rank its label first. It is wrong. */
+            if (cnn_first_nonfinite(z, classes) >= 0) {
+                bad++;
+                continue;
+            }
             float t = z[labels[i]];
             int above = 0;
             for (int j = 0; j < classes; j++) above += z[j] > t || (z[j] == t && j < labels[i]);
@@ -84,6 +91,7 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
     out->loss = loss_sum / n;
     out->top1 = (double)c1 / n;
     out->top5 = (double)c5 / n;
+    out->nonfinite = (int)bad;
     return CNN_OK;
 }
 
@@ -116,6 +124,8 @@ typedef struct train_state {
     float *opt[2];      /* device optimizer state (momentum; or exp_avg, exp_avg_sq) */
     int n_opt;
     int64_t n_trainable;
+    cnn_guard_state *guard;  /* device: the non-finite guard's counters and verdict */
+    float *stats_backup;     /* device: the BN running statistics after the last good step */
 } train_state;
 
 static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t step, const char *options) {
@@ -128,12 +138,11 @@ static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t ste
     float *host = NULL;
     cnn_status st = items && opt_host ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory writing a checkpoint");
     if (st == CNN_OK) st = cnn_model_state_items(m, items, &host);
-    static const char *opt_names[2][2] = {{"optimizer.momentum_buffer", NULL}, {"optimizer.exp_avg", "optimizer.exp_avg_sq"}};
     for (int k = 0; k < ts->n_opt && st == CNN_OK; k++) {
         float *dst = opt_host + (size_t)k * ts->n_trainable;
         st = be->download(be, dst, ts->opt[k], (size_t)ts->n_trainable * sizeof(float));
         cnn_st_item *it = &items[net->n_params + k];
-        it->name = opt_names[ts->n_opt - 1][k];
+        it->name = cnn_ckpt_opt_name(ts->n_opt, k);
         it->dtype = CNN_DTYPE_F32;
         it->ndim = 1;
         it->shape[0] = ts->n_trainable;
@@ -142,7 +151,8 @@ static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t ste
     char stepbuf[32], scalebuf[48];
     snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
     snprintf(scalebuf, sizeof scalebuf, "%.9g %lld", (double)ts->loss_scale, (long long)ts->good_steps);
-    cnn_st_kv meta[] = {{"format", CKPT_FORMAT}, {"step", stepbuf}, {"options", options}, {"loss_scale", scalebuf}};
+    cnn_st_kv meta[] = {{"format", CNN_CKPT_FORMAT}, {"step", stepbuf}, {"options", options}, {"loss_scale", scalebuf}};
+    if (st == CNN_OK) st = cnn_items_check(items, n_items, path); /* a checkpoint never holds a NaN */
     if (st == CNN_OK) st = cnn_st_write(path, items, n_items, meta, 4);
     free(host);
     free(items);
@@ -150,41 +160,38 @@ static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t ste
     return st;
 }
 
-static cnn_status load_checkpoint(train_state *ts, const char *path, const char *options, int64_t *step) {
+static cnn_status load_checkpoint(train_state *ts, const char *path, const char *options, bool allow_nonfinite,
+                                  int64_t *step) {
     cnn_st_file f;
     CNN_TRY(cnn_st_open(path, &f));
-    cnn_status st = CNN_OK;
-    const char *fmt = cnn_st_meta_get(&f, "format"), *sstep = cnn_st_meta_get(&f, "step");
-    const char *opts = cnn_st_meta_get(&f, "options"), *scale = cnn_st_meta_get(&f, "loss_scale");
-    char *end = NULL;
-    long long s = sstep ? strtoll(sstep, &end, 10) : -1;
-    double ls = 0;
-    long long good = -1;
-    if (scale && sscanf(scale, "%lg %lld", &ls, &good) == 2 && ls > 0 && good >= 0) {
-        ts->loss_scale = (float)ls;
-        ts->good_steps = good;
-    } else {
-        scale = NULL;
-    }
-    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0 || !sstep || !opts || !scale || *end || s < 0)
-        st = cnn_fail(CNN_E_FORMAT, "%s: not a cnn checkpoint (metadata format/step/options missing or invalid)", path);
-    else if (strcmp(opts, options) != 0)
+    cnn_ckpt_meta meta;
+    cnn_status st = cnn_ckpt_meta_parse(&f, path, &meta);
+    if (st == CNN_OK && strcmp(meta.options, options) != 0)
         st = cnn_fail(CNN_E_MISMATCH, "%s: written by a run with other options; checkpoint: [%s] now: [%s]", path,
-                      opts, options);
+                      meta.options, options);
+    if (st == CNN_OK) st = cnn_ckpt_check_tensors(&f, path, cnn_model_net(ts->m), ts->n_opt);
     if (st == CNN_OK) st = cnn_model_load_st(ts->m, &f, path, "optimizer.");
-    static const char *opt_names[2][2] = {{"optimizer.momentum_buffer", NULL}, {"optimizer.exp_avg", "optimizer.exp_avg_sq"}};
+    cnn_backend *be = cnn_model_backend(ts->m);
+    float *tmp = ts->n_opt ? malloc((size_t)ts->n_trainable * sizeof *tmp) : NULL;
+    if (st == CNN_OK && ts->n_opt && !tmp) st = cnn_fail(CNN_E_OOM, "out of host memory reading optimizer state");
     for (int k = 0; k < ts->n_opt && st == CNN_OK; k++) {
-        const cnn_st_entry *e = cnn_st_find(&f, opt_names[ts->n_opt - 1][k]);
-        if (!e || e->dtype != CNN_DTYPE_F32 || e->ndim != 1 || e->shape[0] != ts->n_trainable) {
-            st = cnn_fail(CNN_E_MISMATCH, "%s: optimizer state \"%s\" missing or of the wrong shape", path,
-                          opt_names[ts->n_opt - 1][k]);
-            break;
-        }
-        cnn_backend *be = cnn_model_backend(ts->m);
-        st = be->upload(be, ts->opt[k], cnn_st_tensor_data(&f, e), (size_t)ts->n_trainable * sizeof(float));
+        const char *name = cnn_ckpt_opt_name(ts->n_opt, k);
+        const cnn_st_entry *e = cnn_st_find(&f, name); /* present, F32 and of the right shape: checked above */
+        memcpy(tmp, cnn_st_tensor_data(&f, e), (size_t)ts->n_trainable * sizeof(float));
+        int64_t bad = allow_nonfinite ? -1 : cnn_first_nonfinite(tmp, ts->n_trainable);
+        if (bad >= 0)
+            st = cnn_fail(CNN_E_NONFINITE, "%s: tensor \"%s\" holds a non-finite value (%g at index %lld)", path, name,
+                          (double)tmp[bad], (long long)bad);
+        else
+            st = be->upload(be, ts->opt[k], tmp, (size_t)ts->n_trainable * sizeof(float));
+    }
+    free(tmp);
+    if (st == CNN_OK) {
+        ts->loss_scale = meta.loss_scale;
+        ts->good_steps = meta.good_steps;
+        *step = meta.step;
     }
     cnn_st_free(&f);
-    *step = s;
     return st;
 }
 
@@ -213,6 +220,26 @@ static cnn_status truncate_metrics(const char *path, int64_t step) {
     return st;
 }
 
+/* ---- metrics ------------------------------------------------------------------------------------------ */
+
+/* A number for a JSON record: JSON has no NaN or Infinity, so those are null (and the record says "nonfinite"). */
+static const char *json_num(char *buf, size_t cap, double v, const char *fmt, bool *nonfinite) {
+    if (!isfinite(v)) {
+        *nonfinite = true;
+        return "null";
+    }
+    snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
+/* One record line, written through and flushed: a failure (a full disk) ends the run. */
+static cnn_status metrics_write(FILE *f, const char *path, const char *line) {
+    errno = 0;
+    if (fputs(line, f) < 0 || fflush(f) != 0)
+        return cnn_fail(CNN_E_IO, "%s: write failed: %s", path, strerror(errno ? errno : EIO));
+    return CNN_OK;
+}
+
 /* ---- the loop ----------------------------------------------------------------------------------------- */
 
 static void progress(const cnn_train_opts *o, int64_t step, int64_t total, double elapsed, float loss) {
@@ -233,11 +260,11 @@ static cnn_status optimizer_step(train_state *ts, const cnn_train_opts *o, int64
     float *w = cnn_model_params(ts->m), *g = cnn_model_grads(ts->m);
     if (o->optim == CNN_OPTIM_SGD) {
         cnn_sgd s = {.lr = lr, .momentum = o->momentum, .dampening = 0.0f, .weight_decay = o->weight_decay,
-                     .nesterov = o->nesterov, .first_step = step == 1};
+                     .nesterov = o->nesterov, .first_step = step == 1, .skip = &ts->guard->skip};
         CNN_TRY(be->sgd_update(be, &s, ts->n_trainable, w, g, ts->n_opt ? ts->opt[0] : NULL, grad_scale));
     } else {
         cnn_adamw a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
-                       .weight_decay = o->weight_decay, .step = step};
+                       .weight_decay = o->weight_decay, .step = step, .skip = &ts->guard->skip};
         CNN_TRY(be->adamw_update(be, &a, ts->n_trainable, w, g, ts->opt[0], ts->opt[1], grad_scale));
     }
     return cnn_model_params_changed(ts->m);
@@ -245,6 +272,58 @@ static cnn_status optimizer_step(train_state *ts, const cnn_train_opts *o, int64
 
 static void join_path(char *buf, size_t cap, const char *dir, const char *file) {
     snprintf(buf, cap, "%s/%s", dir, file);
+}
+
+typedef struct run_ctx {
+    cnn_model *m;
+    const cnn_train_opts *o;
+    cnn_loader *loader;
+    int64_t spe;         /* steps per epoch */
+    int64_t *labels;     /* (batch) host */
+} run_ctx;
+
+/* Load the batch of 1-based step `step` into the model's input buffer (and its labels). */
+static cnn_status load_step_batch(run_ctx *c, int64_t step) {
+    int64_t epoch = (step - 1) / c->spe, pos = (step - 1) % c->spe;
+    return cnn_loader_batch(c->loader, c->m, epoch, pos * c->o->batch, c->o->batch, c->labels);
+}
+
+static uint64_t dropout_seed(const cnn_train_opts *o, int64_t step) { return o->seed * 1000003ULL + (uint64_t)step; }
+
+/* The guard found step `step` bad (STOP, or SKIP past its cap): name the step, what was bad and the first
+ * non-finite layer of a rerun of its forward. The weights are still those before the step (the device skipped
+ * its update and everything after it), so the rerun sees what the step saw. */
+static cnn_status nonfinite_failure(run_ctx *c, const cnn_guard_state *gs, int64_t step, float lr, const char *why) {
+    char where[256] = "unknown (the diagnosis failed)";
+    cnn_status st = load_step_batch(c, step);
+    if (st == CNN_OK) st = cnn_guard_diagnose(c->m, c->o->batch, dropout_seed(c->o, step), where, sizeof where);
+    if (st != CNN_OK) cnn_error_clear();
+    const char *what = gs->first_what & CNN_GUARD_LOSS
+                           ? (gs->first_what & CNN_GUARD_STATS ? "the loss and BatchNorm running statistics"
+                                                              : "the loss")
+                           : "BatchNorm running statistics";
+    return cnn_fail(CNN_E_NONFINITE, "step %lld (lr %g): %s non-finite (loss %g); first non-finite value: %s; %s",
+                    (long long)step, (double)lr, what, (double)gs->first_loss, where, why);
+}
+
+/* At the end of a run: the model must give finite logits in eval mode on the last step's batch (running
+ * statistics can be finite and still make the eval forward overflow), then it is written atomically. */
+static cnn_status write_final_model(run_ctx *c, int64_t step, const char *path) {
+    int n = c->o->batch;
+    const cnn_net *net = cnn_model_net(c->m);
+    float *logits = cnn_malloc((size_t)n * net->num_classes * sizeof *logits, "final logits");
+    if (!logits) return CNN_E_OOM;
+    cnn_status st = load_step_batch(c, step);
+    if (st == CNN_OK) st = cnn_model_forward(c->m, n, CNN_MODE_EVAL, 0);
+    if (st == CNN_OK) st = cnn_model_download_logits(c->m, n, logits);
+    int64_t bad = st == CNN_OK ? cnn_first_nonfinite(logits, (int64_t)n * net->num_classes) : -1;
+    free(logits);
+    CNN_TRY(st);
+    if (bad >= 0)
+        return cnn_fail(CNN_E_NONFINITE, "%s not written: the model gives non-finite logits in eval mode (image %lld of "
+                        "step %lld's batch): training diverged", path, (long long)(bad / net->num_classes),
+                        (long long)step);
+    return cnn_model_save(c->m, path);
 }
 
 cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
@@ -262,10 +341,16 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         return cnn_fail(CNN_E_INVALID, "the training set (%d images) is smaller than one batch (%d)", train->n, o->batch);
     int64_t total = o->steps > 0 ? o->steps : (int64_t)o->epochs * spe;
     if (total < 1) return cnn_fail(CNN_E_INVALID, "nothing to train: 0 steps");
+    if (total > CNN_MAX_STEPS) return cnn_fail(CNN_E_INVALID, "%lld steps: at most %lld", (long long)total, CNN_MAX_STEPS);
 
     char options[1024], ckpt[4096], model_path[4096], metrics_path[4096];
     options_string(m, o, train, total, options, sizeof options);
     CNN_TRY(cnn_mkdir_p(o->out_dir));
+    int lock = -1;
+    CNN_TRY(cnn_dir_lock(o->out_dir, &lock));
+    int stale = cnn_remove_stale_tmp(o->out_dir);
+    if (stale) cnn_log(1, "cnn: removed %d temporary file%s left in %s by runs that died", stale, stale > 1 ? "s" : "",
+                       o->out_dir);
     join_path(ckpt, sizeof ckpt, o->out_dir, "checkpoint.safetensors");
     join_path(model_path, sizeof model_path, o->out_dir, "model.safetensors");
     join_path(metrics_path, sizeof metrics_path, o->out_dir, "metrics.jsonl");
@@ -278,18 +363,26 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         st = be->alloc(be, (size_t)ts.n_trainable * sizeof(float), "optimizer state", (void **)&ts.opt[k]);
         if (st == CNN_OK) st = be->zero(be, ts.opt[k], (size_t)ts.n_trainable * sizeof(float));
     }
+    size_t stats_bytes = (size_t)(net->n_buffer ? net->n_buffer : 1) * sizeof(float);
+    if (st == CNN_OK) st = be->alloc(be, sizeof(cnn_guard_state), "non-finite guard", (void **)&ts.guard);
+    if (st == CNN_OK) st = be->zero(be, ts.guard, sizeof(cnn_guard_state));
+    if (st == CNN_OK) st = be->alloc(be, stats_bytes, "running statistics backup", (void **)&ts.stats_backup);
     int64_t start_step = 0;
     if (st == CNN_OK && o->resume) {
         const char *rp = o->resume_path ? o->resume_path : ckpt;
-        st = load_checkpoint(&ts, rp, options, &start_step);
+        st = load_checkpoint(&ts, rp, options, false, &start_step);
+        if (st == CNN_OK && start_step > total)
+            st = cnn_fail(CNN_E_MISMATCH, "%s: at step %lld, past the run's %lld steps", rp, (long long)start_step,
+                          (long long)total);
         if (st == CNN_OK) st = truncate_metrics(metrics_path, start_step);
         if (st == CNN_OK) cnn_log(1, "cnn: resumed from %s at step %lld of %lld", rp, (long long)start_step, (long long)total);
     } else if (st == CNN_OK) {
         /* a fresh run starts a fresh metrics file */
         FILE *f = fopen(metrics_path, "w");
         if (!f) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
-        else fclose(f);
+        else if (fclose(f) != 0) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
     }
+    if (st == CNN_OK) st = be->copy(be, ts.stats_backup, cnn_model_buffers(m), stats_bytes);
     cnn_loader loader;
     memset(&loader, 0, sizeof loader);
     if (st == CNN_OK) st = cnn_loader_init(&loader, train, be, o->batch, o->augment, o->shuffle, o->seed);
@@ -299,22 +392,25 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     float *logits = malloc((size_t)o->batch * classes * sizeof *logits);
     int64_t *labels = malloc((size_t)o->batch * sizeof *labels);
     if (st == CNN_OK && (!logits || !labels)) st = cnn_fail(CNN_E_OOM, "out of host memory for a batch");
+    run_ctx rc = {.m = m, .o = o, .loader = &loader, .spe = spe, .labels = labels};
+    cnn_guard guard = {.loss = cnn_model_loss_buffer(m), .stats = cnn_model_buffers(m), .backup = ts.stats_backup,
+                       .n_stats = net->n_buffer, .halt_on_bad = o->on_nonfinite == CNN_NONFINITE_STOP};
 
     double t0 = cnn_now(), t_epoch = t0, loss_epoch = 0;
-    int64_t correct_epoch = 0, seen_epoch = 0;
+    int64_t correct_epoch = 0, seen_epoch = 0, skipped = 0, finite_epoch = 0;
+    uint64_t bad_seen = 0;
     float loss = 0;
+    char line[512], b1[32], b2[32];
+    bool finished = start_step >= total && st == CNN_OK;
     for (int64_t step = start_step + 1; step <= total && st == CNN_OK; step++) {
         int64_t epoch = (step - 1) / spe, pos = (step - 1) % spe;
         float lr = cnn_lr_at(o, step, total, spe);
         st = cnn_loader_batch(&loader, m, epoch, pos * o->batch, o->batch, labels);
         float used_scale = ts.loss_scale;
         cnn_model_set_loss_scale(m, used_scale);
-        if (st == CNN_OK) st = cnn_model_forward(m, o->batch, CNN_MODE_TRAIN, o->seed * 1000003ULL + (uint64_t)step);
-        if (st == CNN_OK) st = cnn_model_backward(m, o->batch, labels, o->label_smoothing, &loss);
-        if (st == CNN_OK) st = cnn_model_download_logits(m, o->batch, logits);
-        if (st == CNN_OK && !isfinite(loss))
-            st = cnn_fail(CNN_E_NONFINITE, "loss is %g at step %lld (lr %g): training diverged", (double)loss,
-                          (long long)step, (double)lr);
+        if (st == CNN_OK) st = cnn_model_forward(m, o->batch, CNN_MODE_TRAIN, dropout_seed(o, step));
+        if (st == CNN_OK) st = cnn_model_backward(m, o->batch, labels, o->label_smoothing, NULL);
+        if (st == CNN_OK) st = be->guard_step(be, &guard, ts.guard);
         bool skip_step = false;
         if (st == CNN_OK && fp16) {
             int64_t bad = 0;
@@ -331,9 +427,30 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             }
         }
         if (st == CNN_OK && !skip_step) st = optimizer_step(&ts, o, step, lr, 1.0f / used_scale);
+        if (st == CNN_OK) st = cnn_model_download_logits(m, o->batch, logits);
+        /* the step's loss and the guard's verdict in one read (the only wait for the device in a step) */
+        cnn_guard_state gs;
+        if (st == CNN_OK) st = be->download(be, &gs, ts.guard, sizeof gs);
         if (st != CNN_OK) break;
+        loss = gs.loss;
+        bool bad_now = gs.bad_steps > bad_seen;
+        if (bad_now) {
+            bad_seen = gs.bad_steps;
+            if (o->on_nonfinite == CNN_NONFINITE_STOP) {
+                st = nonfinite_failure(&rc, &gs, start_step + (int64_t)gs.first_bad, lr,
+                                       "stopped before its update (--on-nonfinite skip would skip such steps); no checkpoint holds it");
+                break;
+            }
+            skipped++;
+            cnn_log(1, "cnn: step %lld: loss %g or BatchNorm statistics non-finite: step skipped (%lld of at most %lld)",
+                    (long long)step, (double)loss, (long long)skipped, (long long)o->max_skipped);
+            if (skipped > o->max_skipped) {
+                st = nonfinite_failure(&rc, &gs, step, lr, "more steps skipped than --max-skipped allows");
+                break;
+            }
+        }
         int correct = 0;
-        for (int i = 0; i < o->batch; i++) {
+        for (int i = 0; i < o->batch && !bad_now; i++) {
             const float *z = logits + (size_t)i * classes;
             int best = 0;
             for (int j = 1; j < classes; j++)
@@ -342,55 +459,96 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         }
         correct_epoch += correct;
         seen_epoch += o->batch;
-        loss_epoch += loss;
+        if (!bad_now) {
+            loss_epoch += loss;
+            finite_epoch++;
+        }
         double now = cnn_now();
-        fprintf(metrics,
-                "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"acc\":%.6f,\"time_s\":%.3f%s}\n",
-                (long long)step, (long long)epoch + 1, (double)loss, (double)lr, (double)correct / o->batch, now - t0,
-                skip_step ? ",\"skipped\":true" : "");
-        fflush(metrics);
+        bool nf = false;
+        snprintf(line, sizeof line,
+                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%.9g,\"acc\":%.6f,\"time_s\":%.3f%s%s}\n",
+                 (long long)step, (long long)epoch + 1, json_num(b1, sizeof b1, loss, "%.9g", &nf), (double)lr,
+                 (double)correct / o->batch, now - t0, skip_step || bad_now ? ",\"skipped\":true" : "",
+                 nf || bad_now ? ",\"nonfinite\":true" : "");
+        st = metrics_write(metrics, metrics_path, line);
+        if (st != CNN_OK) break;
         if (o->log_every > 0 && step % o->log_every == 0)
             printf("step %lld/%lld  epoch %lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s\n", (long long)step,
                    (long long)total, (long long)epoch + 1, (double)loss, 100.0 * correct / o->batch, (double)lr,
                    (double)(step - start_step) * o->batch / (now - t0));
         progress(o, step, total, now - t0, loss);
         bool epoch_end = pos == spe - 1 || step == total;
-        bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
+        bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
+                        step == o->stop_after;
+        bool interrupted = o->interrupt && *o->interrupt;
         if (epoch_end) {
             double dt = now - t_epoch;
-            int64_t steps_here = seen_epoch / o->batch;
             if (o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
             printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s", (long long)epoch + 1,
-                   (long long)step, (long long)total, loss_epoch / (steps_here ? steps_here : 1),
+                   (long long)step, (long long)total, loss_epoch / (finite_epoch ? finite_epoch : 1),
                    100.0 * correct_epoch / (seen_epoch ? seen_epoch : 1), (double)lr, seen_epoch / (dt > 0 ? dt : 1));
-            if (test && o->eval_size > 0) {
+            if (test && o->eval_size > 0 && !interrupted) {
                 cnn_eval_result ev;
                 st = cnn_evaluate(m, test, o->eval_size, o->batch, &ev);
                 if (st != CNN_OK) break;
                 printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%%", ev.loss, 100 * ev.top1, 100 * ev.top5);
-                fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"eval_loss\":%.9g,\"eval_top1\":%.6f,\"eval_top5\":%.6f}\n",
-                        (long long)step, (long long)epoch + 1, ev.loss, ev.top1, ev.top5);
-                fflush(metrics);
+                if (ev.nonfinite) printf("  (%d of %d non-finite)", ev.nonfinite, ev.n);
+                nf = false;
+                snprintf(line, sizeof line,
+                         "{\"step\":%lld,\"epoch\":%lld,\"eval_loss\":%s,\"eval_top1\":%.6f,\"eval_top5\":%.6f,"
+                         "\"eval_nonfinite\":%d%s}\n",
+                         (long long)step, (long long)epoch + 1, json_num(b2, sizeof b2, ev.loss, "%.9g", &nf), ev.top1,
+                         ev.top5, ev.nonfinite, nf || ev.nonfinite ? ",\"nonfinite\":true" : "");
+                st = metrics_write(metrics, metrics_path, line);
+                if (st == CNN_OK && ev.nonfinite && o->on_nonfinite == CNN_NONFINITE_STOP)
+                    st = cnn_fail(CNN_E_NONFINITE, "evaluation after step %lld: %d of %d images give non-finite logits "
+                                  "(the model diverged); stopped, no checkpoint of it is written", (long long)step,
+                                  ev.nonfinite, ev.n);
+                if (st != CNN_OK) break;
             }
             printf("\n");
             fflush(stdout);
             t_epoch = cnn_now();
             loss_epoch = 0;
-            correct_epoch = seen_epoch = 0;
+            correct_epoch = seen_epoch = finite_epoch = 0;
         }
-        if (ckpt_now) st = save_checkpoint(&ts, ckpt, step, options);
-        if (st == CNN_OK && o->stop_after > 0 && step == o->stop_after) {
+        /* the last step ends the run: the model is written even when --stop-after names that step */
+        if (ckpt_now || interrupted) st = save_checkpoint(&ts, ckpt, step, options);
+        if (st == CNN_OK && step == total) {
+            st = write_final_model(&rc, step, model_path);
+        }
+        if (st == CNN_OK && interrupted && step < total) {
+            st = cnn_fail(CNN_E_INTERRUPTED, "interrupted after step %lld of %lld; %s written: continue with --resume",
+                          (long long)step, (long long)total, ckpt);
+            break;
+        }
+        if (st == CNN_OK && o->stop_after > 0 && step == o->stop_after && step < total) {
             cnn_log(1, "cnn: stopping after step %lld (--stop-after); resume with --resume", (long long)step);
             break;
         }
-        if (st == CNN_OK && step == total) st = cnn_model_save(m, model_path);
     }
-    if (start_step >= total && st == CNN_OK) cnn_log(1, "cnn: checkpoint is already at step %lld of %lld", (long long)start_step, (long long)total);
-    if (metrics) fclose(metrics);
+    if (finished && st == CNN_OK) {
+        /* resumed at the end: the run died between its last checkpoint and the model (or the model was deleted) */
+        struct stat sb;
+        if (stat(model_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            cnn_log(1, "cnn: checkpoint is already at step %lld of %lld; %s exists", (long long)start_step,
+                    (long long)total, model_path);
+        } else {
+            st = write_final_model(&rc, total, model_path);
+            if (st == CNN_OK)
+                cnn_log(1, "cnn: checkpoint is already at step %lld of %lld; wrote the missing %s", (long long)start_step,
+                        (long long)total, model_path);
+        }
+    }
+    if (metrics && fclose(metrics) != 0 && st == CNN_OK)
+        st = cnn_fail(CNN_E_IO, "%s: write failed: %s", metrics_path, strerror(errno));
     free(logits);
     free(labels);
     cnn_loader_free(&loader);
     for (int k = 0; k < ts.n_opt; k++)
         if (ts.opt[k]) be->free(be, ts.opt[k]);
+    if (ts.guard) be->free(be, ts.guard);
+    if (ts.stats_backup) be->free(be, ts.stats_backup);
+    cnn_dir_unlock(lock);
     return st;
 }

@@ -3,6 +3,7 @@
  * copies, and strict safetensors load/save under torchvision's names. */
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
+#include "guard.h"
 #include "model.h"
 
 #include <math.h>
@@ -184,7 +185,8 @@ cnn_status cnn_model_load_st(cnn_model *m, const cnn_st_file *f, const char *pat
         float *vals = malloc((size_t)p->count * sizeof *vals);
         if (!vals) return cnn_fail(CNN_E_OOM, "out of host memory loading %s", p->name);
         cnn_convert_to_f32(vals, cnn_st_tensor_data(f, e), e->dtype, (size_t)p->count);
-        cnn_status st = cnn_model_set_param(m, i, vals);
+        cnn_status st = m->allow_nonfinite ? CNN_OK : cnn_param_values_check(p, vals, path);
+        if (st == CNN_OK) st = cnn_model_set_param(m, i, vals);
         free(vals);
         CNN_TRY(st);
     }
@@ -239,6 +241,7 @@ cnn_status cnn_model_save(cnn_model *m, const char *path) {
     if (!items) return cnn_fail(CNN_E_OOM, "out of host memory saving weights");
     float *host = NULL;
     cnn_status st = cnn_model_state_items(m, items, &host);
+    if (st == CNN_OK) st = cnn_items_check(items, net->n_params, path); /* never a model full of NaN */
     if (st == CNN_OK) st = cnn_st_write(path, items, net->n_params, NULL, 0);
     free(host);
     free(items);

@@ -141,6 +141,15 @@ cnn_status cnn_zoo_build(const cnn_model_opts *o, int in_h, int in_w, cnn_net **
 
     cnn_net *net = calloc(1, sizeof *net);
     if (!net) return cnn_fail(CNN_E_OOM, "out of host memory for the network");
+    /* room for the largest network of the zoo (ResNet-152: 515 nodes, 932 tensors), so the builders never grow
+     * these tables: a failure to grow them could only abort (net.c) */
+    net->nodes = malloc(1024 * sizeof *net->nodes);
+    net->params = malloc(1024 * sizeof *net->params);
+    if (!net->nodes || !net->params) {
+        cnn_net_free(net);
+        return cnn_fail(CNN_E_OOM, "out of host memory for the network");
+    }
+    net->cap_nodes = net->cap_params = 1024;
     snprintf(net->arch, sizeof net->arch, "%s", o->arch);
     net->num_classes = o->num_classes;
     net->stem = o->stem;

@@ -409,6 +409,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->sgd_update = cuda_sgd_update;
     be->adamw_update = cuda_adamw_update;
     be->count_nonfinite = cuda_count_nonfinite;
+    be->guard_step = cuda_guard_step;
     be->time_begin = be_time_begin;
     be->time_end = be_time_end;
     be->time_mark = be_time_mark;

@@ -44,6 +44,6 @@ const cuda_family cuda_family_prep = {.name = "prep", .file = "prep.cu", .entrie
                                       .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
 
 /* optim.cu: float32 state whatever the activations (dtype-free) */
-static const char *const optim_entries[OPT_N] = {"sgd_update", "adamw_update", "count_nonfinite"};
+static const char *const optim_entries[OPT_N] = {"sgd_update", "adamw_update", "count_nonfinite", "guard_step"};
 const cuda_family cuda_family_optim = {.name = "optim", .file = "optim.cu", .entries = optim_entries,
                                        .n_entries = OPT_N, .dtypes = 0, .n_configs = 1, .defines = no_defines};

@@ -47,6 +47,9 @@ typedef enum cnn_cuda_cache_result {
  * (malloc'd) and *len hold the payload; on a rejection `why` says which check failed. */
 cnn_cuda_cache_result cnn_cuda_cache_load(const char *dir, const char *desc, void **data, size_t *len, char *why,
                                           size_t why_cap);
+/* The same checks on an entry's bytes in memory (path labels `why`; the fuzz target of tests/fuzz). */
+cnn_cuda_cache_result cnn_cuda_cache_parse(const unsigned char *buf, size_t size, const char *desc, const char *path,
+                                           void **data, size_t *len, char *why, size_t why_cap);
 /* Write atomically (temp file + rename; dir created if missing). */
 cnn_status cnn_cuda_cache_store(const char *dir, const char *desc, const void *data, size_t len);
 /* The path of desc's entry. */
@@ -54,6 +57,16 @@ void cnn_cuda_cache_path(const char *dir, const char *desc, char *buf, size_t ca
 /* FNV-1a 64 of bytes, continuing from h (start with CNN_FNV_OFFSET). */
 #define CNN_FNV_OFFSET 0xcbf29ce484222325ULL
 uint64_t cnn_fnv1a64(uint64_t h, const void *data, size_t len);
+
+/* ---- the tuning cache (tune.c) ------------------------------------------------------------------------- */
+
+/* One line "key|cfg|splits|ms" (len bytes, no newline): false unless the key is 1..key_cap-1 printable bytes,
+ * cfg >= 0, splits >= 1 and ms a finite number >= 0, with nothing after it. */
+bool cnn_cuda_tune_parse_line(const char *line, size_t len, char *key, size_t key_cap, int *cfg, int *splits,
+                              float *ms);
+/* Every complete line of a cache file's text: put() for each valid one; returns their number, *bad the others. */
+int cnn_cuda_tune_parse(const char *text, size_t len,
+                        void (*put)(void *ctx, const char *key, int cfg, int splits, float ms), void *ctx, int *bad);
 
 /* ---- a live backend ------------------------------------------------------------------------------------ */
 

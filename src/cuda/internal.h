@@ -180,7 +180,7 @@ enum {
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
-enum { OPT_SGD, OPT_ADAMW, OPT_NONFINITE, OPT_N };
+enum { OPT_SGD, OPT_ADAMW, OPT_NONFINITE, OPT_GUARD, OPT_N };
 
 /* Configs of a family. */
 static inline int cuda_family_configs(const cuda_family *fam) { return fam->count ? fam->count() : fam->n_configs; }
@@ -388,5 +388,6 @@ cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, flo
 cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
                              float *m, float *v, float grad_scale);
 cnn_status cuda_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out);
+cnn_status cuda_guard_step(cnn_backend *be, const cnn_guard *g, cnn_guard_state *state);
 
 #endif

@@ -104,10 +104,12 @@ void cnn_cuda_nvrtc_version(int *major, int *minor) {
 
 cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap) {
     int n = 0;
-    CNN_CHECK_NVRTC(nvrtc.GetNumSupportedArchs(&n));
+    nvrtcResult r = nvrtc.GetNumSupportedArchs(&n); /* a library that fails here is broken, not the process */
+    if (r != NVRTC_SUCCESS) return cnn_fail(CNN_E_DEVICE, "nvrtcGetNumSupportedArchs: %s", nvrtc.GetErrorString(r));
     if (n <= 0 || n > 256) return cnn_fail(CNN_E_DEVICE, "NVRTC reports %d supported architectures", n);
     int archs[256];
-    CNN_CHECK_NVRTC(nvrtc.GetSupportedArchs(archs));
+    r = nvrtc.GetSupportedArchs(archs);
+    if (r != NVRTC_SUCCESS) return cnn_fail(CNN_E_DEVICE, "nvrtcGetSupportedArchs: %s", nvrtc.GetErrorString(r));
     int want = major * 10 + minor, best = -1;
     bool exact = false;
     for (int i = 0; i < n; i++) {
@@ -253,6 +255,56 @@ void cnn_cuda_cache_path(const char *dir, const char *desc, char *buf, size_t ca
     snprintf(buf, cap, "%s/%016llx.cubin", dir, (unsigned long long)key);
 }
 
+cnn_cuda_cache_result cnn_cuda_cache_parse(const unsigned char *buf, size_t size, const char *desc, const char *path,
+                                           void **data, size_t *len, char *why, size_t why_cap) {
+    *data = NULL;
+    *len = 0;
+    if (why_cap) why[0] = 0;
+    size_t dlen = strlen(desc);
+    if (size < CACHE_HEADER || size > CACHE_MAX_FILE) {
+        snprintf(why, why_cap, "%s: size %zu out of range", path, size);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    uint64_t key = cnn_fnv1a64(CNN_FNV_OFFSET, desc, dlen);
+    uint32_t ver = get_u32(buf + 8), hd = get_u32(buf + 12);
+    uint64_t fkey = get_u64(buf + 16), plen = get_u64(buf + 24), psum = get_u64(buf + 32);
+    if (memcmp(buf, CACHE_MAGIC, 8) != 0) {
+        snprintf(why, why_cap, "%s: bad magic", path);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    if (ver != CACHE_VERSION) {
+        snprintf(why, why_cap, "%s: format version %u, expected %u", path, ver, CACHE_VERSION);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    if (fkey != key) {
+        snprintf(why, why_cap, "%s: key %016llx does not match its name", path, (unsigned long long)fkey);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    /* plen <= size was checked first: the sum cannot wrap */
+    if (hd != dlen || plen == 0 || plen > size || (uint64_t)CACHE_HEADER + hd + plen != (uint64_t)size) {
+        snprintf(why, why_cap, "%s: lengths (descriptor %u, payload %llu) do not match the file size %zu", path, hd,
+                 (unsigned long long)plen, size);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    if (memcmp(buf + CACHE_HEADER, desc, dlen) != 0) {
+        snprintf(why, why_cap, "%s: descriptor differs (stale entry or key collision)", path);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    const unsigned char *payload = buf + CACHE_HEADER + dlen;
+    if (cnn_fnv1a64(CNN_FNV_OFFSET, payload, (size_t)plen) != psum) {
+        snprintf(why, why_cap, "%s: payload checksum mismatch (corrupt)", path);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    *data = malloc((size_t)plen);
+    if (!*data) {
+        snprintf(why, why_cap, "%s: no memory", path);
+        return CNN_CUDA_CACHE_REJECTED;
+    }
+    memcpy(*data, payload, (size_t)plen);
+    *len = (size_t)plen;
+    return CNN_CUDA_CACHE_HIT;
+}
+
 cnn_cuda_cache_result cnn_cuda_cache_load(const char *dir, const char *desc, void **data, size_t *len, char *why,
                                           size_t why_cap) {
     *data = NULL;
@@ -265,7 +317,6 @@ cnn_cuda_cache_result cnn_cuda_cache_load(const char *dir, const char *desc, voi
     struct stat st;
     unsigned char *buf = NULL;
     cnn_cuda_cache_result res = CNN_CUDA_CACHE_REJECTED;
-    size_t dlen = strlen(desc);
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         snprintf(why, why_cap, "%s: not a regular file", path);
         goto out;
@@ -291,43 +342,7 @@ cnn_cuda_cache_result cnn_cuda_cache_load(const char *dir, const char *desc, voi
         snprintf(why, why_cap, "%s: short read (%zu of %zu bytes)", path, got, size);
         goto out;
     }
-    uint64_t key = cnn_fnv1a64(CNN_FNV_OFFSET, desc, dlen);
-    uint32_t ver = get_u32(buf + 8), hd = get_u32(buf + 12);
-    uint64_t fkey = get_u64(buf + 16), plen = get_u64(buf + 24), psum = get_u64(buf + 32);
-    if (memcmp(buf, CACHE_MAGIC, 8) != 0) {
-        snprintf(why, why_cap, "%s: bad magic", path);
-        goto out;
-    }
-    if (ver != CACHE_VERSION) {
-        snprintf(why, why_cap, "%s: format version %u, expected %u", path, ver, CACHE_VERSION);
-        goto out;
-    }
-    if (fkey != key) {
-        snprintf(why, why_cap, "%s: key %016llx does not match its name", path, (unsigned long long)fkey);
-        goto out;
-    }
-    if (hd != dlen || plen == 0 || (uint64_t)CACHE_HEADER + hd + plen != (uint64_t)size) {
-        snprintf(why, why_cap, "%s: lengths (descriptor %u, payload %llu) do not match the file size %zu", path, hd,
-                 (unsigned long long)plen, size);
-        goto out;
-    }
-    if (memcmp(buf + CACHE_HEADER, desc, dlen) != 0) {
-        snprintf(why, why_cap, "%s: descriptor differs (stale entry or key collision)", path);
-        goto out;
-    }
-    const unsigned char *payload = buf + CACHE_HEADER + dlen;
-    if (cnn_fnv1a64(CNN_FNV_OFFSET, payload, (size_t)plen) != psum) {
-        snprintf(why, why_cap, "%s: payload checksum mismatch (corrupt)", path);
-        goto out;
-    }
-    *data = malloc((size_t)plen);
-    if (!*data) {
-        snprintf(why, why_cap, "%s: no memory", path);
-        goto out;
-    }
-    memcpy(*data, payload, (size_t)plen);
-    *len = (size_t)plen;
-    res = CNN_CUDA_CACHE_HIT;
+    res = cnn_cuda_cache_parse(buf, size, desc, path, data, len, why, why_cap);
 out:
     free(buf);
     close(fd);

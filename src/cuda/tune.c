@@ -14,7 +14,10 @@
 #include "cuda/hooks.h"
 #include "cuda/internal.h"
 
+#include "cnn/io.h"
+
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,29 +57,67 @@ static void put_mem(cuda_be *cb, const char *key, int cfg, int splits, float ms)
     e->cfg = cfg, e->splits = splits, e->ms = ms;
 }
 
+bool cnn_cuda_tune_parse_line(const char *line, size_t len, char *key, size_t key_cap, int *cfg, int *splits,
+                              float *ms) {
+    const char *bar = memchr(line, '|', len);
+    if (!bar || bar == line || (size_t)(bar - line) >= key_cap) return false;
+    for (const char *p = line; p < bar; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) return false; /* keys are printable */
+    char num[64];
+    size_t rest = len - (size_t)(bar + 1 - line);
+    if (rest == 0 || rest >= sizeof num) return false;
+    memcpy(num, bar + 1, rest);
+    num[rest] = 0;
+    int a, b, used = 0;
+    float t;
+    if (sscanf(num, "%d|%d|%f%n", &a, &b, &t, &used) != 3 || num[used] != 0 || a < 0 || b < 1 || !(t >= 0.0f) ||
+        !isfinite(t))
+        return false;
+    memcpy(key, line, (size_t)(bar - line));
+    key[bar - line] = 0;
+    *cfg = a, *splits = b, *ms = t;
+    return true;
+}
+
+int cnn_cuda_tune_parse(const char *text, size_t len, void (*put)(void *ctx, const char *key, int cfg, int splits,
+                                                                  float ms),
+                        void *ctx, int *bad) {
+    int n = 0;
+    *bad = 0;
+    char key[sizeof ((cuda_tune_entry *)0)->key];
+    for (size_t pos = 0; pos < len;) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) : len; /* a last line without its newline is torn: skipped */
+        int cfg, splits;
+        float ms;
+        if (nl && cnn_cuda_tune_parse_line(text + pos, end - pos, key, sizeof key, &cfg, &splits, &ms)) {
+            put(ctx, key, cfg, splits, ms);
+            n++;
+        } else if (end > pos) {
+            (*bad)++;
+        }
+        pos = end + 1;
+    }
+    return n;
+}
+
+static void put_cb(void *ctx, const char *key, int cfg, int splits, float ms) { put_mem(ctx, key, cfg, splits, ms); }
+
 static void load_disk(cuda_be *cb) {
     cb->tune_loaded = true;
     if (!cb->cache_dir[0]) return;
     char path[1200];
     tune_path(cb, path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    char line[512];
-    int n = 0, bad = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *bar = strchr(line, '|');
-        int cfg, splits;
-        float ms;
-        if (!bar || (size_t)(bar - line) >= sizeof cb->tune_tab[0].key || sscanf(bar + 1, "%d|%d|%f", &cfg, &splits, &ms) != 3 ||
-            cfg < 0 || splits < 1) {
-            bad++;
-            continue;
-        }
-        *bar = '\0';
-        put_mem(cb, line, cfg, splits, ms);
-        n++;
+    uint8_t *text;
+    size_t len;
+    if (access(path, F_OK) != 0) return;
+    if (cnn_read_file(path, (size_t)64 << 20, &text, &len) != CNN_OK) {
+        cnn_log(1, "cnn: tuning cache ignored: %s", cnn_error_msg());
+        cnn_error_clear();
+        return;
     }
-    fclose(f);
+    int bad = 0, n = cnn_cuda_tune_parse((const char *)text, len, put_cb, cb, &bad);
+    free(text);
     cnn_log(2, "cnn: tuning cache %s: %d entries%s", path, n, bad ? " (malformed lines skipped)" : "");
 }
 

@@ -13,8 +13,8 @@
  *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_fast group with F32
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
- * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first linear xent prep
- * optim nonfinite graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first
+ * conv_pair conv_wgrad conv_dgrad linear xent prep optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
@@ -25,6 +25,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <errno.h>
@@ -1920,6 +1921,96 @@ static void g_nonfinite(ctx *t) {
     }
 }
 
+/* ---- the training step's non-finite guard --------------------------------------------------------------- */
+
+/* One guard_step on backend be over (loss, stats, backup) from the host; the state, stats and backup after it
+ * come back into the same host arrays. */
+static cnn_status guard_once(cnn_backend *be, float loss, float *stats, float *backup, int64_t n, bool halt,
+                             cnn_guard_state *gs) {
+    void *dl = NULL, *ds = NULL, *db = NULL, *dg = NULL;
+    size_t sb = (size_t)(n ? n : 1) * 4;
+    cnn_status st = be->alloc(be, 4, "loss", &dl);
+    if (st == CNN_OK) st = be->alloc(be, sb, "stats", &ds);
+    if (st == CNN_OK) st = be->alloc(be, sb, "backup", &db);
+    if (st == CNN_OK) st = be->alloc(be, sizeof *gs, "guard", &dg);
+    if (st == CNN_OK) st = be->upload(be, dl, &loss, 4);
+    if (st == CNN_OK && n) st = be->upload(be, ds, stats, (size_t)n * 4);
+    if (st == CNN_OK && n) st = be->upload(be, db, backup, (size_t)n * 4);
+    if (st == CNN_OK) st = be->upload(be, dg, gs, sizeof *gs);
+    cnn_guard g = {.loss = dl, .stats = ds, .backup = db, .n_stats = n, .halt_on_bad = halt};
+    if (st == CNN_OK) st = be->guard_step(be, &g, dg);
+    if (st == CNN_OK) st = be->download(be, gs, dg, sizeof *gs);
+    if (st == CNN_OK && n) st = be->download(be, stats, ds, (size_t)n * 4);
+    if (st == CNN_OK && n) st = be->download(be, backup, db, (size_t)n * 4);
+    void *all[] = {dl, ds, db, dg};
+    for (int i = 0; i < 4; i++)
+        if (all[i]) be->free(be, all[i]);
+    return st;
+}
+
+/* guard_step on the GPU against the CPU backend's, step after step, through every verdict: a finite step
+ * refreshes the backup, a NaN loss or an Inf statistic restores the statistics and skips, halt mode keeps
+ * skipping; and the optimizers leave everything alone when the verdict word says skip. */
+static void g_guard(ctx *t) {
+    const int64_t n = 3000; /* more than one block's threads: every thread's share is checked */
+    float *st_g = malloc(n * 4), *bk_g = malloc(n * 4), *st_c = malloc(n * 4), *bk_c = malloc(n * 4);
+    for (int halt = 0; halt <= 1; halt++) {
+        cnn_guard_state gg = {0}, gc = {0};
+        fill(bk_g, n, 4100, 0.5f, 1.5f);
+        memcpy(bk_c, bk_g, n * 4);
+        /* per step: loss, index of a poisoned statistic (-1 none), the value put there */
+        static const struct { float loss; int64_t at; float v; } seq[] = {
+            {2.5f, -1, 0}, {NAN, -1, 0}, {1.0f, 2999, INFINITY}, {1.5f, -1, 0}, {INFINITY, 17, NAN}, {0.5f, -1, 0}};
+        for (int k = 0; k < 6; k++) {
+            fill(st_g, n, 4200 + k, 0.5f, 1.5f);
+            if (seq[k].at >= 0) st_g[seq[k].at] = seq[k].v;
+            memcpy(st_c, st_g, n * 4);
+            float *before = malloc(n * 4);
+            memcpy(before, bk_g, n * 4);
+            cnn_status s1 = guard_once(t->gpu, seq[k].loss, st_g, bk_g, n, halt, &gg);
+            cnn_status s2 = t->cpu ? guard_once(t->cpu, seq[k].loss, st_c, bk_c, n, halt, &gc) : CNN_OK;
+            bool bad = !isfinite(seq[k].loss) || seq[k].at >= 0;
+            bool skip = bad || (halt && k >= 1);
+            bool same_cpu = !t->cpu || (memcmp(&gg, &gc, offsetof(cnn_guard_state, first_loss)) == 0 &&
+                                        memcmp(st_g, st_c, n * 4) == 0 && memcmp(bk_g, bk_c, n * 4) == 0);
+            bool restored = skip ? memcmp(st_g, before, n * 4) == 0 : memcmp(bk_g, st_g, n * 4) == 0;
+            char name[64];
+            snprintf(name, sizeof name, "guard.%s.step%d", halt ? "halt" : "skip", k + 1);
+            check(s1 == CNN_OK && s2 == CNN_OK && gg.steps == (uint64_t)k + 1 && gg.skip == (uint32_t)skip &&
+                      gg.first_bad == (k >= 1 ? 2u : 0u) && (k < 1 || gg.first_what == CNN_GUARD_LOSS) &&
+                      gg.bad_steps == (uint64_t)(k >= 4 ? 3 : k >= 2 ? 2 : k) && restored && same_cpu &&
+                      (isnan(seq[k].loss) ? isnan(gg.loss) : gg.loss == seq[k].loss),
+                  name, "%s; steps %llu bad %llu first %llu what %u skip %u (want %d) restored/refreshed %d, as the CPU %d",
+                  s1 == CNN_OK ? "ok" : cnn_error_msg(), (unsigned long long)gg.steps, (unsigned long long)gg.bad_steps,
+                  (unsigned long long)gg.first_bad, gg.first_what, gg.skip, skip, restored, same_cpu);
+            free(before);
+        }
+    }
+    /* the optimizers honour the verdict word */
+    const int64_t m = 1000;
+    arr w = arr_in(t, m, false, 4300, -1, 1, 0), g = arr_in(t, m, false, 4301, -1, 1, 0);
+    arr b1 = arr_in(t, m, false, 4302, -1, 1, 0), b2 = arr_in(t, m, false, 4303, 0, 1, 0);
+    void *word = NULL;
+    uint32_t one = 1;
+    expect_ok(t->gpu->alloc(t->gpu, 4, "skip word", &word), "guard.alloc");
+    expect_ok(t->gpu->upload(t->gpu, word, &one, 4), "guard.upload");
+    cnn_sgd sg = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .skip = word};
+    cnn_adamw aw = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = 3,
+                    .skip = word};
+    expect_ok(t->gpu->sgd_update(t->gpu, &sg, m, w.g.p, g.g.p, b1.g.p, 1.0f), "guard.sgd");
+    expect_ok(t->gpu->adamw_update(t->gpu, &aw, m, w.g.p, g.g.p, b1.g.p, b2.g.p, 1.0f), "guard.adamw");
+    expect_ok(t->gpu->sync(t->gpu), "guard.sync");
+    check(buf_unchanged(&w.g) && buf_unchanged(&b1.g) && buf_unchanged(&b2.g), "guard.optimizers_skip", NULL);
+    uint32_t zero = 0;
+    expect_ok(t->gpu->upload(t->gpu, word, &zero, 4), "guard.upload");
+    expect_ok(t->gpu->sgd_update(t->gpu, &sg, m, w.g.p, g.g.p, b1.g.p, 1.0f), "guard.sgd");
+    expect_ok(t->gpu->sync(t->gpu), "guard.sync");
+    check(!buf_unchanged(&w.g), "guard.optimizers_update_when_clear", NULL);
+    t->gpu->free(t->gpu, word);
+    arr_free(t, &w), arr_free(t, &g), arr_free(t, &b1), arr_free(t, &b2);
+    free(st_g), free(bk_g), free(st_c), free(bk_c);
+}
+
 /* ---- graphs, determinism -------------------------------------------------------------------------------- */
 
 /* A small training step through the backend: conv -> bn -> relu -> maxpool -> flatten -> linear -> xent and back,
@@ -2461,7 +2552,8 @@ static const group groups[] = {
     {"conv_dgrad", g_dgrad_fast, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
-    {"nonfinite", g_nonfinite, false, false}, {"graph", g_graph, true, false},
+    {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
+    {"graph", g_graph, true, false},
     {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},
     {"cache", g_cache, true, false},       {"misc", g_misc, true, false},
 };
@@ -2559,7 +2651,11 @@ int main(int argc, char **argv) {
         double t0 = cnn_now();
         pid_t pid = fork();
         if (pid == 0) {
-            alarm((unsigned)timeout);
+            /* a hung group is stopped by its CPU seconds (SIGXCPU), which a busy machine does not inflate; the wall
+             * clock only far beyond them (a GPU hang that sleeps in the driver) */
+            struct rlimit rl = {.rlim_cur = (rlim_t)timeout, .rlim_max = (rlim_t)timeout + 5};
+            setrlimit(RLIMIT_CPU, &rl);
+            alarm((unsigned)timeout * 10);
             test_passed = test_failed = test_skipped = 0;
             run_group(g);
             fflush(stdout);
@@ -2575,7 +2671,7 @@ int main(int argc, char **argv) {
         }
         if (WIFSIGNALED(status))
             check(false, g->name, "the group's process died of signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
-                  WTERMSIG(status) == SIGALRM ? " -- timed out" : "");
+                  WTERMSIG(status) == SIGALRM || WTERMSIG(status) == SIGXCPU ? " -- timed out" : "");
         else if (WEXITSTATUS(status) != 0)
             check(false, g->name, "the group's process exited with status %d", WEXITSTATUS(status));
         printf("# group %s: %.1f s\n", g->name, cnn_now() - t0);

@@ -204,7 +204,25 @@ static void test_synthetic(void) {
     check(memcmp(a, b, sizeof a) != 0, "data.synthetic_varies", NULL);
 }
 
+/* Error messages stay one line whatever a file put in them (issue 30: tensor names with a newline or a terminal
+ * escape reached stderr raw), also through cnn_error_prefix; long ones are cut, never mid-escape. */
+static void test_messages(void) {
+    cnn_fail(CNN_E_FORMAT, "name \"%s\"", "a\nb\x1b[31mc\x7f\xc2\x9b\xc3\xa9");
+    check(strcmp(cnn_error_msg(), "name \"a\\x0Ab\\x1B[31mc\\x7F\\x9B\xc3\xa9\"") == 0, "status.message_escaped", "%s",
+          cnn_error_msg());
+    cnn_error_prefix(CNN_E_FORMAT, "file\rx");
+    check(strncmp(cnn_error_msg(), "file\\x0Dx: name", 15) == 0, "status.prefix_escaped", "%s", cnn_error_msg());
+    char big[3000];
+    memset(big, '\n', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    cnn_fail(CNN_E_FORMAT, "%s", big);
+    size_t n = strlen(cnn_error_msg());
+    check(n > 0 && n < 1024 && n % 4 == 0 && !strchr(cnn_error_msg(), '\n'), "status.long_message_cut", "%zu bytes", n);
+    cnn_error_clear();
+}
+
 int main(void) {
+    test_messages();
     test_philox();
     test_half();
     test_plan();

@@ -124,6 +124,22 @@ static void test_cache(void) {
         check(r == CNN_CUDA_CACHE_REJECTED && strstr(why, flips[i].reason), flips[i].name, "%s", why);
     }
 
+    /* a 40-byte entry whose payload length 2^64 - D makes header + descriptor + payload add up to its size modulo
+     * 2^64: rejected before anything past its end is read (419bfde compared the descriptor beyond the buffer) */
+    {
+        unsigned char e[40] = "CNNKBIN1";
+        uint64_t dlen = strlen(desc), key = cnn_fnv1a64(CNN_FNV_OFFSET, desc, dlen), plen = (uint64_t)0 - dlen;
+        e[8] = 1;
+        for (int i = 0; i < 4; i++) e[12 + i] = (unsigned char)(dlen >> (8 * i));
+        for (int i = 0; i < 8; i++) e[16 + i] = (unsigned char)(key >> (8 * i)), e[24 + i] = (unsigned char)(plen >> (8 * i));
+        FILE *f = fopen(path, "wb");
+        bool w = f && fwrite(e, 1, sizeof e, f) == sizeof e;
+        if (f) fclose(f);
+        r = cnn_cuda_cache_load(cache_dir, desc, &data, &len, why, sizeof why);
+        check(w && r == CNN_CUDA_CACHE_REJECTED && data == NULL && strstr(why, "lengths"), "cache.length_wraps_rejected",
+              "%s", why);
+    }
+
     /* concurrent writers of the same entry and a reader: the reader sees a complete entry or none, never a torn one */
     cnn_cuda_cache_store(cache_dir, desc, payload, sizeof payload);
     pid_t kids[4];

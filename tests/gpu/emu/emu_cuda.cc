@@ -12,7 +12,8 @@
  * Stream capture records launches, copies and memsets, with copies of the kernel arguments, and a graph replays
  * them. Tensor maps (TMA) are encoded in the emulator's own form (emu_tmap.h) and copied synchronously. Kernel
  * timing is host wall time. Build with the sanitizers (tests/gpu/emu/run.sh) to have kernel memory errors
- * reported by ASan/UBSan. Test infrastructure only.
+ * reported by ASan/UBSan. CNN_EMU_FAIL_CALL=n fails the n-th API call (fault injection, below). Test
+ * infrastructure only.
  */
 #include <cuda.h>
 
@@ -315,11 +316,37 @@ static CUresult check_range(CUdeviceptr p, size_t bytes, const char *what) {
     return fail(CUDA_ERROR_INVALID_VALUE, std::string(what) + ": " + b + " is not inside one allocation");
 }
 
+#define EMU_LIB "cuda"
+/* ---- fault injection (tests/reliability/b19_faults.sh) ------------------------------------------------------
+ * CNN_EMU_FAIL_CALL=n: the n-th call into this library's API fails (its error code, nothing done);
+ * CNN_EMU_COUNT=path: the number of calls is appended to path at exit ("cuda <calls>"). */
+static long long emu_calls, emu_fail_at = -2;
+static const char *emu_count_path;
+static void emu_count_report(void) {
+    FILE *f = fopen(emu_count_path, "a");
+    if (f) fprintf(f, EMU_LIB " %lld\n", (long long)__atomic_load_n(&emu_calls, __ATOMIC_SEQ_CST)), fclose(f);
+}
+static bool emu_fault(void) {
+    if (__atomic_load_n(&emu_fail_at, __ATOMIC_SEQ_CST) == -2) {
+        const char *v = getenv("CNN_EMU_FAIL_CALL");
+        emu_count_path = getenv("CNN_EMU_COUNT");
+        if (emu_count_path && __atomic_exchange_n(&emu_fail_at, v ? atoll(v) : -1, __ATOMIC_SEQ_CST) == -2)
+            atexit(emu_count_report);
+        else __atomic_store_n(&emu_fail_at, v ? atoll(v) : -1, __ATOMIC_SEQ_CST);
+    }
+    return __atomic_add_fetch(&emu_calls, 1, __ATOMIC_SEQ_CST) == emu_fail_at;
+}
+#define FAULT(err)                                                                                            \
+    do {                                                                                                      \
+        if (emu_fault()) return (err);                                                                        \
+    } while (0)
+
 /* ---- the API -------------------------------------------------------------------------------------------- */
 
 extern "C" {
 
 static CUresult e_Init(unsigned) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     const char *mb = getenv("CNN_EMU_MEM_MB");
     mem_budget = (size_t)(mb ? atol(mb) : 1024) << 20;
     const char *sm = getenv("CNN_EMU_SMS");
@@ -330,7 +357,7 @@ static CUresult e_Init(unsigned) {
     rt.yield = emu_yield;
     return CUDA_SUCCESS;
 }
-static CUresult e_DriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
+static CUresult e_DriverGetVersion(int *v) { FAULT(CUDA_ERROR_UNKNOWN); *v = 13000; return CUDA_SUCCESS; }
 static CUresult e_GetErrorName(CUresult r, const char **s) {
     switch (r) {
     case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
@@ -347,17 +374,20 @@ static CUresult e_GetErrorString(CUresult r, const char **s) {
     *s = r == CUDA_SUCCESS ? "no error" : "emulated error (see the emu: line on stderr)";
     return CUDA_SUCCESS;
 }
-static CUresult e_DeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult e_DeviceGetCount(int *n) { FAULT(CUDA_ERROR_UNKNOWN); *n = 1; return CUDA_SUCCESS; }
 static CUresult e_DeviceGet(CUdevice *d, int i) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (i != 0) return CUDA_ERROR_INVALID_DEVICE;
     *d = 0;
     return CUDA_SUCCESS;
 }
 static CUresult e_DeviceGetName(char *name, int len, CUdevice) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     snprintf(name, (size_t)len, "cnn CPU emulator");
     return CUDA_SUCCESS;
 }
 static CUresult e_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
          : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? sm_count
@@ -365,15 +395,16 @@ static CUresult e_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
                                                              : 0;
     return CUDA_SUCCESS;
 }
-static CUresult e_DeviceTotalMem(size_t *b, CUdevice) { *b = mem_budget; return CUDA_SUCCESS; }
+static CUresult e_DeviceTotalMem(size_t *b, CUdevice) { FAULT(CUDA_ERROR_UNKNOWN); *b = mem_budget; return CUDA_SUCCESS; }
 static int ctx_token;
-static CUresult e_DevicePrimaryCtxRetain(CUcontext *c, CUdevice) { *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
-static CUresult e_DevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
+static CUresult e_DevicePrimaryCtxRetain(CUcontext *c, CUdevice) { FAULT(CUDA_ERROR_UNKNOWN); *c = (CUcontext)&ctx_token; return CUDA_SUCCESS; }
+static CUresult e_DevicePrimaryCtxRelease(CUdevice) { FAULT(CUDA_ERROR_UNKNOWN); return CUDA_SUCCESS; }
 static CUcontext current;
-static CUresult e_CtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
-static CUresult e_CtxGetCurrent(CUcontext *c) { *c = current; return CUDA_SUCCESS; }
+static CUresult e_CtxSetCurrent(CUcontext c) { FAULT(CUDA_ERROR_UNKNOWN); current = c; return CUDA_SUCCESS; }
+static CUresult e_CtxGetCurrent(CUcontext *c) { FAULT(CUDA_ERROR_UNKNOWN); *c = current; return CUDA_SUCCESS; }
 
 static CUresult e_MemAlloc(CUdeviceptr *p, size_t bytes) {
+    FAULT(CUDA_ERROR_OUT_OF_MEMORY);
     if (sticky) return sticky;
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (bytes > mem_budget - mem_used) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -387,6 +418,7 @@ static CUresult e_MemAlloc(CUdeviceptr *p, size_t bytes) {
     return CUDA_SUCCESS;
 }
 static CUresult e_MemFree(CUdeviceptr p) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     auto it = allocs.find(p);
     if (it == allocs.end()) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemFree of a pointer cuMemAlloc did not return");
     mem_used -= it->second;
@@ -395,11 +427,13 @@ static CUresult e_MemFree(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 static CUresult e_MemGetInfo(size_t *fr, size_t *tot) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     *fr = mem_budget - mem_used;
     *tot = mem_budget;
     return CUDA_SUCCESS;
 }
 static CUresult e_MemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     CUresult r = check_range(d, n, "cuMemcpyHtoDAsync destination");
@@ -408,6 +442,7 @@ static CUresult e_MemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, CUstre
     return CUDA_SUCCESS;
 }
 static CUresult e_MemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     CUresult r = check_range(s, n, "cuMemcpyDtoHAsync source");
@@ -416,6 +451,7 @@ static CUresult e_MemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, CUstream) {
     return CUDA_SUCCESS;
 }
 static CUresult e_MemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     CUresult r = check_range(d, n, "cuMemcpyDtoDAsync destination");
     if (!r) r = check_range(s, n, "cuMemcpyDtoDAsync source");
@@ -429,6 +465,7 @@ static CUresult e_MemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstre
     return exec_op(o);
 }
 static CUresult e_MemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     CUresult r = check_range(d, n, "cuMemsetD8Async");
     if (r) return r;
@@ -441,23 +478,26 @@ static CUresult e_MemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstre
     return exec_op(o);
 }
 static int stream_token;
-static CUresult e_StreamCreate(CUstream *s, unsigned) { *s = (CUstream)&stream_token; return CUDA_SUCCESS; }
-static CUresult e_StreamDestroy(CUstream) { return CUDA_SUCCESS; }
+static CUresult e_StreamCreate(CUstream *s, unsigned) { FAULT(CUDA_ERROR_UNKNOWN); *s = (CUstream)&stream_token; return CUDA_SUCCESS; }
+static CUresult e_StreamDestroy(CUstream) { FAULT(CUDA_ERROR_UNKNOWN); return CUDA_SUCCESS; }
 static CUresult e_StreamSynchronize(CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return sticky;
 }
-static CUresult e_EventCreate(CUevent *e, unsigned) { *e = (CUevent) new double(0); return CUDA_SUCCESS; }
-static CUresult e_EventDestroy(CUevent e) { delete (double *)e; return CUDA_SUCCESS; }
+static CUresult e_EventCreate(CUevent *e, unsigned) { FAULT(CUDA_ERROR_UNKNOWN); *e = (CUevent) new double(0); return CUDA_SUCCESS; }
+static CUresult e_EventDestroy(CUevent e) { FAULT(CUDA_ERROR_UNKNOWN); delete (double *)e; return CUDA_SUCCESS; }
 static CUresult e_EventRecord(CUevent e, CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     *(double *)e = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
     return sticky;
 }
-static CUresult e_EventSynchronize(CUevent) { return sticky; }
+static CUresult e_EventSynchronize(CUevent) { FAULT(CUDA_ERROR_UNKNOWN); return sticky; }
 static CUresult e_EventElapsedTime(float *ms, CUevent a, CUevent b) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     *ms = (float)(*(double *)b - *(double *)a);
     if (*ms <= 0) *ms = 1e-3f;
     return sticky;
@@ -468,6 +508,7 @@ struct module {
     std::map<std::string, kfunc *> fns;
 };
 static CUresult e_ModuleLoadData(CUmodule *m, const void *image) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     const char *img = (const char *)image;
     if (strncmp(img, "CNNEMU1\n", 8) != 0) return fail(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoadData: not an emulator image");
     void *lib = dlopen(img + 8, RTLD_NOW | RTLD_LOCAL);
@@ -481,6 +522,7 @@ static CUresult e_ModuleLoadData(CUmodule *m, const void *image) {
     return CUDA_SUCCESS;
 }
 static CUresult e_ModuleUnload(CUmodule m) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     module *mod = (module *)m;
     for (auto &kv : mod->fns) delete kv.second;
     /* the library stays loaded: recorded graphs may still point into it */
@@ -488,6 +530,7 @@ static CUresult e_ModuleUnload(CUmodule m) {
     return CUDA_SUCCESS;
 }
 static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     module *mod = (module *)m;
     std::string call = std::string("emu_call_") + name, size = std::string("emu_size_") + name;
     kfunc *k = new kfunc;
@@ -502,19 +545,22 @@ static CUresult e_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
     *f = (CUfunction)k;
     return CUDA_SUCCESS;
 }
-static CUresult e_FuncGetAttribute(int *v, CUfunction_attribute, CUfunction) { *v = 0; return CUDA_SUCCESS; }
+static CUresult e_FuncGetAttribute(int *v, CUfunction_attribute, CUfunction) { FAULT(CUDA_ERROR_UNKNOWN); *v = 0; return CUDA_SUCCESS; }
 /* dynamic shared memory: the kernels declare a static array of the same size when compiled for the emulator */
 static CUresult e_FuncSetAttribute(CUfunction, CUfunction_attribute a, int) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return fail(CUDA_ERROR_NOT_SUPPORTED, "cuFuncSetAttribute: attribute");
     return CUDA_SUCCESS;
 }
 /* one block per SM: a persistent grid then has sm_count CTAs (tests cap it lower to give each several tiles) */
 static CUresult e_OccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction, int, size_t) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     *n = 1;
     return CUDA_SUCCESS;
 }
 static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, CUstream, void **params, void **extra) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     kfunc *f = (kfunc *)fn;
     if (!params || extra || smem > 227 * 1024) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": unexpected launch form");
@@ -536,6 +582,7 @@ static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned
 /* the launch with attributes: only programmatic stream serialization, which changes nothing here (launches run
  * one after another), and no clusters */
 static CUresult e_LaunchKernelEx(const CUlaunchConfig *c, CUfunction fn, void **params, void **extra) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     if (!c) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: no launch config");
     for (unsigned i = 0; i < c->numAttrs; i++)
@@ -546,12 +593,14 @@ static CUresult e_LaunchKernelEx(const CUlaunchConfig *c, CUfunction fn, void **
                           c->sharedMemBytes, c->hStream, params, extra);
 }
 static CUresult e_StreamBeginCapture(CUstream, CUstreamCaptureMode) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (capturing) return CUDA_ERROR_ILLEGAL_STATE;
     capturing = true;
     recording = new graph;
     return CUDA_SUCCESS;
 }
 static CUresult e_StreamEndCapture(CUstream, CUgraph *g) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (!capturing) return CUDA_ERROR_ILLEGAL_STATE;
     capturing = false;
     *g = (CUgraph)recording;
@@ -559,14 +608,17 @@ static CUresult e_StreamEndCapture(CUstream, CUgraph *g) {
     return CUDA_SUCCESS;
 }
 static CUresult e_StreamIsCapturing(CUstream, CUstreamCaptureStatus *s) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     *s = capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
 static CUresult e_GraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     *e = (CUgraphExec) new graph(*(graph *)g);
     return CUDA_SUCCESS;
 }
 static CUresult e_GraphLaunch(CUgraphExec e, CUstream) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     for (const op &o : ((graph *)e)->ops) {
         CUresult r = exec_op(o);
@@ -574,8 +626,8 @@ static CUresult e_GraphLaunch(CUgraphExec e, CUstream) {
     }
     return CUDA_SUCCESS;
 }
-static CUresult e_GraphExecDestroy(CUgraphExec e) { delete (graph *)e; return CUDA_SUCCESS; }
-static CUresult e_GraphDestroy(CUgraph g) { delete (graph *)g; return CUDA_SUCCESS; }
+static CUresult e_GraphExecDestroy(CUgraphExec e) { FAULT(CUDA_ERROR_UNKNOWN); delete (graph *)e; return CUDA_SUCCESS; }
+static CUresult e_GraphDestroy(CUgraph g) { FAULT(CUDA_ERROR_UNKNOWN); delete (graph *)g; return CUDA_SUCCESS; }
 
 /* Tensor maps (emu_tmap.h): the driver's documented limits are checked, as the driver checks them, so a launcher
  * that asks for a map the GPU would refuse fails here too. Only what the engine asks for is supported. */
@@ -607,6 +659,7 @@ static CUresult e_TensorMapEncodeTiled(CUtensorMap *tm, CUtensorMapDataType dt, 
                                        const cuuint64_t *dim, const cuuint64_t *stride, const cuuint32_t *box,
                                        const cuuint32_t *estride, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     emu_tensor_map m;
     if (rank != 2) return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the emulator models rank 2 only");
     CUresult r = tmap_common(&m, dt, rank, addr, dim, stride, estride, il, sw, oob);
@@ -627,6 +680,7 @@ static CUresult e_TensorMapEncodeIm2col(CUtensorMap *tm, CUtensorMapDataType dt,
                                         const int *upper, cuuint32_t cpp, cuuint32_t ppc, const cuuint32_t *estride,
                                         CUtensorMapInterleave il, CUtensorMapSwizzle sw, CUtensorMapL2promotion,
                                         CUtensorMapFloatOOBfill oob) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     emu_tensor_map m;
     if (rank != 4) return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeIm2col: the emulator models rank 4 (NHWC) only");
     CUresult r = tmap_common(&m, dt, rank, addr, dim, stride, estride, il, sw, oob);
@@ -663,6 +717,7 @@ static const struct {
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {
+    FAULT(CUDA_ERROR_UNKNOWN);
     (void)version;
     (void)flags;
     for (const auto &t : table)

@@ -5,7 +5,8 @@
  * a rerun reuses them.
  *
  * Environment: CNN_EMU_WORK (work directory, default /tmp/cnn-emu-<uid>), CNN_EMU_CXX (default g++),
- * CNN_EMU_CXXFLAGS (extra flags, e.g. -fsanitize=address,undefined). EMU_DIR (compile time) holds emu.h.
+ * CNN_EMU_CXXFLAGS (extra flags, e.g. -fsanitize=address,undefined), CNN_EMU_NVRTC_FAIL_CALL / CNN_EMU_COUNT (fault
+ * injection: as emu_cuda.cc's CNN_EMU_FAIL_CALL). EMU_DIR (compile time) holds emu.h.
  * Test infrastructure only. */
 #include <nvrtc.h>
 
@@ -67,6 +68,31 @@ static int run(const std::string &cmd, std::string *out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+#define EMU_LIB "nvrtc"
+/* ---- fault injection (tests/reliability/b19_faults.sh) ------------------------------------------------------
+ * CNN_EMU_NVRTC_FAIL_CALL=n: the n-th call into this library's API fails (its error code, nothing done);
+ * CNN_EMU_COUNT=path: the number of calls is appended to path at exit ("nvrtc <calls>"). */
+static long long emu_calls, emu_fail_at = -2;
+static const char *emu_count_path;
+static void emu_count_report(void) {
+    FILE *f = fopen(emu_count_path, "a");
+    if (f) fprintf(f, EMU_LIB " %lld\n", (long long)__atomic_load_n(&emu_calls, __ATOMIC_SEQ_CST)), fclose(f);
+}
+static bool emu_fault(void) {
+    if (__atomic_load_n(&emu_fail_at, __ATOMIC_SEQ_CST) == -2) {
+        const char *v = getenv("CNN_EMU_NVRTC_FAIL_CALL");
+        emu_count_path = getenv("CNN_EMU_COUNT");
+        if (emu_count_path && __atomic_exchange_n(&emu_fail_at, v ? atoll(v) : -1, __ATOMIC_SEQ_CST) == -2)
+            atexit(emu_count_report);
+        else __atomic_store_n(&emu_fail_at, v ? atoll(v) : -1, __ATOMIC_SEQ_CST);
+    }
+    return __atomic_add_fetch(&emu_calls, 1, __ATOMIC_SEQ_CST) == emu_fail_at;
+}
+#define FAULT(err)                                                                                            \
+    do {                                                                                                      \
+        if (emu_fault()) return (err);                                                                        \
+    } while (0)
+
 extern "C" {
 
 const char *nvrtcGetErrorString(nvrtcResult r) {
@@ -74,6 +100,7 @@ const char *nvrtcGetErrorString(nvrtcResult r) {
 }
 
 nvrtcResult nvrtcVersion(int *major, int *minor) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     *major = 99; /* never mistaken for a real NVRTC in cache descriptors */
     *minor = 0;
     return NVRTC_SUCCESS;
@@ -82,17 +109,20 @@ nvrtcResult nvrtcVersion(int *major, int *minor) {
 static const int archs[] = {75, 80, 86, 89, 90, 100, 120};
 
 nvrtcResult nvrtcGetNumSupportedArchs(int *n) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     *n = (int)(sizeof archs / sizeof archs[0]);
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcGetSupportedArchs(int *out) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     memcpy(out, archs, sizeof archs);
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name, int nh, const char *const *headers,
                                const char *const *include_names) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     program *p = new program;
     p->src = src;
     p->name = name ? name : "kernel.cu";
@@ -105,12 +135,14 @@ nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *
 }
 
 nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     delete (program *)*prog;
     *prog = NULL;
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int nopts, const char *const *opts) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     program *p = (program *)prog;
     std::string defs;
     for (int i = 0; i < nopts; i++)
@@ -137,16 +169,34 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int nopts, const char *const 
         return NVRTC_SUCCESS;
     }
     mkdir(dir.c_str(), 0755);
-    bool ok = write_file(dir + "/" + p->name, p->src);
-    for (size_t i = 0; i < p->hdr.size(); i++) ok = ok && write_file(dir + "/" + p->hdr_name[i], p->hdr[i]);
+    /* the sources go to a directory of this process's own: runs side by side (make test's job pool) that build the
+     * same program never read each other's half-written files; only the finished object is shared */
+    std::string src = dir + "/src." + std::to_string(getpid());
+    mkdir(src.c_str(), 0755);
+    std::vector<std::string> written;
+    bool ok = write_file(src + "/" + p->name, p->src);
+    written.push_back(src + "/" + p->name);
+    for (size_t i = 0; i < p->hdr.size(); i++) {
+        ok = ok && write_file(src + "/" + p->hdr_name[i], p->hdr[i]);
+        written.push_back(src + "/" + p->hdr_name[i]);
+    }
+    written.push_back(src + "/wrapper.cc");
+    struct cleanup {
+        std::vector<std::string> &files;
+        std::string dir;
+        ~cleanup() {
+            for (const auto &f : files) unlink(f.c_str());
+            rmdir(dir.c_str());
+        }
+    } clean{written, src};
     if (!ok) {
-        p->log = "emu: cannot write sources to " + dir;
+        p->log = "emu: cannot write sources to " + src;
         return NVRTC_ERROR_COMPILATION;
     }
-    std::string base = std::string(cxx) + " -std=c++17 -x c++ -include " EMU_DIR "/emu.h -I" + dir + defs;
+    std::string base = std::string(cxx) + " -std=c++17 -x c++ -include " EMU_DIR "/emu.h -I" + src + defs;
     /* 1. preprocess to find the kernels actually defined under these options */
     std::string pre;
-    if (run(base + " -E -P " + dir + "/" + p->name, &pre) != 0) {
+    if (run(base + " -E -P " + src + "/" + p->name, &pre) != 0) {
         p->log = pre;
         return NVRTC_ERROR_COMPILATION;
     }
@@ -162,14 +212,14 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int nopts, const char *const 
         while (i < pre.size() && (isalnum((unsigned char)pre[i]) || pre[i] == '_')) i++;
         if (i > b) wrapper += "EMU_EXPORT(" + pre.substr(b, i - b) + ")\n";
     }
-    if (!write_file(dir + "/wrapper.cc", wrapper)) {
+    if (!write_file(src + "/wrapper.cc", wrapper)) {
         p->log = "emu: cannot write the wrapper";
         return NVRTC_ERROR_COMPILATION;
     }
     /* 2. build the shared object (to a temp name, then rename: concurrent runs are safe) */
     std::string tmp = so + ".tmp." + std::to_string(getpid());
     std::string out;
-    int rc = run(base + " -O1 -g -fPIC -shared -Wall -Wno-unknown-pragmas -Wno-unused-function " + extra + " " + dir +
+    int rc = run(base + " -O1 -g -fPIC -shared -Wall -Wno-unknown-pragmas -Wno-unused-function " + extra + " " + src +
                      "/wrapper.cc -o " + tmp,
                  &out);
     if (rc != 0 || rename(tmp.c_str(), so.c_str()) != 0) {
@@ -183,27 +233,31 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int nopts, const char *const 
 }
 
 nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *n) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     *n = ((program *)prog)->log.size() + 1;
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     program *p = (program *)prog;
     memcpy(log, p->log.c_str(), p->log.size() + 1);
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *n) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     *n = ((program *)prog)->image.size() + 1;
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *out) {
+    FAULT(NVRTC_ERROR_INTERNAL_ERROR);
     program *p = (program *)prog;
     memcpy(out, p->image.c_str(), p->image.size() + 1);
     return NVRTC_SUCCESS;
 }
 
-nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *n) { return nvrtcGetCUBINSize(prog, n); }
-nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *out) { return nvrtcGetCUBIN(prog, out); }
+nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *n) { FAULT(NVRTC_ERROR_INTERNAL_ERROR); return nvrtcGetCUBINSize(prog, n); }
+nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *out) { FAULT(NVRTC_ERROR_INTERNAL_ERROR); return nvrtcGetCUBIN(prog, out); }
 }

@@ -8,6 +8,7 @@
 #
 #   BUILD=build tests/gpu/emu/run.sh [gpu_test_ops arguments...]     (make test-gpu-emu)
 #   EMU_SAN=1 ...   also build the emulator and the kernels with ASan+UBSan (use with a SAN=1 build of the test)
+#   run.sh --libs   only build the emulator's libraries (tests/run.sh, before its jobs share them)
 # First run compiles every kernel program with g++ (a few seconds each, cached in $CNN_EMU_WORK).
 set -u
 cd "$(dirname "$0")/../../.."
@@ -37,6 +38,7 @@ for lib in nvrtc cuda; do
         $CXX $FLAGS ${SAN:-} -DEMU_DIR="\"$EMU\"" -o "$dst" "$src" -ldl || { echo "FAIL gpu-emu: cannot build $dst"; exit 1; }
     fi
 done
+[ "${1:-}" = --libs ] && exit 0
 export LD_LIBRARY_PATH=$OUT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CNN_CACHE_DIR=${CNN_CACHE_DIR:-$OUT/kernel-cache}
 export CNN_SYNC_DEBUG=${CNN_SYNC_DEBUG:-1}

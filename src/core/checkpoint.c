@@ -1,0 +1,76 @@
+/* checkpoint.c — a checkpoint's metadata and tensor list, checked before anything of it is used
+ * (checkpoint.h). */
+#include "checkpoint.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A decimal integer of at most 18 digits (no sign, no spaces, no leading '+') within [0, max]. */
+static bool parse_count(const char *s, int64_t max, int64_t *out) {
+    int64_t v = 0;
+    int digits = 0;
+    for (; *s; s++, digits++) {
+        if (*s < '0' || *s > '9' || digits == 18) return false;
+        v = v * 10 + (*s - '0');
+    }
+    if (digits == 0 || v > max) return false;
+    *out = v;
+    return true;
+}
+
+cnn_status cnn_ckpt_meta_parse(const cnn_st_file *f, const char *path, cnn_ckpt_meta *out) {
+    memset(out, 0, sizeof *out);
+    const char *fmt = cnn_st_meta_get(f, "format"), *step = cnn_st_meta_get(f, "step");
+    const char *opts = cnn_st_meta_get(f, "options"), *scale = cnn_st_meta_get(f, "loss_scale");
+    if (!fmt || strcmp(fmt, CNN_CKPT_FORMAT) != 0)
+        return cnn_fail(CNN_E_FORMAT, "%s: not a cnn checkpoint (metadata \"format\" is not %s)", path, CNN_CKPT_FORMAT);
+    if (!step || !parse_count(step, CNN_MAX_STEPS, &out->step))
+        return cnn_fail(CNN_E_FORMAT, "%s: not a cnn checkpoint: metadata \"step\" is not a count in [0, %lld]", path,
+                        (long long)CNN_MAX_STEPS);
+    if (!opts) return cnn_fail(CNN_E_FORMAT, "%s: not a cnn checkpoint: no metadata \"options\"", path);
+    out->options = opts;
+    /* "<scale> <good steps>": the scale as %.9g writes it, one space, the count */
+    const char *sp = scale ? strchr(scale, ' ') : NULL;
+    char num[64];
+    double ls = 0;
+    char *end = NULL;
+    if (sp && (size_t)(sp - scale) < sizeof num && sp > scale) {
+        memcpy(num, scale, (size_t)(sp - scale));
+        num[sp - scale] = 0;
+        ls = strtod(num, &end);
+    }
+    if (!sp || !end || *end || !(ls > 0) || !isfinite(ls) || ls > 18446744073709551616.0 ||
+        !parse_count(sp + 1, 1000000000, &out->good_steps))
+        return cnn_fail(CNN_E_FORMAT, "%s: not a cnn checkpoint: metadata \"loss_scale\" is not \"<scale> <steps>\" "
+                        "with a scale in (0, 2^64] and steps in [0, 10^9]", path);
+    out->loss_scale = (float)ls;
+    return CNN_OK;
+}
+
+const char *cnn_ckpt_opt_name(int n_opt, int k) {
+    static const char *const names[2][2] = {{"optimizer.momentum_buffer", NULL},
+                                            {"optimizer.exp_avg", "optimizer.exp_avg_sq"}};
+    CNN_ASSERT(n_opt >= 1 && n_opt <= 2 && k >= 0 && k < n_opt);
+    return names[n_opt - 1][k];
+}
+
+cnn_status cnn_ckpt_check_tensors(const cnn_st_file *f, const char *path, const cnn_net *net, int n_opt) {
+    for (int e = 0; e < f->n_entries; e++) {
+        const char *name = f->entries[e].name;
+        if (cnn_net_find_param(net, name)) continue;
+        bool known = false;
+        for (int k = 0; k < n_opt && !known; k++) known = strcmp(name, cnn_ckpt_opt_name(n_opt, k)) == 0;
+        if (!known)
+            return cnn_fail(CNN_E_MISMATCH, "%s: unexpected tensor \"%s\" (neither a parameter of %s nor optimizer state "
+                            "of this run)", path, name, net->arch);
+    }
+    for (int k = 0; k < n_opt; k++) {
+        const cnn_st_entry *e = cnn_st_find(f, cnn_ckpt_opt_name(n_opt, k));
+        if (!e || e->dtype != CNN_DTYPE_F32 || e->ndim != 1 || e->shape[0] != net->n_trainable)
+            return cnn_fail(CNN_E_MISMATCH, "%s: optimizer state \"%s\" missing or not F32 (%lld,)", path,
+                            cnn_ckpt_opt_name(n_opt, k), (long long)net->n_trainable);
+    }
+    return CNN_OK;
+}
