@@ -80,6 +80,32 @@ static cnn_status device_first_bad(cnn_model *m, const void *x, int64_t count, i
     return st;
 }
 
+/* The first BatchNorm layer, in node order, whose running statistics hold a non-finite value. */
+static cnn_status check_running_stats(cnn_model *m, diag *d) {
+    const cnn_net *net = cnn_model_net(m);
+    for (int node = 0; node < net->n_nodes && !d->found; node++) {
+        const cnn_node *nd = &net->nodes[node];
+        if (nd->op != CNN_OP_BN) continue;
+        for (int k = 2; k <= 3; k++) { /* running_mean, running_var */
+            const cnn_param *p = &net->params[nd->param[k]];
+            float *v = cnn_malloc((size_t)p->count * sizeof *v, "running statistics (diagnosis)");
+            if (!v) return CNN_E_OOM;
+            cnn_status st = cnn_model_get_param(m, nd->param[k], v);
+            int64_t i = st == CNN_OK ? cnn_first_nonfinite(v, p->count) : -1;
+            free(v);
+            CNN_TRY(st);
+            if (i >= 0) {
+                snprintf(d->where, d->cap, "layer %s (bn) %s, channel %lld", nd->name,
+                         k == 2 ? "running_mean" : "running_var", (long long)i);
+                d->found = true;
+                break;
+            }
+        }
+    }
+    return CNN_OK;
+}
+
+/* Called per executed step of the train plan with the step's output (a fused step reports its last node). */
 static cnn_status check_node(void *ctx, cnn_model *m, int node, const void *value, int64_t count) {
     diag *d = ctx;
     if (d->found) return CNN_OK;
@@ -91,22 +117,6 @@ static cnn_status check_node(void *ctx, cnn_model *m, int node, const void *valu
         snprintf(d->where, d->cap, "layer %s (%s) output, element %lld", nd->name, cnn_op_name(nd->op), (long long)bad);
         d->found = true;
         return CNN_OK;
-    }
-    if (nd->op != CNN_OP_BN) return CNN_OK;
-    for (int k = 2; k <= 3; k++) { /* running_mean, running_var */
-        const cnn_param *p = &net->params[nd->param[k]];
-        float *v = cnn_malloc((size_t)p->count * sizeof *v, "running statistics (diagnosis)");
-        if (!v) return CNN_E_OOM;
-        cnn_status st = cnn_model_get_param(m, nd->param[k], v);
-        int64_t i = st == CNN_OK ? cnn_first_nonfinite(v, p->count) : -1;
-        free(v);
-        CNN_TRY(st);
-        if (i >= 0) {
-            snprintf(d->where, d->cap, "layer %s (bn) %s, channel %lld", nd->name, k == 2 ? "running_mean" : "running_var",
-                     (long long)i);
-            d->found = true;
-            return CNN_OK;
-        }
     }
     return CNN_OK;
 }
@@ -124,6 +134,8 @@ cnn_status cnn_guard_diagnose(cnn_model *m, int n, uint64_t dropout_seed, char *
     cnn_status st = cnn_model_forward(m, n, CNN_MODE_TRAIN, dropout_seed);
     cnn_model_set_node_check(m, NULL, NULL);
     CNN_TRY(st);
+    /* every output finite: the statistics this forward folded into the running averages may still overflow */
+    if (!d.found) CNN_TRY(check_running_stats(m, &d));
     if (!d.found) snprintf(where, cap, "no layer: the forward is finite (the loss or the labels)");
     return CNN_OK;
 }
