@@ -14,6 +14,11 @@ HAVE_OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c 
 HAVE_CUDA   := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/nvrtc.h && echo 1)
 HAVE_TORCH  := $(shell $(PYTHON) -c 'import torch, torchvision' 2>/dev/null && echo 1)
 HAVE_CLANG  := $(shell command -v clang >/dev/null 2>&1 && echo 1)
+# image and compressed-dataset libraries, probed by compiling and linking a call into each
+probe = $(shell printf '#include <$(1)>\nint main(void){return !$(2);}' | $(CC) -x c - -o /dev/null $(3) 2>/dev/null && echo 1)
+HAVE_JPEG   := $(call probe,turbojpeg.h,tjInitDecompress,-lturbojpeg)
+HAVE_PNG    := $(call probe,png.h,png_access_version_number,-lpng16 -lz)
+HAVE_ZLIB   := $(call probe,zlib.h,zlibVersion,-lz)
 # the commit recorded in benchmark results (-dirty: tracked files differ from it); `make GIT_COMMIT=...` where
 # the tree's git metadata is not its own
 GIT_COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
@@ -37,6 +42,18 @@ ifeq ($(HAVE_OPENMP),1)
 endif
 ifeq ($(HAVE_CUDA),1)
   CFLAGS += -DCNN_HAVE_CUDA -isystem $(CUDA_HOME)/include
+endif
+ifeq ($(HAVE_JPEG),1)
+  CFLAGS += -DCNN_HAVE_JPEG
+  LDLIBS += -lturbojpeg
+endif
+ifeq ($(HAVE_PNG),1)
+  CFLAGS += -DCNN_HAVE_PNG
+  LDLIBS += -lpng16
+endif
+ifeq ($(HAVE_ZLIB),1)
+  CFLAGS += -DCNN_HAVE_ZLIB
+  LDLIBS += -lz
 endif
 
 # ---- sources ------------------------------------------------------------------------------------------
@@ -63,6 +80,9 @@ info:
 	@echo "  $(if $(HAVE_CUDA),✓ CUDA headers in $(CUDA_HOME) (CUDA backend compiled in; libcuda/libnvrtc loaded at run time),✗ CUDA headers (CPU backend only))"
 	@echo "  $(if $(HAVE_TORCH),✓ PyTorch + torchvision ($(PYTHON)): reference tests run,✗ PyTorch ($(PYTHON)): reference tests will SKIP)"
 	@echo "  $(if $(HAVE_CLANG),✓ clang: libFuzzer harness (make fuzz),✗ clang: no libFuzzer harness)"
+	@echo "  $(if $(HAVE_JPEG),✓ libturbojpeg: JPEG images,✗ libturbojpeg (libturbojpeg0-dev): JPEG support not built)"
+	@echo "  $(if $(HAVE_PNG),✓ libpng: PNG images,✗ libpng (libpng-dev): PNG support not built)"
+	@echo "  $(if $(HAVE_ZLIB),✓ zlib: gzipped MNIST files,✗ zlib (zlib1g-dev): .gz dataset files not readable)"
 
 $(BUILD)/libcnn.a: $(LIB_OBJ)
 	@rm -f $@

@@ -191,6 +191,9 @@ void cli_add_model(cli_table *t, cli_model *m, bool weights) {
                              "torchvision state_dict as safetensors (default: fresh initialisation)"});
     cli_add(t, (cli_opt){"seed", 0, CLI_I64, "S", &m->seed, 0, 9.2e18, NULL, "weight initialisation seed"});
     cli_add(t, (cli_opt){"dropout", 0, CLI_FLOAT, "P", &m->dropout, 0, 0.99, NULL, "VGG classifier dropout"});
+    m->in_channels = 3;
+    cli_add(t, (cli_opt){"in-channels", 0, CLI_INT, "C", &m->in_channels, 1, 3, NULL,
+                         "image channels of the first conv (1: grayscale data as is; 3: its channel repeated)"});
 }
 
 int cli_backend(const cli_common *c, cnn_backend **be) {
@@ -216,6 +219,7 @@ int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int 
     mo->num_classes = cli_seen(t, "num-classes") ? m->num_classes : default_classes;
     mo->seed = (uint64_t)m->seed;
     mo->dropout = m->dropout;
+    mo->in_channels = m->in_channels;
     int d = mo->stem == CNN_STEM_CIFAR ? 32 : 224;
     *h = *w = d;
     if (m->input_size) {

@@ -7,7 +7,7 @@
 #ifndef CNN_CLI_H
 #define CNN_CLI_H
 
-#include "cnn/net.h"
+#include "cnn/data.h"
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_RUNTIME 1
@@ -69,6 +69,7 @@ typedef struct cli_model {
     const char *weights;
     int64_t seed;
     float dropout;
+    int in_channels;
 } cli_model;
 
 void cli_add_common(cli_table *t, cli_common *c);
@@ -78,6 +79,19 @@ int cli_backend(const cli_common *c, cnn_backend **be);
 /* Model options and input size. default_classes is used when --num-classes is absent. Returns -1 or an exit code. */
 int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int default_classes, cnn_model_opts *mo,
                    int *h, int *w);
+
+/* Data options of train and eval (cli_data.c). */
+typedef struct cli_data {
+    const char *data, *mean, *std, *on_bad;
+    bool coarse;
+    float holdout, crop_scale;
+    int resize, pad, workers;
+} cli_data;
+
+void cli_add_data(cli_table *t, cli_data *d, bool train);
+/* Load one split; h, w: the size folder images are cropped to. */
+cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t seed, int h, int w,
+                         cnn_dataset *ds);
 
 /* Subcommands */
 /* count uniform floats in [-1, 1) from Philox(key, stream): reproducible benchmark / tuning input; NULL on OOM */

@@ -6,24 +6,31 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Load the train or test split; for `tensors:` data the same file serves both. */
-static cnn_status load_split(const char *source, cnn_split split, int limit, uint64_t seed, cnn_dataset *ds) {
-    cnn_data_opts o = {.source = source, .split = split, .limit = limit, .seed = seed};
-    return cnn_dataset_load(&o, ds);
+/* The model's input size before the data is loaded (folder images are cropped to it); -1 or an exit code. */
+static int input_size(const char *cmd, const cli_table *t, const cli_model *mm, int *h, int *w) {
+    cnn_model_opts mo;
+    return cli_model_opts(cmd, t, mm, 1000, &mo, h, w);
+}
+
+/* Classes the model gets by default: the data's (folder, tensors), at least 10 for the small-image sets. */
+static int default_classes(const cnn_dataset *ds) {
+    if (ds->files || ds->fpix) return ds->classes;
+    return ds->classes < 10 ? 10 : ds->classes;
 }
 
 int cmd_train(int argc, char **argv) {
     cli_table t = {0};
     cli_common c = {0};
     cli_model mm = {0};
+    cli_data cd;
     cnn_train_opts o = cnn_train_opts_default();
-    const char *data = "synthetic", *optim = "sgd", *sched = "cosine", *resume_from = NULL;
+    const char *optim = "sgd", *sched = "cosine", *resume_from = NULL;
     int train_size = 0, epochs = 1;
     int64_t steps = 0, warmup = 0, ckpt_every = 0, stop_after = 0, log_every = 0;
     int eval_size = -1;
     bool no_augment = false, no_shuffle = false, no_progress = false, resume = false;
     cli_add_model(&t, &mm, true);
-    cli_add(&t, (cli_opt){"data", 0, CLI_STR, "D", &data, 0, 0, NULL, "synthetic | cifar10:DIR | tensors:FILE.safetensors"});
+    cli_add_data(&t, &cd, true);
     cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &o.batch, 1, 65536, NULL, "images per step"});
     cli_add(&t, (cli_opt){"epochs", 0, CLI_INT, "E", &epochs, 1, 100000, NULL, "passes over the training set"});
     cli_add(&t, (cli_opt){"steps", 0, CLI_I64, "S", &steps, 0, 1e12, NULL, "total steps (overrides --epochs; 0 = off)"});
@@ -80,14 +87,17 @@ int cmd_train(int argc, char **argv) {
     o.seed = (uint64_t)mm.seed;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "weight-decay")) o.weight_decay = 0.01f;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "lr")) o.lr = 1e-3f;
+    const char *data = cd.data;
     bool tensors = strncmp(data, "tensors:", 8) == 0;
+    int h, w;
+    if ((rc = input_size("train", &t, &mm, &h, &w)) >= 0) return rc;
 
     cnn_dataset train = {0}, test = {0};
-    cnn_status st = load_split(data, CNN_SPLIT_TRAIN, train_size, o.seed, &train);
+    cnn_status st = cli_load_data(&cd, CNN_SPLIT_TRAIN, train_size, o.seed, h, w, &train);
     if (st != CNN_OK) return cli_fail(st);
     if (eval_size < 0) eval_size = tensors ? 0 : 1 << 30;
     if (eval_size > 0) {
-        st = load_split(data, CNN_SPLIT_TEST, eval_size == 1 << 30 ? 0 : eval_size, o.seed, &test);
+        st = cli_load_data(&cd, CNN_SPLIT_TEST, eval_size == 1 << 30 ? 0 : eval_size, o.seed, h, w, &test);
         if (st != CNN_OK) {
             cnn_dataset_free(&train);
             return cli_fail(st);
@@ -95,8 +105,7 @@ int cmd_train(int argc, char **argv) {
     }
     o.eval_size = eval_size > 0 ? test.n : 0;
     cnn_model_opts mo;
-    int h, w;
-    if ((rc = cli_model_opts("train", &t, &mm, train.classes < 10 ? 10 : train.classes, &mo, &h, &w)) >= 0) goto out;
+    if ((rc = cli_model_opts("train", &t, &mm, default_classes(&train), &mo, &h, &w)) >= 0) goto out;
     if (!cli_seen(&t, "input-size")) {
         h = train.h;
         w = train.w;
@@ -127,10 +136,10 @@ int cmd_eval(int argc, char **argv) {
     cli_table t = {0};
     cli_common c = {0};
     cli_model mm = {0};
-    const char *data = "synthetic";
+    cli_data cd;
     int eval_size = 0, batch = 128;
     cli_add_model(&t, &mm, true);
-    cli_add(&t, (cli_opt){"data", 0, CLI_STR, "D", &data, 0, 0, NULL, "synthetic | cifar10:DIR | tensors:FILE.safetensors"});
+    cli_add_data(&t, &cd, false);
     cli_add(&t, (cli_opt){"eval-size", 0, CLI_INT, "N", &eval_size, 0, 1 << 30, NULL, "evaluate the first N images (0 = all)"});
     cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &batch, 1, 65536, NULL, "images per forward pass"});
     cli_add_common(&t, &c);
@@ -138,14 +147,16 @@ int cmd_eval(int argc, char **argv) {
                        "Evaluate on the test split (eval mode): mean cross-entropy, top-1 and top-5 accuracy.", argc, argv);
     if (rc >= 0) return rc;
     if (!mm.weights) return cli_usage_error("eval", "--weights is required");
+    const char *data = cd.data;
+    int h, w;
+    if ((rc = input_size("eval", &t, &mm, &h, &w)) >= 0) return rc;
     cnn_dataset ds = {0};
-    cnn_status st = load_split(data, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed, &ds);
+    cnn_status st = cli_load_data(&cd, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed, h, w, &ds);
     if (st != CNN_OK) return cli_fail(st);
     cnn_model_opts mo;
-    int h, w;
     cnn_backend *be = NULL;
     cnn_model *m = NULL;
-    if ((rc = cli_model_opts("eval", &t, &mm, ds.classes < 10 ? 10 : ds.classes, &mo, &h, &w)) >= 0) goto out;
+    if ((rc = cli_model_opts("eval", &t, &mm, default_classes(&ds), &mo, &h, &w)) >= 0) goto out;
     if (!cli_seen(&t, "input-size")) {
         h = ds.h;
         w = ds.w;
