@@ -244,3 +244,27 @@ float *cli_random_images(size_t count, uint64_t key, uint64_t stream) {
     }
     return x;
 }
+
+/* s as the inside of a JSON string (quotes and backslashes escaped, control characters as spaces). */
+const char *cli_json_esc(const char *s, char *buf, size_t cap) {
+    size_t b = 0;
+    for (; *s && b + 3 < cap; s++) {
+        if (*s == '"' || *s == '\\') buf[b++] = '\\';
+        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
+    }
+    buf[b] = 0;
+    return buf;
+}
+
+/* s as a quoted CSV field (inner quotes doubled). */
+const char *cli_csv_esc(const char *s, char *buf, size_t cap) {
+    size_t b = 0;
+    buf[b++] = '"';
+    for (; *s && b + 4 < cap; s++) {
+        if (*s == '"') buf[b++] = '"';
+        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
+    }
+    buf[b++] = '"';
+    buf[b] = 0;
+    return buf;
+}

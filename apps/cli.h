@@ -93,6 +93,27 @@ void cli_add_data(cli_table *t, cli_data *d, bool train);
 cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t seed, int h, int w,
                          cnn_dataset *ds);
 
+/* s as the inside of a JSON string / as a quoted CSV field, into buf (cut to fit); returns buf */
+const char *cli_json_esc(const char *s, char *buf, size_t cap);
+const char *cli_csv_esc(const char *s, char *buf, size_t cap);
+
+/* `cnn infer` on pictures (cmd_pictures.c) */
+typedef struct cli_pictures {
+    const char *input;      /* files and folders, comma-separated */
+    const char *output;     /* logits as safetensors, or NULL */
+    const char *save_input; /* the prepared input tensor as safetensors, or NULL */
+    const char *classes;    /* one class name per line, or NULL */
+    const char *format;     /* text | json | csv */
+    const char *mean, *std, *on_bad, *weights;
+    int resize, batch, h, w;
+    const cnn_model_opts *mo;
+    const cli_common *common;
+} cli_pictures;
+
+/* Whether --input names pictures (a folder, a comma list, an image extension or image bytes). */
+bool cli_is_pictures(const char *input);
+int cli_infer_pictures(const cli_pictures *a);
+
 /* Subcommands */
 /* count uniform floats in [-1, 1) from Philox(key, stream): reproducible benchmark / tuning input; NULL on OOM */
 float *cli_random_images(size_t count, uint64_t key, uint64_t stream);

@@ -68,6 +68,9 @@ cnn_status cnn_load_idx(const char *dir, const char *what, const cnn_data_opts *
 cnn_status cnn_load_cifar100(const char *dir, const cnn_data_opts *o, cnn_dataset *d);
 cnn_status cnn_load_folder(const char *dir, const cnn_data_opts *o, cnn_dataset *d);
 void cnn_file_list_free(cnn_file_list *f);
+/* Every file with an image extension under root (symlinks followed, loops skipped or an error as on_bad says),
+ * in ImageFolder's order; *paths and each path are malloc'd. */
+cnn_status cnn_list_images(const char *root, cnn_bad_image on_bad, char ***paths, int *count);
 /* Parse an IDX file image (magic 0x0000080D, D dims big-endian): dims and a pointer to the payload. */
 cnn_status cnn_idx_parse(const uint8_t *buf, size_t len, const char *name, int want_ndim, int64_t dims[3],
                          const uint8_t **payload);

@@ -322,3 +322,28 @@ cnn_status cnn_load_folder(const char *dir, const cnn_data_opts *o, cnn_dataset 
     cnn_file_list_free(f);
     return st;
 }
+
+cnn_status cnn_list_images(const char *root, cnn_bad_image on_bad, char ***paths, int *count) {
+    *paths = NULL;
+    *count = 0;
+    lister l = {.on_bad = on_bad};
+    cnn_status st = walk(&l, root, 0, 0);
+    if (st == CNN_OK) qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_entry);
+    char **v = st == CNN_OK ? calloc((size_t)(l.n ? l.n : 1), sizeof *v) : NULL;
+    if (st == CNN_OK && !v) st = cnn_fail(CNN_E_OOM, "out of memory listing %s", root);
+    for (int i = 0; st == CNN_OK && i < l.n; i++) {
+        size_t len = strlen(l.e[i].dir) + strlen(l.e[i].name) + 2;
+        if (!(v[i] = malloc(len))) st = cnn_fail(CNN_E_OOM, "out of memory listing %s", root);
+        else snprintf(v[i], len, "%s/%s", l.e[i].dir, l.e[i].name);
+    }
+    if (st == CNN_OK) {
+        *paths = v;
+        *count = l.n;
+    } else if (v) {
+        for (int i = 0; i < l.n; i++) free(v[i]);
+        free(v);
+    }
+    for (int i = 0; i < l.n; i++) free(l.e[i].dir), free(l.e[i].name);
+    free(l.e);
+    return st;
+}
