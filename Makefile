@@ -79,7 +79,7 @@ info:
 	@echo "  $(if $(HAVE_OPENMP),✓,✗) OpenMP"
 	@echo "  $(if $(HAVE_CUDA),✓ CUDA headers in $(CUDA_HOME) (CUDA backend compiled in; libcuda/libnvrtc loaded at run time),✗ CUDA headers (CPU backend only))"
 	@echo "  $(if $(HAVE_TORCH),✓ PyTorch + torchvision ($(PYTHON)): reference tests run,✗ PyTorch ($(PYTHON)): reference tests will SKIP)"
-	@echo "  $(if $(HAVE_CLANG),✓ clang: libFuzzer harness (make fuzz),✗ clang: no libFuzzer harness)"
+	@echo "  $(if $(HAVE_CLANG),✓ clang: libFuzzer harnesses (make fuzz),✗ clang: no libFuzzer harnesses)"
 	@echo "  $(if $(HAVE_JPEG),✓ libturbojpeg: JPEG images,✗ libturbojpeg (libturbojpeg0-dev): JPEG support not built)"
 	@echo "  $(if $(HAVE_PNG),✓ libpng: PNG images,✗ libpng (libpng-dev): PNG support not built)"
 	@echo "  $(if $(HAVE_ZLIB),✓ zlib: gzipped MNIST files,✗ zlib (zlib1g-dev): .gz dataset files not readable)"
@@ -149,6 +149,7 @@ bench-gpu: all
 fuzz:
 	@test -n "$(HAVE_CLANG)" || { echo "make fuzz needs clang"; exit 2; }
 	@BUILD=$(BUILD) tests/fuzz/build.sh
+	@BUILD=$(BUILD) tests/fuzz/build_data.sh
 
 clean:
 	rm -rf build build-*

@@ -123,6 +123,11 @@ int cmd_train(int argc, char **argv) {
                     o.batch, be->name, be->device_name);
         st = cnn_train(m, &mo, &train, eval_size > 0 ? &test : NULL, &o);
     }
+    if (st == CNN_OK) { /* the curves as a picture; a run that trained is not failed by its plot */
+        char svg[4096];
+        snprintf(svg, sizeof svg, "%s/curves.svg", o.out_dir);
+        if (cnn_plot_runs(&o.out_dir, 1, svg) != CNN_OK) cnn_log(1, "cnn: no curves.svg: %s", cnn_error_msg());
+    }
     rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
     cnn_model_free(m);
     cnn_backend_destroy(be);
@@ -167,8 +172,10 @@ int cmd_eval(int argc, char **argv) {
     cnn_eval_result r;
     if (st == CNN_OK) st = cnn_evaluate(m, &ds, eval_size, batch, &r);
     if (st == CNN_OK) {
-        printf("eval %s on %s: %d images  loss %.4f  top1 %.2f%%  top5 %.2f%%\n", mo.arch, data, r.n, r.loss,
+        printf("eval %s on %s: %d images  loss %.4f  top1 %.2f%%  top5 %.2f%%", mo.arch, data, r.n, r.loss,
                100 * r.top1, 100 * r.top5);
+        if (r.skipped) printf("  (%lld bad images skipped)", (long long)r.skipped);
+        printf("\n");
         rc = CLI_EXIT_OK;
     } else {
         rc = cli_fail(st);

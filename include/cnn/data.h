@@ -76,6 +76,11 @@ cnn_status cnn_idx_parse(const uint8_t *buf, size_t len, const char *name, int w
                          const uint8_t **payload);
 /* Read a file, inflating it when it is gzip (needs zlib), up to max_bytes of content. */
 cnn_status cnn_read_maybe_gz(const char *path, size_t max_bytes, uint8_t **out, size_t *len);
+/* Inflate a gzip stream held in memory (at most max_bytes out; *out malloc'd with a NUL after *len bytes). */
+cnn_status cnn_gunzip(const uint8_t *buf, size_t n, const char *name, size_t max_bytes, uint8_t **out, size_t *len);
+/* Parse a CIFAR-100 binary file image of `records` 3074-byte records into d (o: split, limit, coarse). */
+cnn_status cnn_cifar100_parse(const uint8_t *buf, size_t len, const char *name, int records, const cnn_data_opts *o,
+                              cnn_dataset *d);
 
 /* ImageNet-1k's class names in torchvision's order (imagenet_classes.c). */
 extern const char *const cnn_imagenet_classes[1000];

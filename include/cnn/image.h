@@ -59,7 +59,10 @@ cnn_status cnn_image_probe(const uint8_t *buf, size_t len, const char *name, uin
  * not PIL's pixels); PNGs ignore it. On failure *out is zeroed. */
 cnn_status cnn_image_decode(const uint8_t *buf, size_t len, const char *name, uint64_t max_pixels, int scale,
                             cnn_image *out);
-/* Read a file (at most CNN_IMAGE_MAX_BYTES) and decode it at full size. */
+/* Read an image file's bytes: a regular file (symlinks followed) of at most CNN_IMAGE_MAX_BYTES; a FIFO, device
+ * or directory is refused before it is opened (opening a FIFO would block). */
+cnn_status cnn_image_read(const char *path, uint8_t **buf, size_t *len);
+/* Read a file (cnn_image_read) and decode it at full size. */
 cnn_status cnn_image_load(const char *path, uint64_t max_pixels, cnn_image *out);
 void cnn_image_free(cnn_image *im);
 

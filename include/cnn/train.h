@@ -47,6 +47,7 @@ float cnn_lr_at(const cnn_train_opts *o, int64_t s, int64_t total, int64_t steps
 typedef struct cnn_eval_result {
     double loss, top1, top5;  /* mean loss; accuracies in [0, 1] */
     int n;
+    int64_t skipped;          /* undecodable images replaced (folder data, on_bad = skip) */
 } cnn_eval_result;
 
 /* Evaluate a model (eval mode) on the first n images of a dataset (0 = all), batch by batch. */
@@ -55,5 +56,9 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
 /* Train m on train (and evaluate on test after each epoch when test != NULL and eval_size > 0). */
 cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
                      const cnn_train_opts *o);
+
+/* Training curves of runs (their DIR/metrics.jsonl) as one SVG, written atomically: loss, accuracy and learning
+ * rate against the step, one colour per run (plot.c). */
+cnn_status cnn_plot_runs(const char *const *dirs, int n, const char *out_path);
 
 #endif

@@ -236,7 +236,7 @@ cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
     } else if (strcmp(s, "fashion-mnist") == 0 || (strncmp(s, "fashion-mnist:", 14) == 0 && s[14])) {
         snprintf(d->source, sizeof d->source, "fashion-mnist");
         st = cnn_load_idx(s[13] ? s + 14 : FASHION_MNIST_DIR, "Fashion-MNIST images", o, d);
-        if (st != CNN_OK && !s[13])
+        if (st == CNN_E_IO && !s[13])
             st = cnn_error_prefix(st, "fashion-mnist (apt-get install dataset-fashion-mnist, or fashion-mnist:DIR)");
     } else if (strncmp(s, "folder:", 7) == 0 && s[7]) {
         snprintf(d->source, sizeof d->source, "folder");

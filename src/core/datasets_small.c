@@ -28,17 +28,22 @@ cnn_status cnn_read_maybe_gz(const char *path, size_t max_bytes, uint8_t **out, 
         *len = n;
         return CNN_OK;
     }
+    cnn_status st = cnn_gunzip(buf, n, path, max_bytes, out, len);
+    free(buf);
+    return st;
+}
+
+cnn_status cnn_gunzip(const uint8_t *buf, size_t n, const char *path, size_t max_bytes, uint8_t **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
 #ifdef CNN_HAVE_ZLIB
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
-        free(buf);
-        return cnn_fail(CNN_E_OOM, "%s: cannot start zlib", path);
-    }
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return cnn_fail(CNN_E_OOM, "%s: cannot start zlib", path);
     size_t cap = n * 4 + 1024, used = 0;
     uint8_t *dst = NULL;
     cnn_status st = CNN_OK;
-    z.next_in = buf;
+    z.next_in = (Bytef *)buf;
     z.avail_in = (uInt)(n > 0xffffffffu ? 0xffffffffu : n);
     for (;;) {
         if (cap > max_bytes + 1) cap = max_bytes + 1;
@@ -65,7 +70,6 @@ cnn_status cnn_read_maybe_gz(const char *path, size_t max_bytes, uint8_t **out, 
         if (z.avail_out == 0) cap *= 2;
     }
     inflateEnd(&z);
-    free(buf);
     if (st != CNN_OK) {
         free(dst);
         return st;
@@ -75,7 +79,9 @@ cnn_status cnn_read_maybe_gz(const char *path, size_t max_bytes, uint8_t **out, 
     *len = used;
     return CNN_OK;
 #else
-    free(buf);
+    (void)buf;
+    (void)n;
+    (void)max_bytes;
     return cnn_fail(CNN_E_UNSUPPORTED, "%s: gzip support was not built (install zlib1g-dev and rebuild, or gunzip it)",
                     path);
 #endif
@@ -183,11 +189,16 @@ cnn_status cnn_load_cifar100(const char *dir, const cnn_data_opts *o, cnn_datase
     uint8_t *buf;
     size_t len;
     CNN_TRY(cnn_read_file(path, (size_t)C100_RECORD * total + 1, &buf, &len));
-    if (len != (size_t)C100_RECORD * total) {
-        free(buf);
+    cnn_status st = cnn_cifar100_parse(buf, len, path, total, o, d);
+    free(buf);
+    return st;
+}
+
+cnn_status cnn_cifar100_parse(const uint8_t *buf, size_t len, const char *path, int total, const cnn_data_opts *o,
+                              cnn_dataset *d) {
+    if (len != (size_t)C100_RECORD * total)
         return cnn_fail(CNN_E_FORMAT, "%s: %zu bytes, a CIFAR-100 %s file has exactly %d (%d records of 3074)", path,
                         len, o->split == CNN_SPLIT_TRAIN ? "train" : "test", C100_RECORD * total, total);
-    }
     int n = o->limit > 0 && o->limit < total ? o->limit : total;
     d->n = n;
     d->c = 3;
@@ -204,6 +215,5 @@ cnn_status cnn_load_cifar100(const char *dir, const cnn_data_opts *o, cnn_datase
         d->labels[r] = o->coarse ? rec[0] : rec[1];
         memcpy(d->pix + (size_t)r * 3072, rec + 2, 3072);
     }
-    free(buf);
     return st;
 }

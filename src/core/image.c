@@ -4,7 +4,9 @@
 #include "cnn/backend.h"
 #include "cnn/io.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -60,6 +62,7 @@ static cnn_status not_an_image(const uint8_t *buf, size_t len, const char *name)
                     len > 1 ? buf[1] : 0, len > 2 ? buf[2] : 0, len > 3 ? buf[3] : 0);
 }
 
+#if defined(CNN_HAVE_JPEG) || defined(CNN_HAVE_PNG)
 static cnn_status check_size(const char *name, const char *fmt, uint64_t h, uint64_t w, uint64_t max_pixels) {
     uint64_t px;
     if (h < 1 || w < 1) return cnn_fail(CNN_E_FORMAT, "%s: %s header says %llux%llu pixels", name, fmt,
@@ -69,6 +72,8 @@ static cnn_status check_size(const char *name, const char *fmt, uint64_t h, uint
                         (unsigned long long)w, (unsigned long long)h, (unsigned long long)max_pixels);
     return CNN_OK;
 }
+
+#endif
 
 void cnn_image_free(cnn_image *im) {
     if (!im) return;
@@ -314,11 +319,18 @@ cnn_status cnn_image_decode(const uint8_t *buf, size_t len, const char *name, ui
     return st;
 }
 
+cnn_status cnn_image_read(const char *path, uint8_t **buf, size_t *len) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return cnn_fail(CNN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return cnn_fail(CNN_E_IO, "%s: not a regular file", path);
+    return cnn_read_file(path, CNN_IMAGE_MAX_BYTES, buf, len);
+}
+
 cnn_status cnn_image_load(const char *path, uint64_t max_pixels, cnn_image *out) {
     memset(out, 0, sizeof *out);
     uint8_t *buf;
     size_t len;
-    CNN_TRY(cnn_read_file(path, CNN_IMAGE_MAX_BYTES, &buf, &len));
+    CNN_TRY(cnn_image_read(path, &buf, &len));
     cnn_status st = cnn_image_decode(buf, len, path, max_pixels, 1, out);
     free(buf);
     return st;

@@ -60,7 +60,7 @@ cnn_status cnn_folder_image(const cnn_file_list *f, int32_t index, bool train, u
     const char *path = f->paths[index];
     uint8_t *buf;
     size_t len;
-    CNN_TRY(cnn_read_file(path, CNN_IMAGE_MAX_BYTES, &buf, &len));
+    CNN_TRY(cnn_image_read(path, &buf, &len));
     cnn_image_info info;
     cnn_status st = cnn_image_probe(buf, len, path, CNN_IMAGE_MAX_PIXELS, &info);
     cnn_resample r;
