@@ -126,5 +126,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+/* `cnn bench --mode data` (cmd_bench_data.c) */
+int cli_bench_data(const char *data, int workers, int batch, int repeat, int warmup, int h, int w);
 
 #endif

@@ -410,14 +410,17 @@ int cmd_bench(int argc, char **argv) {
     cli_table t = {0};
     cli_common c = {0};
     cli_model mm = {0};
-    const char *batches = "32", *mode = "infer", *format = "md", *dtypes = NULL;
-    int repeat = 10, warmup = 2;
+    const char *batches = "32", *mode = "infer", *format = "md", *dtypes = NULL, *data = NULL;
+    int repeat = 10, warmup = 2, workers = 0;
     bool layers = false;
     layer_protocol lp = {0, 0};
     cli_add_model(&t, &mm, false);
     cli_add(&t, (cli_opt){"batch", 0, CLI_STR, "B[,B...]", &batches, 0, 0, NULL, "batch sizes"});
-    cli_add(&t, (cli_opt){"mode", 0, CLI_CHOICE, NULL, &mode, 0, 0, "infer|train",
-                          "inference (eval, fused) or a training step (forward, backward, SGD)"});
+    cli_add(&t, (cli_opt){"mode", 0, CLI_CHOICE, NULL, &mode, 0, 0, "infer|train|data",
+                          "inference (eval, fused), a training step (forward, backward, SGD), or the input pipeline "
+                          "alone (--data folder:DIR: decode + resize + crop, train and eval transforms)"});
+    cli_add(&t, (cli_opt){"data", 0, CLI_STR, "folder:DIR", &data, 0, 0, NULL, "--mode data: the images"});
+    cli_add(&t, (cli_opt){"workers", 0, CLI_INT, "N", &workers, 0, 256, NULL, "--mode data: decode threads (0 = one per CPU)"});
     cli_add(&t, (cli_opt){"repeat", 0, CLI_INT, "N", &repeat, 1, 100000, NULL, "timed runs (median reported)"});
     cli_add(&t, (cli_opt){"warmup", 0, CLI_INT, "N", &warmup, 0, 100000, NULL, "untimed runs first"});
     cli_add(&t, (cli_opt){"layers", 0, CLI_FLAG, NULL, &layers, 0, 0, NULL,
@@ -435,6 +438,14 @@ int cmd_bench(int argc, char **argv) {
                        "of every layer (fused step) of the inference forward.",
                        argc, argv);
     if (rc >= 0) return rc;
+    if (strcmp(mode, "data") == 0) {
+        if (!data) return cli_usage_error("bench", "--mode data needs --data folder:DIR");
+        int h, w;
+        cnn_model_opts mo;
+        mm.model = mm.model ? mm.model : "resnet50";
+        if ((rc = cli_model_opts("bench", &t, &mm, 1000, &mo, &h, &w)) >= 0) return rc;
+        return cli_bench_data(data, workers, atoi(batches), repeat, warmup, h, w);
+    }
     if (!mm.model) return cli_usage_error("bench", "--model is required");
     bool train = strcmp(mode, "train") == 0;
     if (layers && train) return cli_usage_error("bench", "--layers times the inference forward: use it with --mode infer");

@@ -184,6 +184,12 @@ static void png_read(png_structp png, png_bytep data, png_size_t n) {
 /* One decode (or, with out == NULL, a header read). Locals that change after setjmp are volatile. */
 static cnn_status png_decode(const uint8_t *buf, size_t len, const char *name, uint64_t max_pixels, cnn_image *out,
                              cnn_image_info *info) {
+    /* the size from IHDR (the first chunk) before libpng reads on to the first IDAT */
+    if (len >= 24 && memcmp(buf + 12, "IHDR", 4) == 0) {
+        uint64_t w = (uint64_t)buf[16] << 24 | (uint64_t)buf[17] << 16 | (uint64_t)buf[18] << 8 | buf[19];
+        uint64_t h = (uint64_t)buf[20] << 24 | (uint64_t)buf[21] << 16 | (uint64_t)buf[22] << 8 | buf[23];
+        CNN_TRY(check_size(name, "PNG", h, w, max_pixels));
+    }
     png_src src = {.buf = buf, .len = len, .name = name};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
     png_infop pi = png ? png_create_info_struct(png) : NULL;
