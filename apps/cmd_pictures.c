@@ -21,7 +21,8 @@ bool cli_is_pictures(const char *input) {
     struct stat sb;
     if (stat(input, &sb) == 0 && S_ISDIR(sb.st_mode)) return true;
     size_t n = strlen(input);
-    static const char *const exts[] = {".jpg", ".jpeg", ".png"};
+    /* torchvision's image extensions: the ones we do not decode then get a clear "only JPEG and PNG" */
+    static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
     for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
         size_t e = strlen(exts[i]);
         if (n >= e && strcasecmp(input + n - e, exts[i]) == 0) return true;

@@ -48,7 +48,7 @@ fi
 {
     echo "### $MACHINE ($(date -u +%F), commit $commit)"
     echo
-    echo "- CPU: $cpu_name, $(nproc) CPUs; load average at the start $load (the per-CPU-second column does not depend on it)"
+    echo "- CPU: $cpu_name, $(nproc) CPUs; load average at the start $load (on a shared machine images/s follow the load; images per CPU-second, what one core delivers, much less)"
     echo "- images: $(tail -n1 "$WORK/make.txt" | sed 's/^make_jpegs: //'); 224x224 out, batches of 256"
     echo "- regenerate: \`$( [ -n "${CPU_ONLY:-}" ] && echo "CPU_ONLY=1 ")THREADS=\"$THREADS\" bash bench/data_pipeline.sh\`"
     echo

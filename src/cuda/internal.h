@@ -71,8 +71,10 @@
       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The same for symbols a driver may lack: NULL there, and what needs them is not used (the TMA rows of the conv
- * forward, which need a CUDA 12.0 driver). */
+ * forward, which need a CUDA 12.0 driver; page-locked host memory, where plain malloc does instead). */
 #define CUDA_DRIVER_OPTIONAL(X)                                                                               \
+    X(MemHostAlloc, cuMemHostAlloc, 2020, 0, "cuMemHostAlloc")                                                \
+    X(MemFreeHost, cuMemFreeHost, 2000, 0, "cuMemFreeHost")                                                   \
     X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
     X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")                   \
     X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")
