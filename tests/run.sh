@@ -56,6 +56,9 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     for dt in bf16 f16; do # the first-layer kernels and the fused stem + max-pool
         run_one "emu-conv_first-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt conv_first
     done
+    for dt in f32 bf16; do # batch preparation: samples gathered from a whole dataset, crop, flip, channel repeat
+        run_one "emu-prep-$dt" env CNN_TEST_QUICK=1 BUILD="$BUILD" bash tests/gpu/emu/run.sh --dtype $dt prep
+    done
 else
     echo "SKIP emu-conv_tc: $BUILD/gpu_test_ops was not built (no CUDA headers in CUDA_HOME)"
     skipped=$((skipped + 1))
