@@ -102,7 +102,7 @@ static cnn_status read_dir(const char *dir, char ***names, bool **is_dir, int *c
     bool *isd = st == CNN_OK ? calloc((size_t)(n ? n : 1), sizeof *isd) : NULL;
     if (st == CNN_OK && !isd) st = cnn_fail(CNN_E_OOM, "out of memory listing %s", dir);
     if (st == CNN_OK) {
-        qsort(v, (size_t)n, sizeof *v, cmp_str);
+        if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_str);
         for (int i = 0; i < n; i++) {
             char path[4096];
             struct stat sb;
@@ -209,7 +209,7 @@ static cnn_status list_split(const char *root, cnn_bad_image on_bad, char ***cla
         if (st == CNN_OK && l->n == before)
             st = cnn_fail(CNN_E_FORMAT, "%s: class '%s' has no image files (.jpg .jpeg .png ...); torchvision's "
                           "ImageFolder refuses an empty class too", dir, classes[c]);
-        if (st == CNN_OK) qsort(l->e + before, (size_t)(l->n - before), sizeof *l->e, cmp_entry);
+        if (st == CNN_OK && l->n - before > 1) qsort(l->e + before, (size_t)(l->n - before), sizeof *l->e, cmp_entry);
     }
     if (st == CNN_OK && !*classes_io) {
         char **keep = calloc((size_t)nc, sizeof *keep);
@@ -328,7 +328,7 @@ cnn_status cnn_list_images(const char *root, cnn_bad_image on_bad, char ***paths
     *count = 0;
     lister l = {.on_bad = on_bad};
     cnn_status st = walk(&l, root, 0, 0);
-    if (st == CNN_OK) qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_entry);
+    if (st == CNN_OK && l.n > 1) qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_entry);
     char **v = st == CNN_OK ? calloc((size_t)(l.n ? l.n : 1), sizeof *v) : NULL;
     if (st == CNN_OK && !v) st = cnn_fail(CNN_E_OOM, "out of memory listing %s", root);
     for (int i = 0; st == CNN_OK && i < l.n; i++) {
