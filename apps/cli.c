@@ -195,6 +195,9 @@ void cli_add_model(cli_table *t, cli_model *m, bool weights) {
     }
     cli_add(t, (cli_opt){"seed", 0, CLI_I64, "S", &m->seed, 0, 9.2e18, NULL, "weight initialisation seed"});
     cli_add(t, (cli_opt){"dropout", 0, CLI_FLOAT, "P", &m->dropout, 0, 0.99, NULL, "VGG classifier dropout"});
+    m->in_channels = 3;
+    cli_add(t, (cli_opt){"in-channels", 0, CLI_INT, "C", &m->in_channels, 1, 3, NULL,
+                         "image channels of the first conv (1: grayscale data as is; 3: its channel repeated)"});
 }
 
 int cli_backend(const cli_common *c, cnn_backend **be) {
@@ -220,6 +223,7 @@ int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int 
     mo->num_classes = cli_seen(t, "num-classes") ? m->num_classes : default_classes;
     mo->seed = (uint64_t)m->seed;
     mo->dropout = m->dropout;
+    mo->in_channels = m->in_channels;
     int d = mo->stem == CNN_STEM_CIFAR ? 32 : 224;
     *h = *w = d;
     if (m->input_size) {
@@ -243,4 +247,28 @@ float *cli_random_images(size_t count, uint64_t key, uint64_t stream) {
         x[i] = 2.0f * cnn_u01(q[0]) - 1.0f;
     }
     return x;
+}
+
+/* s as the inside of a JSON string (quotes and backslashes escaped, control characters as spaces). */
+const char *cli_json_esc(const char *s, char *buf, size_t cap) {
+    size_t b = 0;
+    for (; *s && b + 3 < cap; s++) {
+        if (*s == '"' || *s == '\\') buf[b++] = '\\';
+        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
+    }
+    buf[b] = 0;
+    return buf;
+}
+
+/* s as a quoted CSV field (inner quotes doubled). */
+const char *cli_csv_esc(const char *s, char *buf, size_t cap) {
+    size_t b = 0;
+    buf[b++] = '"';
+    for (; *s && b + 4 < cap; s++) {
+        if (*s == '"') buf[b++] = '"';
+        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
+    }
+    buf[b++] = '"';
+    buf[b] = 0;
+    return buf;
 }

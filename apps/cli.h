@@ -7,7 +7,7 @@
 #ifndef CNN_CLI_H
 #define CNN_CLI_H
 
-#include "cnn/net.h"
+#include "cnn/data.h"
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_RUNTIME 1
@@ -70,6 +70,7 @@ typedef struct cli_model {
     int64_t seed;
     float dropout;
     bool allow_nonfinite;
+    int in_channels;
 } cli_model;
 
 void cli_add_common(cli_table *t, cli_common *c);
@@ -79,6 +80,41 @@ int cli_backend(const cli_common *c, cnn_backend **be);
 /* Model options and input size. default_classes is used when --num-classes is absent. Returns -1 or an exit code. */
 int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int default_classes, cnn_model_opts *mo,
                    int *h, int *w);
+
+/* Data options of train and eval (cli_data.c). */
+typedef struct cli_data {
+    const char *data, *mean, *std, *on_bad;
+    bool coarse;
+    float holdout, crop_scale;
+    int resize, pad, workers;
+} cli_data;
+
+void cli_add_data(cli_table *t, cli_data *d, bool train);
+/* Load one split; classes: --num-classes when given (every label must be below it), else 0; h, w: the size
+ * folder images are cropped to. For `tensors:` data the same file serves both splits. */
+cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t seed, int classes, int h, int w,
+                         cnn_dataset *ds);
+
+/* s as the inside of a JSON string / as a quoted CSV field, into buf (cut to fit); returns buf */
+const char *cli_json_esc(const char *s, char *buf, size_t cap);
+const char *cli_csv_esc(const char *s, char *buf, size_t cap);
+
+/* `cnn infer` on pictures (cmd_pictures.c) */
+typedef struct cli_pictures {
+    const char *input;      /* files and folders, comma-separated */
+    const char *output;     /* logits as safetensors, or NULL */
+    const char *save_input; /* the prepared input tensor as safetensors, or NULL */
+    const char *classes;    /* one class name per line, or NULL */
+    const char *format;     /* text | json | csv */
+    const char *mean, *std, *on_bad, *weights;
+    int resize, batch, h, w;
+    const cnn_model_opts *mo;
+    const cli_common *common;
+} cli_pictures;
+
+/* Whether --input names pictures (a folder, a comma list, an image extension or image bytes). */
+bool cli_is_pictures(const char *input);
+int cli_infer_pictures(const cli_pictures *a);
 
 /* Subcommands */
 /* count uniform floats in [-1, 1) from Philox(key, stream): reproducible benchmark / tuning input; NULL on OOM */
@@ -91,5 +127,8 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+/* `cnn bench --mode data` (cmd_bench_data.c) */
+int cli_bench_data(const char *data, int workers, int batch, int repeat, int warmup, int h, int w);
 
 #endif

@@ -309,30 +309,6 @@ typedef struct bench_out {
     layer_protocol lp;
 } bench_out;
 
-/* s as the inside of a JSON string (quotes and backslashes escaped, control characters as spaces). */
-static const char *json_esc(const char *s, char *buf, size_t cap) {
-    size_t b = 0;
-    for (; *s && b + 3 < cap; s++) {
-        if (*s == '"' || *s == '\\') buf[b++] = '\\';
-        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
-    }
-    buf[b] = 0;
-    return buf;
-}
-
-/* s as a quoted CSV field (inner quotes doubled). */
-static const char *csv_esc(const char *s, char *buf, size_t cap) {
-    size_t b = 0;
-    buf[b++] = '"';
-    for (; *s && b + 4 < cap; s++) {
-        if (*s == '"') buf[b++] = '"';
-        buf[b++] = (unsigned char)*s < 32 ? ' ' : *s;
-    }
-    buf[b++] = '"';
-    buf[b] = 0;
-    return buf;
-}
-
 /* TFLOP/s (GFLOP per ms) for conv and linear steps, GB/s for the others. */
 static double layer_rate(const bench_layer *L) {
     return L->gflop > 0 ? L->gflop / L->ms_median : L->gbyte * 1e3 / L->ms_median;
@@ -421,13 +397,13 @@ static void print_csv(const bench_row *rows, int nr, const bench_out *o) {
     printf("impl,model,input,batch,dtype,mode,device,backend,ms_median,ms_min,ms_p10,ms_p90,ms_max,images_per_s,tflops,"
            "peak_mib,setup_s,repeat,warmup,commit,date,error%s\n",
            o->layers ? ",layer,name,kind,fused,gbps,layers_ms_sum" : "");
-    csv_esc(o->device, dev, sizeof dev);
+    cli_csv_esc(o->device, dev, sizeof dev);
     for (int i = 0; i < nr; i++) {
         const bench_row *r = &rows[i];
         printf("cnn,%s,%s,%d,%s,%s,%s,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d,%d,%s,%s,%s", r->model,
                r->input, r->batch, r->dtype, r->mode, dev, o->backend, r->ms_median, r->ms_min, r->ms_p10, r->ms_p90,
                r->ms_max, r->images_per_s, r->tflops, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_COMMIT,
-               o->date, csv_esc(r->error, err, sizeof err));
+               o->date, cli_csv_esc(r->error, err, sizeof err));
         if (o->layers) printf(",,,,,,%.9g", r->layers_ms_sum);
         printf("\n");
         for (int s = 0; r->st == CNN_OK && s < r->n_layers; s++) {
@@ -436,7 +412,7 @@ static void print_csv(const bench_row *rows, int nr, const bench_out *o) {
             snprintf(L->gflop > 0 ? tf : gb, sizeof tf, "%.9g", layer_rate(L));
             printf("cnn,%s,%s,%d,%s,layer,%s,%s,%.9g,%.9g,,,%.9g,,%s,,,%d,%d,%s,%s,\"\",\"%s\",%s,%s,%s,%s,\n",
                    r->model, r->input, r->batch, r->dtype, dev, o->backend, L->ms_median, L->ms_min, L->ms_max, tf,
-                   L->runs, r->warmup, CNN_COMMIT, o->date, L->layer, csv_esc(L->name, name, sizeof name), L->kind,
+                   L->runs, r->warmup, CNN_COMMIT, o->date, L->layer, cli_csv_esc(L->name, name, sizeof name), L->kind,
                    L->fused, gb);
         }
     }
@@ -444,7 +420,7 @@ static void print_csv(const bench_row *rows, int nr, const bench_out *o) {
 
 static void print_json(const bench_row *rows, int nr, const bench_out *o, bool lines) {
     char dev[320], err[520];
-    json_esc(o->device, dev, sizeof dev);
+    cli_json_esc(o->device, dev, sizeof dev);
     const char *indent = lines ? "" : "  ";
     if (!lines) printf("[\n");
     for (int i = 0; i < nr; i++) {
@@ -459,8 +435,8 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
                indent, r->model, r->input, r->batch, r->dtype, r->mode, dev, o->backend,
                r->st == CNN_OK ? "true" : "false", r->ms_median, r->ms_min, r->ms_p10, r->ms_p90, r->ms_max,
                r->images_per_s, r->tflops, r->gflop, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_VERSION,
-               CNN_COMMIT, o->date, json_esc(r->error, err, sizeof err));
-        if (o->runtime[0]) printf(",\"runtime\":\"%s\"", json_esc(o->runtime, err, sizeof err));
+               CNN_COMMIT, o->date, cli_json_esc(r->error, err, sizeof err));
+        if (o->runtime[0]) printf(",\"runtime\":\"%s\"", cli_json_esc(o->runtime, err, sizeof err));
         if (nl) printf(",\"layer_steps\":%d,\"layers_ms_sum\":%.9g", nl, r->layers_ms_sum);
         if (nl && (o->lp.rest_ms > 0 || o->lp.min_ms > 0))
             printf(",\"layer_rest_ms\":%d,\"layer_min_ms\":%d", o->lp.rest_ms, o->lp.min_ms);
@@ -488,7 +464,7 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
                    "\"device\":\"%s\",\"backend\":\"%s\",\"ok\":true,\"step\":%d,\"name\":\"%s\",\"kind\":\"%s\","
                    "\"fused\":\"%s\",\"layer\":\"%s\",\"ms_median\":%.9g,\"ms_min\":%.9g,\"ms_max\":%.9g,",
                    indent, r->model, r->input, r->batch, r->dtype, dev, o->backend, L->step,
-                   json_esc(L->name, name, sizeof name), L->kind, L->fused, L->layer, L->ms_median, L->ms_min,
+                   cli_json_esc(L->name, name, sizeof name), L->kind, L->fused, L->layer, L->ms_median, L->ms_min,
                    L->ms_max);
             if (L->gflop > 0) printf("\"gflop_per_batch\":%.9g,\"tflops\":%.9g,", L->gflop, layer_rate(L));
             else printf("\"gbyte_per_batch\":%.9g,\"gbps\":%.9g,", L->gbyte, layer_rate(L));
@@ -507,14 +483,17 @@ int cmd_bench(int argc, char **argv) {
     cli_table t = {0};
     cli_common c = {0};
     cli_model mm = {0};
-    const char *batches = "32", *mode = "infer", *format = "md", *dtypes = NULL;
-    int repeat = 10, warmup = 2;
+    const char *batches = "32", *mode = "infer", *format = "md", *dtypes = NULL, *data = NULL;
+    int repeat = 10, warmup = 2, workers = 0;
     bool layers = false;
     layer_protocol lp = {0, 0};
     cli_add_model(&t, &mm, false);
     cli_add(&t, (cli_opt){"batch", 0, CLI_STR, "B[,B...]", &batches, 0, 0, NULL, "batch sizes"});
-    cli_add(&t, (cli_opt){"mode", 0, CLI_CHOICE, NULL, &mode, 0, 0, "infer|train",
-                          "inference (eval, fused) or a training step (forward, backward, SGD)"});
+    cli_add(&t, (cli_opt){"mode", 0, CLI_CHOICE, NULL, &mode, 0, 0, "infer|train|data",
+                          "inference (eval, fused), a training step (forward, backward, SGD), or the input pipeline "
+                          "alone (--data folder:DIR: decode + resize + crop, train and eval transforms)"});
+    cli_add(&t, (cli_opt){"data", 0, CLI_STR, "folder:DIR", &data, 0, 0, NULL, "--mode data: the images"});
+    cli_add(&t, (cli_opt){"workers", 0, CLI_INT, "N", &workers, 0, 256, NULL, "--mode data: decode threads (0 = one per CPU)"});
     cli_add(&t, (cli_opt){"repeat", 0, CLI_INT, "N", &repeat, 1, 100000, NULL, "timed runs (median reported)"});
     cli_add(&t, (cli_opt){"warmup", 0, CLI_INT, "N", &warmup, 0, 100000, NULL, "untimed runs first"});
     cli_add(&t, (cli_opt){"layers", 0, CLI_FLAG, NULL, &layers, 0, 0, NULL,
@@ -533,6 +512,14 @@ int cmd_bench(int argc, char **argv) {
                        "of every layer (fused step) of the inference forward.",
                        argc, argv);
     if (rc >= 0) return rc;
+    if (strcmp(mode, "data") == 0) {
+        if (!data) return cli_usage_error("bench", "--mode data needs --data folder:DIR");
+        int h, w;
+        cnn_model_opts mo;
+        mm.model = mm.model ? mm.model : "resnet50";
+        if ((rc = cli_model_opts("bench", &t, &mm, 1000, &mo, &h, &w)) >= 0) return rc;
+        return cli_bench_data(data, workers, atoi(batches), repeat, warmup, h, w);
+    }
     if (!mm.model) return cli_usage_error("bench", "--model is required");
     bool train = strcmp(mode, "train") == 0;
     char model_buf[512], batch_buf[256], dtype_buf[128];

@@ -63,20 +63,48 @@ int cmd_infer(int argc, char **argv) {
     cli_model mm = {0};
     const char *input = NULL, *output = NULL;
     int batch = 64;
+    cli_pictures pic = {.format = "text", .on_bad = "fail"};
     cli_add_model(&t, &mm, true);
-    cli_add(&t, (cli_opt){"input", 0, CLI_STR, "X.safetensors", &input, 0, 0, NULL, "float32 \"input\" (N, 3, H, W)"});
+    cli_add(&t, (cli_opt){"input", 0, CLI_STR, "X", &input, 0, 0, NULL,
+                          "X.safetensors with float32 \"input\" (N, 3, H, W), or JPEG/PNG files and folders "
+                          "(comma-separated)"});
     cli_add(&t, (cli_opt){"output", 0, CLI_STR, "Y.safetensors", &output, 0, 0, NULL, "receives float32 \"logits\" (N, classes)"});
     cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &batch, 1, 65536, NULL, "images per forward pass"});
+    cli_add(&t, (cli_opt){"format", 'o', CLI_CHOICE, NULL, &pic.format, 0, 0, "text|json|csv",
+                          "pictures: how the top-5 classes per image are printed"});
+    cli_add(&t, (cli_opt){"classes", 0, CLI_STR, "FILE", &pic.classes, 0, 0, NULL,
+                          "pictures: class names, one per line (default: ImageNet's for 1000 classes)"});
+    cli_add(&t, (cli_opt){"resize", 0, CLI_INT, "N", &pic.resize, 0, 65536, NULL,
+                          "pictures: Resize(N) before CenterCrop(input size) (0 = input size * 256/224)"});
+    cli_add(&t, (cli_opt){"mean", 0, CLI_STR, "M[,M,M]", &pic.mean, 0, 0, NULL, "pictures: normalisation mean (default ImageNet's)"});
+    cli_add(&t, (cli_opt){"std", 0, CLI_STR, "S[,S,S]", &pic.std, 0, 0, NULL, "pictures: normalisation std (default ImageNet's)"});
+    cli_add(&t, (cli_opt){"save-input", 0, CLI_STR, "X.safetensors", &pic.save_input, 0, 0, NULL,
+                          "pictures: also write the prepared input tensor (what the model saw)"});
+    cli_add(&t, (cli_opt){"on-bad-image", 0, CLI_CHOICE, NULL, &pic.on_bad, 0, 0, "fail|skip",
+                          "pictures: an undecodable image stops the run, or is reported and skipped"});
     cli_add_common(&t, &c);
-    int rc = cli_parse(&t, "infer", "--model M [--weights W] --input X.safetensors --output Y.safetensors",
+    int rc = cli_parse(&t, "infer", "--model M [--weights W] --input X.safetensors --output Y.safetensors | --input PICTURES",
                        "Run the model in eval mode (BatchNorm running statistics, no dropout) on the images of X and "
-                       "write their logits to Y.",
+                       "write their logits to Y; or on pictures (JPEG, PNG; folders searched recursively), prepared as "
+                       "torchvision's Resize + CenterCrop + ToTensor + Normalize, and print each one's top-5 classes.",
                        argc, argv);
     if (rc >= 0) return rc;
-    if (!input || !output) return cli_usage_error("infer", "--input and --output are required");
+    if (!input) return cli_usage_error("infer", "--input is required");
     cnn_model_opts mo;
     int h, w;
     if ((rc = cli_model_opts("infer", &t, &mm, 1000, &mo, &h, &w)) >= 0) return rc;
+    if (cli_is_pictures(input)) {
+        pic.input = input;
+        pic.output = output;
+        pic.weights = mm.weights;
+        pic.batch = batch;
+        pic.h = h;
+        pic.w = w;
+        pic.mo = &mo;
+        pic.common = &c;
+        return cli_infer_pictures(&pic);
+    }
+    if (!output) return cli_usage_error("infer", "--output is required with a safetensors --input");
 
     float *x = NULL, *logits = NULL;
     int n = 0;

@@ -7,12 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Load the train or test split; for `tensors:` data the same file serves both. classes: --num-classes when
- * given (labels must be below it), else 0. */
-static cnn_status load_split(const char *source, cnn_split split, int limit, uint64_t seed, int classes,
-                             cnn_dataset *ds) {
-    cnn_data_opts o = {.source = source, .split = split, .limit = limit, .seed = seed, .num_classes = classes};
-    return cnn_dataset_load(&o, ds);
+/* The model's input size before the data is loaded (folder images are cropped to it); -1 or an exit code. */
+static int input_size(const char *cmd, const cli_table *t, const cli_model *mm, int *h, int *w) {
+    cnn_model_opts mo;
+    return cli_model_opts(cmd, t, mm, 1000, &mo, h, w);
+}
+
+/* Classes the model gets by default: the data's (folder, tensors), at least 10 for the small-image sets. */
+static int default_classes(const cnn_dataset *ds) {
+    if (ds->files || ds->fpix) return ds->classes;
+    return ds->classes < 10 ? 10 : ds->classes;
 }
 
 /* SIGINT/SIGTERM during training: the first one asks the loop to finish its step and checkpoint (exit 128 +
@@ -42,15 +46,16 @@ int cmd_train(int argc, char **argv) {
     cli_table t = {0};
     cli_common c = {0};
     cli_model mm = {0};
+    cli_data cd;
     cnn_train_opts o = cnn_train_opts_default();
-    const char *data = "synthetic", *optim = "sgd", *sched = "cosine", *resume_from = NULL;
+    const char *optim = "sgd", *sched = "cosine", *resume_from = NULL;
     int train_size = 0, epochs = 1;
     int64_t steps = 0, warmup = 0, ckpt_every = 0, stop_after = 0, log_every = 0;
     int eval_size = -1;
     const char *on_nonfinite = "stop";
     bool no_augment = false, no_shuffle = false, no_progress = false, resume = false;
     cli_add_model(&t, &mm, true);
-    cli_add(&t, (cli_opt){"data", 0, CLI_STR, "D", &data, 0, 0, NULL, "synthetic | cifar10:DIR | tensors:FILE.safetensors"});
+    cli_add_data(&t, &cd, true);
     cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &o.batch, 1, 65536, NULL, "images per step"});
     cli_add(&t, (cli_opt){"epochs", 0, CLI_INT, "E", &epochs, 1, 100000, NULL, "passes over the training set"});
     cli_add(&t, (cli_opt){"steps", 0, CLI_I64, "S", &steps, 0, 1e12, NULL, "total steps (overrides --epochs; 0 = off)"});
@@ -115,14 +120,17 @@ int cmd_train(int argc, char **argv) {
     int classes = cli_seen(&t, "num-classes") ? mm.num_classes : 0;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "weight-decay")) o.weight_decay = 0.01f;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "lr")) o.lr = 1e-3f;
+    const char *data = cd.data;
     bool tensors = strncmp(data, "tensors:", 8) == 0;
+    int h, w;
+    if ((rc = input_size("train", &t, &mm, &h, &w)) >= 0) return rc;
 
     cnn_dataset train = {0}, test = {0};
-    cnn_status st = load_split(data, CNN_SPLIT_TRAIN, train_size, o.seed, classes, &train);
+    cnn_status st = cli_load_data(&cd, CNN_SPLIT_TRAIN, train_size, o.seed, classes, h, w, &train);
     if (st != CNN_OK) return cli_fail(st);
     if (eval_size < 0) eval_size = tensors ? 0 : 1 << 30;
     if (eval_size > 0) {
-        st = load_split(data, CNN_SPLIT_TEST, eval_size == 1 << 30 ? 0 : eval_size, o.seed, classes, &test);
+        st = cli_load_data(&cd, CNN_SPLIT_TEST, eval_size == 1 << 30 ? 0 : eval_size, o.seed, classes, h, w, &test);
         if (st != CNN_OK) {
             cnn_dataset_free(&train);
             return cli_fail(st);
@@ -130,8 +138,7 @@ int cmd_train(int argc, char **argv) {
     }
     o.eval_size = eval_size > 0 ? test.n : 0;
     cnn_model_opts mo;
-    int h, w;
-    if ((rc = cli_model_opts("train", &t, &mm, train.classes < 10 ? 10 : train.classes, &mo, &h, &w)) >= 0) goto out;
+    if ((rc = cli_model_opts("train", &t, &mm, default_classes(&train), &mo, &h, &w)) >= 0) goto out;
     if (!cli_seen(&t, "input-size")) {
         h = train.h;
         w = train.w;
@@ -151,6 +158,11 @@ int cmd_train(int argc, char **argv) {
         catch_signals();
         st = cnn_train(m, &mo, &train, eval_size > 0 ? &test : NULL, &o);
     }
+    if (st == CNN_OK) { /* the curves as a picture; a run that trained is not failed by its plot */
+        char svg[4096];
+        snprintf(svg, sizeof svg, "%s/curves.svg", o.out_dir);
+        if (cnn_plot_runs(&o.out_dir, 1, svg) != CNN_OK) cnn_log(1, "cnn: no curves.svg: %s", cnn_error_msg());
+    }
     rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
     if (st == CNN_E_INTERRUPTED) rc = 128 + (int)interrupted; /* 130 SIGINT, 143 SIGTERM, as the shell reports */
     cnn_model_free(m);
@@ -165,10 +177,10 @@ int cmd_eval(int argc, char **argv) {
     cli_table t = {0};
     cli_common c = {0};
     cli_model mm = {0};
-    const char *data = "synthetic";
+    cli_data cd;
     int eval_size = 0, batch = 128;
     cli_add_model(&t, &mm, true);
-    cli_add(&t, (cli_opt){"data", 0, CLI_STR, "D", &data, 0, 0, NULL, "synthetic | cifar10:DIR | tensors:FILE.safetensors"});
+    cli_add_data(&t, &cd, false);
     cli_add(&t, (cli_opt){"eval-size", 0, CLI_INT, "N", &eval_size, 0, 1 << 30, NULL, "evaluate the first N images (0 = all)"});
     cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &batch, 1, 65536, NULL, "images per forward pass"});
     cli_add_common(&t, &c);
@@ -176,15 +188,17 @@ int cmd_eval(int argc, char **argv) {
                        "Evaluate on the test split (eval mode): mean cross-entropy, top-1 and top-5 accuracy.", argc, argv);
     if (rc >= 0) return rc;
     if (!mm.weights) return cli_usage_error("eval", "--weights is required");
+    const char *data = cd.data;
+    int h, w;
+    if ((rc = input_size("eval", &t, &mm, &h, &w)) >= 0) return rc;
     cnn_dataset ds = {0};
-    cnn_status st = load_split(data, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed,
-                               cli_seen(&t, "num-classes") ? mm.num_classes : 0, &ds);
+    cnn_status st = cli_load_data(&cd, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed,
+                                   cli_seen(&t, "num-classes") ? mm.num_classes : 0, h, w, &ds);
     if (st != CNN_OK) return cli_fail(st);
     cnn_model_opts mo;
-    int h, w;
     cnn_backend *be = NULL;
     cnn_model *m = NULL;
-    if ((rc = cli_model_opts("eval", &t, &mm, ds.classes < 10 ? 10 : ds.classes, &mo, &h, &w)) >= 0) goto out;
+    if ((rc = cli_model_opts("eval", &t, &mm, default_classes(&ds), &mo, &h, &w)) >= 0) goto out;
     if (!cli_seen(&t, "input-size")) {
         h = ds.h;
         w = ds.w;
@@ -196,8 +210,10 @@ int cmd_eval(int argc, char **argv) {
     cnn_eval_result r;
     if (st == CNN_OK) st = cnn_evaluate(m, &ds, eval_size, batch, &r);
     if (st == CNN_OK) {
-        printf("eval %s on %s: %d images  loss %.4f  top1 %.2f%%  top5 %.2f%%  non-finite %d\n", mo.arch, data, r.n,
+        printf("eval %s on %s: %d images  loss %.4f  top1 %.2f%%  top5 %.2f%%  non-finite %d", mo.arch, data, r.n,
                r.loss, 100 * r.top1, 100 * r.top5, r.nonfinite);
+        if (r.skipped) printf("  (%lld bad images skipped)", (long long)r.skipped);
+        printf("\n");
         if (r.nonfinite)
             fprintf(stderr, "cnn: %d of %d images give NaN/Inf logits (counted as wrong)\n", r.nonfinite, r.n);
         rc = CLI_EXIT_OK;

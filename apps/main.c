@@ -9,13 +9,14 @@ static const struct {
     int (*fn)(int, char **);
     const char *summary;
 } commands[] = {
-    {"train", cmd_train, "train a model (built-in synthetic data, CIFAR-10, or tensors) with checkpoints"},
+    {"train", cmd_train, "train a model (synthetic, CIFAR, MNIST-format or image-folder data) with checkpoints"},
     {"eval", cmd_eval, "evaluate weights on a dataset: loss, top-1, top-5"},
-    {"infer", cmd_infer, "logits for a batch of images (safetensors in, safetensors out)"},
+    {"infer", cmd_infer, "classify pictures (JPEG/PNG: top-5 classes), or logits for tensors (safetensors)"},
     {"grad", cmd_grad, "one training-mode forward + backward: loss and every parameter gradient"},
     {"bench", cmd_bench, "throughput and latency (median of N timed runs)"},
     {"tune", cmd_tune, "compile and autotune a model's GPU kernels ahead of time (fills the caches)"},
     {"info", cmd_info, "per-layer table: output shapes, parameters, FLOPs, memory"},
+    {"plot", cmd_plot, "training curves (loss, accuracy, learning rate) of runs as an SVG"},
 };
 
 static void usage(FILE *f) {

@@ -2,7 +2,9 @@
 """make_benchmarks_md.py — BENCHMARKS.md from the newest GPU and CPU result files in bench/results.
 
 usage: make_benchmarks_md.py bench/results > BENCHMARKS.md
-Never edit BENCHMARKS.md by hand: every number in it comes from a results JSON written by bench/run.sh.
+Never edit BENCHMARKS.md by hand: every number in it comes from a results JSON written by bench/run.sh, or from the
+input-pipeline summaries bench/data_pipeline.sh writes (bench/results/DATE-MACHINE-input-pipeline.md, the newest
+per machine, appended as they are).
 """
 import glob, os, sys
 
@@ -33,6 +35,14 @@ def main():
         md = md.replace("](plots-", "](bench/results/plots-")
         # one level down: the file's title becomes a section, its sections subsections
         out += ["\n".join("#" + l if l.startswith("#") else l for l in md.split("\n")), ""]
+    pipes = {}
+    for f in glob.glob(os.path.join(d, "*-input-pipeline.md")):
+        machine = os.path.basename(f)[11:-len("-input-pipeline.md")]
+        pipes[machine] = newest([f] + ([pipes[machine]] if machine in pipes else []))
+    if pipes:
+        out += ["## Input pipeline", "", "Written by `bench/data_pipeline.sh` (one file per machine, the newest).", ""]
+        for machine in sorted(pipes):
+            out += [open(pipes[machine]).read().rstrip(), ""]
     sys.stdout.write("\n".join(out))
 
 

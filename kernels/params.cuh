@@ -152,12 +152,11 @@ typedef struct xent_args {
 
 /* Image preparation (prep.cu): crop of the zero-padded image, optional horizontal flip, normalise. */
 typedef struct prep_args {
-    int n, c, h, w, pad, pad0;
-    float mean[4], std[4];
-    const unsigned char *src;     /* (N, C, H, W) uint8 planes */
-    const int *offsets;           /* (N, 2) crop offsets (y, x) in [0, 2*pad] */
-    const unsigned char *flip;    /* (N) 0/1 */
-    void *dst;                    /* (N, H, W, C) act */
+    int n, c, h, w, pad, src_n, out_c, pad0;
+    float mean[4], std[4];        /* per output channel */
+    const unsigned char *src;     /* (src_n, C, H, W) uint8 planes */
+    const int *samples;           /* (N, 4): image in src, crop offsets (y, x) in [0, 2*pad], flip 0/1; or NULL */
+    void *dst;                    /* (N, H, W, out_c) act */
 } prep_args;
 
 /* Optimizers and checks over flat float32 arrays (optim.cu). */

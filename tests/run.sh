@@ -55,6 +55,9 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     done
     # the optimizers, the non-finite count and the training step's guard (reliability: docs/RELIABILITY.md)
     add "emu-guard $EMU optim nonfinite guard"
+    for dt in f32 bf16; do # batch preparation: samples gathered from a whole dataset, crop, flip, channel repeat
+        add "emu-prep-$dt $EMU --dtype $dt prep"
+    done
 fi
 for t in tests/cli/test_*.sh; do
     case $t in */test_resume.sh) continue ;; esac

@@ -94,13 +94,17 @@ typedef struct cnn_xent {
     float grad_scale;  /* dlogits are multiplied by this (fp16 loss scaling); 0 means 1. The loss is not. */
 } cnn_xent;
 
-/* Image preparation for CIFAR-shaped uint8 data: per sample, an (optionally flipped) crop of the image
- * zero-padded by `pad`, then (v/255 - mean[c]) / std[c]; the crop offset for sample i is
- * (offsets[2i], offsets[2i+1]) in [0, 2*pad], flip[i] in {0,1}. src is (N, C, H, W) uint8 planes, dst NHWC. */
+/* Image preparation of uint8 data: sample i of the batch is image samples[4i] of src (which holds src_n images of
+ * (C, H, W) uint8 planes), zero-padded by `pad`, cropped back to H x W at offset (samples[4i+1], samples[4i+2])
+ * in [0, 2*pad], flipped left-right when samples[4i+3] is 1, then (v/255 - mean[k]) / std[k] per output
+ * channel k, written NHWC with out_c channels (C = 1, out_c = 3: the channel repeated; else out_c = C).
+ * samples NULL = image i, offset (pad, pad), no flip. */
 typedef struct cnn_prep {
-    int n, c, h, w;
+    int n, c, h, w;        /* batch and source image size (C, H, W) */
     int pad;
-    float mean[4], std[4];
+    int src_n;             /* images in src */
+    int out_c;             /* output channels: C, or 3 when C = 1 */
+    float mean[4], std[4]; /* per output channel */
 } cnn_prep;
 
 typedef struct cnn_sgd {
@@ -270,9 +274,13 @@ struct cnn_backend {
     cnn_status (*xent_forward_backward)(cnn_backend *be, const cnn_xent *xe, const void *logits,
                                         const int32_t *labels, float *loss, void *dlogits);
 
-    /* data: uint8 planes -> normalised NHWC act_dtype */
-    cnn_status (*prep_images)(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
-                              const uint8_t *flip, void *dst);
+    /* data: uint8 planes -> normalised NHWC act_dtype (N, H, W, out_c); samples (N, 4) int32 or NULL */
+    cnn_status (*prep_images)(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
+                              void *dst);
+
+    /* Optional (NULL: use malloc/free): page-locked host memory, so uploads from it run at full speed. */
+    cnn_status (*host_alloc)(cnn_backend *be, size_t bytes, const char *what, void **out);
+    void (*host_free)(cnn_backend *be, void *ptr);
 
     /* optimizers over flat float32 arrays of count elements; grads are scaled by grad_scale first */
     cnn_status (*sgd_update)(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,

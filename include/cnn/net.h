@@ -87,6 +87,7 @@ typedef struct cnn_model_opts {
     cnn_stem stem;           /* ResNets only */
     float dropout;           /* VGG classifier dropout; default 0.5 */
     uint64_t seed;           /* weight initialisation */
+    int in_channels;         /* image channels of the first conv; 0 = 3 */
 } cnn_model_opts;
 
 cnn_model_opts cnn_model_opts_default(void);

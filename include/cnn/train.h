@@ -61,6 +61,7 @@ typedef struct cnn_eval_result {
     double loss, top1, top5;  /* mean loss (NaN when any image's is); accuracies in [0, 1] */
     int n;
     int nonfinite;            /* images with a NaN/Inf logit: counted as wrong in top1 and top5 */
+    int64_t skipped;          /* undecodable images replaced (folder data, on_bad = skip) */
 } cnn_eval_result;
 
 /* Evaluate a model (eval mode) on the first n images of a dataset (0 = all), batch by batch. */
@@ -73,5 +74,9 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
  * NaN/Inf is never written (CNN_E_NONFINITE). */
 cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
                      const cnn_train_opts *o);
+
+/* Training curves of runs (their DIR/metrics.jsonl) as one SVG, written atomically: loss, accuracy and learning
+ * rate against the step, one colour per run (plot.c). */
+cnn_status cnn_plot_runs(const char *const *dirs, int n, const char *out_path);
 
 #endif

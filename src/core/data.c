@@ -1,9 +1,12 @@
-/* data.c — dataset loaders (synthetic, CIFAR-10 binary, safetensors tensors) and the batch loader. */
+/* data.c — dataset loaders (synthetic, CIFAR-10 binary, safetensors tensors; the others in datasets_*.c) and
+ * the batch loader. */
 #include "cnn/data.h"
 #include "cnn/io.h"
 #include "cnn/safetensors.h"
 #include "parsers.h"
+#include "pipeline.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +18,64 @@
 static const float cifar_mean[3] = {0.4914f, 0.4822f, 0.4465f};
 static const float cifar_std[3] = {0.2470f, 0.2435f, 0.2616f};
 
+/* Normalisation and pad-crop padding per source: the statistics torchvision's examples use. */
+static const struct {
+    const char *source;
+    float mean[3], std[3];
+    int pad;
+} norms[] = {
+    {.source = "cifar100", .mean = {0.5071f, 0.4865f, 0.4409f}, .std = {0.2673f, 0.2564f, 0.2762f}, .pad = 4},
+    {.source = "mnist", .mean = {0.1307f, 0.1307f, 0.1307f}, .std = {0.3081f, 0.3081f, 0.3081f}, .pad = 2},
+    {.source = "fashion-mnist", .mean = {0.2860f, 0.2860f, 0.2860f}, .std = {0.3530f, 0.3530f, 0.3530f}, .pad = 2},
+    {.source = "folder", .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f}, .pad = 0},
+};
+
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
 void cnn_dataset_free(cnn_dataset *d) {
     if (!d) return;
     free(d->pix);
     free(d->fpix);
     free(d->labels);
+    cnn_file_list_free(d->files);
+    for (int i = 0; d->class_names && i < d->classes; i++) free(d->class_names[i]);
+    free(d->class_names);
     memset(d, 0, sizeof *d);
+}
+
+static cnn_status parse_floats(const char *s, const char *what, float out[3]) {
+    float v[3];
+    int n = 0;
+    const char *p = s;
+    while (n < 3) {
+        char *end;
+        errno = 0;
+        double x = strtod(p, &end);
+        if (end == p || errno || !isfinite(x)) break;
+        v[n++] = (float)x;
+        p = end;
+        if (*p != ',') break;
+        p++;
+    }
+    if (*p || (n != 1 && n != 3))
+        return cnn_fail(CNN_E_INVALID, "--%s '%s': expected one number or three separated by commas", what, s);
+    for (int i = 0; i < 3; i++) out[i] = v[n == 1 ? 0 : i];
+    return CNN_OK;
+}
+
+cnn_status cnn_dataset_set_norm(cnn_dataset *d, const char *mean, const char *std) {
+    float m[3], s[3];
+    if (mean) {
+        CNN_TRY(parse_floats(mean, "mean", m));
+        memcpy(d->mean, m, sizeof m);
+    }
+    if (std) {
+        CNN_TRY(parse_floats(std, "std", s));
+        for (int i = 0; i < 3; i++)
+            if (!(s[i] > 0)) return cnn_fail(CNN_E_INVALID, "--std '%s': every value must be > 0", std);
+        memcpy(d->std, s, sizeof s);
+    }
+    return CNN_OK;
 }
 
 /* ---- synthetic ---------------------------------------------------------------------------------------- */
@@ -185,9 +240,24 @@ cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
     memset(d, 0, sizeof *d);
     memcpy(d->mean, cifar_mean, sizeof d->mean);
     memcpy(d->std, cifar_std, sizeof d->std);
+    d->pad = 4;
     const char *s = o->source ? o->source : "";
     cnn_status st;
-    if (strcmp(s, "synthetic") == 0) {
+    if (strncmp(s, "cifar100:", 9) == 0 && s[9]) {
+        snprintf(d->source, sizeof d->source, "cifar100");
+        st = cnn_load_cifar100(s + 9, o, d);
+    } else if (strncmp(s, "mnist:", 6) == 0 && s[6]) {
+        snprintf(d->source, sizeof d->source, "mnist");
+        st = cnn_load_idx(s + 6, "MNIST images", o, d);
+    } else if (strcmp(s, "fashion-mnist") == 0 || (strncmp(s, "fashion-mnist:", 14) == 0 && s[14])) {
+        snprintf(d->source, sizeof d->source, "fashion-mnist");
+        st = cnn_load_idx(s[13] ? s + 14 : FASHION_MNIST_DIR, "Fashion-MNIST images", o, d);
+        if (st == CNN_E_IO && !s[13])
+            st = cnn_error_prefix(st, "fashion-mnist (apt-get install dataset-fashion-mnist, or fashion-mnist:DIR)");
+    } else if (strncmp(s, "folder:", 7) == 0 && s[7]) {
+        snprintf(d->source, sizeof d->source, "folder");
+        st = cnn_load_folder(s + 7, o, d);
+    } else if (strcmp(s, "synthetic") == 0) {
         snprintf(d->source, sizeof d->source, "synthetic");
         st = load_synthetic(o, d);
     } else if (strncmp(s, "cifar10:", 8) == 0 && s[8]) {
@@ -197,13 +267,20 @@ cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
         snprintf(d->source, sizeof d->source, "tensors");
         st = load_tensors(s + 8, o, d);
     } else {
-        return cnn_fail(CNN_E_INVALID, "unknown data source '%s' (expected synthetic, cifar10:DIR or tensors:FILE)", s);
+        return cnn_fail(CNN_E_INVALID, "unknown data source '%s' (expected synthetic, cifar10:DIR, cifar100:DIR, mnist:DIR, "
+                        "fashion-mnist[:DIR], folder:DIR or tensors:FILE)", s);
     }
     /* a label at or above the model's class count would index past its logits */
     for (int i = 0; st == CNN_OK && o->num_classes > 0 && i < d->n; i++)
         if (d->labels[i] >= o->num_classes)
             st = cnn_fail(CNN_E_MISMATCH, "%s data: label %d of image %d is not below --num-classes %d", d->source,
                           d->labels[i], i, o->num_classes);
+    for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+        if (strcmp(d->source, norms[i].source) == 0) {
+            memcpy(d->mean, norms[i].mean, sizeof d->mean);
+            memcpy(d->std, norms[i].std, sizeof d->std);
+            d->pad = norms[i].pad;
+        }
     if (st != CNN_OK) cnn_dataset_free(d);
     return st;
 }
@@ -213,14 +290,14 @@ cnn_status cnn_dataset_load(const cnn_data_opts *o, cnn_dataset *d) {
 void cnn_loader_free(cnn_loader *l) {
     if (!l) return;
     if (l->be) {
+        if (l->dev_all) l->be->free(l->be, l->dev_all);
         if (l->dev_pix) l->be->free(l->be, l->dev_pix);
-        if (l->dev_off) l->be->free(l->be, l->dev_off);
-        if (l->dev_flip) l->be->free(l->be, l->dev_flip);
+        if (l->dev_samples) l->be->free(l->be, l->dev_samples);
     }
+    cnn_pipeline_free(l->pipe);
     free(l->perm);
+    free(l->host_samples);
     free(l->host_pix);
-    free(l->host_off);
-    free(l->host_flip);
     free(l->host_f);
     memset(l, 0, sizeof *l);
 }
@@ -228,21 +305,34 @@ void cnn_loader_free(cnn_loader *l) {
 cnn_status cnn_loader_init(cnn_loader *l, const cnn_dataset *ds, cnn_backend *be, int max_batch, bool augment,
                            bool shuffle, uint64_t seed) {
     memset(l, 0, sizeof *l);
-    l->ds = ds; l->be = be; l->max_batch = max_batch; l->augment = augment && ds->pix; l->shuffle = shuffle;
+    l->ds = ds; l->be = be; l->max_batch = max_batch; l->augment = augment && (ds->pix || ds->files);
+    l->shuffle = shuffle;
     l->seed = seed;
     l->perm_epoch = -1;
     size_t per = (size_t)ds->c * ds->h * ds->w;
     l->perm = cnn_malloc((size_t)ds->n * sizeof *l->perm, "epoch order");
     if (!l->perm) return CNN_E_OOM;
     cnn_status st = CNN_OK;
-    if (ds->pix) {
-        l->host_pix = cnn_malloc((size_t)max_batch * per, "batch pixels");
-        l->host_off = cnn_malloc((size_t)max_batch * 2 * sizeof(int32_t), "batch crops");
-        l->host_flip = cnn_malloc((size_t)max_batch, "batch flips");
-        if (!l->host_pix || !l->host_off || !l->host_flip) st = CNN_E_OOM;
+    if (ds->files) {
+        cnn_pipeline_opts po = {.ds = ds, .be = be, .max_batch = max_batch, .depth = 4, .train = l->augment,
+                                .shuffle = shuffle, .seed = seed};
+        st = cnn_pipeline_create(&po, &l->pipe);
         if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * per, "batch pixels", &l->dev_pix);
-        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * 8, "batch crops", &l->dev_off);
-        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch, "batch flips", &l->dev_flip);
+    } else if (ds->pix) {
+        l->host_samples = cnn_malloc((size_t)max_batch * 4 * sizeof(int32_t), "batch samples");
+        if (!l->host_samples) st = CNN_E_OOM;
+        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * 16, "batch samples", &l->dev_samples);
+        /* the whole dataset on the backend when it fits: a batch is then one small upload and one kernel */
+        if (st == CNN_OK && be->alloc(be, (size_t)ds->n * per, "dataset", &l->dev_all) == CNN_OK) {
+            st = be->upload(be, l->dev_all, ds->pix, (size_t)ds->n * per);
+        } else if (st == CNN_OK) {
+            cnn_log(1, "cnn: the dataset (%zu MB) does not fit on the device; copying it batch by batch",
+                    (size_t)ds->n * per >> 20);
+            l->dev_all = NULL;
+            l->host_pix = cnn_malloc((size_t)max_batch * per, "batch pixels");
+            if (!l->host_pix) st = CNN_E_OOM;
+            if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * per, "batch pixels", &l->dev_pix);
+        }
     } else {
         l->host_f = cnn_malloc((size_t)max_batch * per * sizeof(float), "batch images");
         if (!l->host_f) st = CNN_E_OOM;
@@ -251,22 +341,29 @@ cnn_status cnn_loader_init(cnn_loader *l, const cnn_dataset *ds, cnn_backend *be
     return st;
 }
 
-/* Fisher-Yates with Philox draws keyed by (seed, epoch): the order of an epoch is a pure function. */
-static void make_perm(cnn_loader *l, int64_t epoch) {
-    int n = l->ds->n;
-    for (int i = 0; i < n; i++) l->perm[i] = i;
-    if (l->shuffle) {
-        for (int i = n - 1; i > 0; i--) {
-            uint32_t r[4];
-            cnn_philox(l->seed ^ 0x5348554646ULL, (uint64_t)epoch, (uint64_t)i, r);
-            uint64_t x = ((uint64_t)r[0] << 32) | r[1];
-            int j = (int)(x % (uint64_t)(i + 1));
-            int32_t t = l->perm[i];
-            l->perm[i] = l->perm[j];
-            l->perm[j] = t;
-        }
+void cnn_epoch_order(uint64_t seed, int64_t epoch, bool shuffle, int n, int32_t *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    if (!shuffle) return;
+    for (int i = n - 1; i > 0; i--) {
+        uint32_t r[4];
+        cnn_philox(seed ^ 0x5348554646ULL, (uint64_t)epoch, (uint64_t)i, r);
+        uint64_t x = ((uint64_t)r[0] << 32) | r[1];
+        int j = (int)(x % (uint64_t)(i + 1));
+        int32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
     }
-    l->perm_epoch = epoch;
+}
+
+int64_t cnn_loader_skipped(cnn_loader *l) { return l->pipe ? cnn_pipeline_skipped(l->pipe) : 0; }
+
+static void fill_prep(const cnn_loader *l, const cnn_net *net, int n, int pad, int src_n, cnn_prep *pp) {
+    const cnn_dataset *ds = l->ds;
+    *pp = (cnn_prep){.n = n, .c = ds->c, .h = ds->h, .w = ds->w, .pad = pad, .src_n = src_n, .out_c = net->in_c};
+    for (int c = 0; c < 4; c++) {
+        pp->mean[c] = ds->mean[c < 3 ? c : 2];
+        pp->std[c] = ds->std[c < 3 ? c : 2];
+    }
 }
 
 cnn_status cnn_loader_batch(cnn_loader *l, cnn_model *m, int64_t epoch, int64_t start, int n, int64_t *labels) {
@@ -275,34 +372,58 @@ cnn_status cnn_loader_batch(cnn_loader *l, cnn_model *m, int64_t epoch, int64_t 
     if (n < 1 || n > l->max_batch || start < 0 || start + n > ds->n)
         return cnn_fail(CNN_E_INVALID, "batch [%lld, %lld) outside the dataset of %d", (long long)start,
                         (long long)(start + n), ds->n);
-    if (ds->c != net->in_c || ds->h != net->in_h || ds->w != net->in_w)
+    bool repeat = ds->c == 1 && net->in_c == 3 && (ds->pix || ds->files);
+    if ((ds->c != net->in_c && !repeat) || ds->h != net->in_h || ds->w != net->in_w)
         return cnn_fail(CNN_E_MISMATCH, "data is %dx%dx%d but the model expects %dx%dx%d", ds->c, ds->h, ds->w,
                         net->in_c, net->in_h, net->in_w);
-    if (l->perm_epoch != epoch) make_perm(l, epoch);
-    size_t per = (size_t)ds->c * ds->h * ds->w;
-    for (int i = 0; i < n; i++) labels[i] = ds->labels[l->perm[start + i]];
-    if (ds->fpix) {
-        for (int i = 0; i < n; i++)
-            memcpy(l->host_f + (size_t)i * per, ds->fpix + (size_t)l->perm[start + i] * per, per * sizeof(float));
-        return cnn_model_upload_input(m, l->host_f, n);
-    }
-    int pad = l->augment ? 4 : 0;
-    for (int i = 0; i < n; i++) {
-        memcpy(l->host_pix + (size_t)i * per, ds->pix + (size_t)l->perm[start + i] * per, per);
-        uint32_t r[4];
-        cnn_philox(l->seed ^ 0x4155474dULL, (uint64_t)epoch, (uint64_t)(start + i), r);
-        l->host_off[2 * i] = l->augment ? (int32_t)(r[0] % 9u) : 0;
-        l->host_off[2 * i + 1] = l->augment ? (int32_t)(r[1] % 9u) : 0;
-        l->host_flip[i] = l->augment ? (uint8_t)(r[2] & 1u) : 0;
-    }
+    double t0 = cnn_now();
     cnn_backend *be = l->be;
-    CNN_TRY(be->upload(be, l->dev_pix, l->host_pix, (size_t)n * per));
-    CNN_TRY(be->upload(be, l->dev_off, l->host_off, (size_t)n * 8));
-    CNN_TRY(be->upload(be, l->dev_flip, l->host_flip, (size_t)n));
-    cnn_prep pp = {.n = n, .c = ds->c, .h = ds->h, .w = ds->w, .pad = pad};
-    for (int c = 0; c < 3; c++) {
-        pp.mean[c] = ds->mean[c];
-        pp.std[c] = ds->std[c];
+    size_t per = (size_t)ds->c * ds->h * ds->w;
+    cnn_prep pp;
+    cnn_status st;
+    if (ds->files) {
+        const uint8_t *pix;
+        const int32_t *index;
+        double wait = 0;
+        st = cnn_pipeline_get(l->pipe, epoch, start, n, &pix, &index, &wait);
+        if (st == CNN_OK) {
+            for (int i = 0; i < n; i++) labels[i] = ds->labels[index[i]];
+            st = be->upload(be, l->dev_pix, pix, (size_t)n * per);
+        }
+        fill_prep(l, net, n, 0, n, &pp);
+        if (st == CNN_OK) st = be->prep_images(be, &pp, l->dev_pix, NULL, cnn_model_input_buffer(m));
+    } else {
+        if (l->perm_epoch != epoch) {
+            cnn_epoch_order(l->seed, epoch, l->shuffle, ds->n, l->perm);
+            l->perm_epoch = epoch;
+        }
+        for (int i = 0; i < n; i++) labels[i] = ds->labels[l->perm[start + i]];
+        if (ds->fpix) {
+            for (int i = 0; i < n; i++)
+                memcpy(l->host_f + (size_t)i * per, ds->fpix + (size_t)l->perm[start + i] * per, per * sizeof(float));
+            st = cnn_model_upload_input(m, l->host_f, n);
+        } else {
+            int pad = l->augment ? ds->pad : 0;
+            for (int i = 0; i < n; i++) {
+                uint32_t r[4];
+                cnn_philox(l->seed ^ 0x4155474dULL, (uint64_t)epoch, (uint64_t)(start + i), r);
+                int32_t *s = l->host_samples + 4 * i;
+                s[0] = l->dev_all ? l->perm[start + i] : i;
+                s[1] = l->augment ? (int32_t)(r[0] % (uint32_t)(2 * pad + 1)) : 0;
+                s[2] = l->augment ? (int32_t)(r[1] % (uint32_t)(2 * pad + 1)) : 0;
+                s[3] = l->augment ? (int32_t)(r[2] & 1u) : 0;
+                if (!l->dev_all) memcpy(l->host_pix + (size_t)i * per, ds->pix + (size_t)l->perm[start + i] * per, per);
+            }
+            st = CNN_OK;
+            if (!l->dev_all) st = be->upload(be, l->dev_pix, l->host_pix, (size_t)n * per);
+            if (st == CNN_OK) st = be->upload(be, l->dev_samples, l->host_samples, (size_t)n * 16);
+            fill_prep(l, net, n, pad, l->dev_all ? ds->n : n, &pp);
+            if (st == CNN_OK)
+                st = be->prep_images(be, &pp, l->dev_all ? l->dev_all : l->dev_pix, l->dev_samples,
+                                     cnn_model_input_buffer(m));
+        }
     }
-    return be->prep_images(be, &pp, l->dev_pix, l->dev_off, l->dev_flip, cnn_model_input_buffer(m));
+    l->wait_s += cnn_now() - t0;
+    if (st == CNN_OK) l->images += n;
+    return st;
 }

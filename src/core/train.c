@@ -85,6 +85,7 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
     }
     free(logits);
     free(labels);
+    out->skipped = cnn_loader_skipped(&l);
     cnn_loader_free(&l);
     CNN_TRY(st);
     out->n = n;
@@ -242,15 +243,19 @@ static cnn_status metrics_write(FILE *f, const char *path, const char *line) {
 
 /* ---- the loop ----------------------------------------------------------------------------------------- */
 
-static void progress(const cnn_train_opts *o, int64_t step, int64_t total, double elapsed, float loss) {
+/* The bar on stderr: also images/s and the share of the time spent preparing or waiting for data. */
+static void progress(const cnn_train_opts *o, int64_t step, int64_t total, double elapsed, float loss, int64_t done,
+                     double data_s) {
     if (!o->progress || !isatty(STDERR_FILENO)) return;
     int width = 30, fill = (int)(width * step / (total ? total : 1));
-    double eta = step ? elapsed / step * (double)(total - step) : 0;
+    double eta = done ? elapsed / done * (double)(total - step) : 0;
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
     bar[width] = 0;
-    fprintf(stderr, "\r[%s] %3d%% step %lld/%lld loss %.4f ETA %d:%02d ", bar, (int)(100 * step / (total ? total : 1)),
-            (long long)step, (long long)total, (double)loss, (int)eta / 60, (int)eta % 60);
+    fprintf(stderr, "\r[%s] %3d%% step %lld/%lld loss %.4f %.0f img/s data %.0f%% ETA %d:%02d ", bar,
+            (int)(100 * step / (total ? total : 1)), (long long)step, (long long)total, (double)loss,
+            elapsed > 0 ? done * o->batch / elapsed : 0.0, elapsed > 0 ? 100 * data_s / elapsed : 0.0, (int)eta / 60,
+            (int)eta % 60);
     if (step == total) fputc('\n', stderr);
     fflush(stderr);
 }
@@ -396,7 +401,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     cnn_guard guard = {.loss = cnn_model_loss_buffer(m), .stats = cnn_model_buffers(m), .backup = ts.stats_backup,
                        .n_stats = net->n_buffer, .halt_on_bad = o->on_nonfinite == CNN_NONFINITE_STOP};
 
-    double t0 = cnn_now(), t_epoch = t0, loss_epoch = 0;
+    double t0 = cnn_now(), t_epoch = t0, loss_epoch = 0, data_epoch = 0;
     int64_t correct_epoch = 0, seen_epoch = 0, skipped = 0, finite_epoch = 0;
     uint64_t bad_seen = 0;
     float loss = 0;
@@ -476,7 +481,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             printf("step %lld/%lld  epoch %lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s\n", (long long)step,
                    (long long)total, (long long)epoch + 1, (double)loss, 100.0 * correct / o->batch, (double)lr,
                    (double)(step - start_step) * o->batch / (now - t0));
-        progress(o, step, total, now - t0, loss);
+        progress(o, step, total, now - t0, loss, step - start_step, loader.wait_s);
         bool epoch_end = pos == spe - 1 || step == total;
         bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
                         step == o->stop_after;
@@ -484,9 +489,12 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         if (epoch_end) {
             double dt = now - t_epoch;
             if (o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
-            printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s", (long long)epoch + 1,
-                   (long long)step, (long long)total, loss_epoch / (finite_epoch ? finite_epoch : 1),
-                   100.0 * correct_epoch / (seen_epoch ? seen_epoch : 1), (double)lr, seen_epoch / (dt > 0 ? dt : 1));
+            printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s  data %.1f%%",
+                   (long long)epoch + 1, (long long)step, (long long)total, loss_epoch / (finite_epoch ? finite_epoch : 1),
+                   100.0 * correct_epoch / (seen_epoch ? seen_epoch : 1), (double)lr, seen_epoch / (dt > 0 ? dt : 1),
+                   dt > 0 ? 100 * (loader.wait_s - data_epoch) / dt : 0.0);
+            data_epoch = loader.wait_s;
+            if (cnn_loader_skipped(&loader)) printf("  skipped %lld bad images", (long long)cnn_loader_skipped(&loader));
             if (test && o->eval_size > 0 && !interrupted) {
                 cnn_eval_result ev;
                 st = cnn_evaluate(m, test, o->eval_size, o->batch, &ev);

@@ -153,7 +153,7 @@ cnn_status cnn_zoo_build(const cnn_model_opts *o, int in_h, int in_w, cnn_net **
     snprintf(net->arch, sizeof net->arch, "%s", o->arch);
     net->num_classes = o->num_classes;
     net->stem = o->stem;
-    net->in_c = 3;
+    net->in_c = o->in_channels > 0 ? o->in_channels : 3;
     net->in_h = in_h;
     net->in_w = in_w;
     if (rc) build_resnet(net, rc, o);

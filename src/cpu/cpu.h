@@ -214,8 +214,8 @@ cnn_status cnn_cpu_op_linear_backward(cnn_backend *be, const cnn_linear *ln, con
 cnn_status cnn_cpu_op_xent_forward_backward(cnn_backend *be, const cnn_xent *xe, const void *logits,
                                             const int32_t *labels, float *loss, void *dlogits);
 /* prep.c */
-cnn_status cnn_cpu_op_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
-                                  const uint8_t *flip, void *dst);
+cnn_status cnn_cpu_op_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
+                                  void *dst);
 /* optim.c */
 cnn_status cnn_cpu_op_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
                                  float *momentum_buf, float grad_scale);

@@ -1,45 +1,54 @@
 /* prep.c — image preparation: uint8 planes -> normalised NHWC floats, with crop and flip augmentation.
  *
- * src is (N, C, H, W) uint8; dst is (N, H, W, C) float. For sample i the image is zero-padded by `pad`, a
- * window of H x W at offset (oy, ox) = (offsets[2i], offsets[2i+1]) in [0, 2*pad] is cropped, and the crop is
- * flipped horizontally when flip[i] is 1:
- *     dst[i, y, x, c] = (v / 255 - mean[c]) / std[c],   v = src[i, c, y + oy - pad, x' + ox - pad] (0 outside)
- *     x' = flip[i] ? W - 1 - x : x
- * offsets NULL means (pad, pad) (the centre crop) and flip NULL means no flip. Offsets outside [0, 2*pad] are
- * CNN_E_INVALID.
+ * src holds src_n images of (C, H, W) uint8; dst is (N, H, W, out_c) float. Sample i is image
+ * img = samples[4i] (i when samples is NULL), zero-padded by `pad`, of which a window of H x W at offset
+ * (oy, ox) = (samples[4i+1], samples[4i+2]) in [0, 2*pad] is cropped and flipped horizontally when
+ * samples[4i+3] is 1 (NULL: offset (pad, pad), no flip):
+ *     dst[i, y, x, k] = (v / 255 - mean[k]) / std[k],   v = src[img, k % C, y + oy - pad, x' + ox - pad] (0 outside)
+ *     x' = flip ? W - 1 - x : x
+ * With C = 1 and out_c = 3 the one channel is repeated. An image index outside [0, src_n), offsets outside
+ * [0, 2*pad] or a flip other than 0/1 are CNN_E_INVALID.
  */
 #include "cpu/cpu.h"
 
 #include <math.h>
 
-cnn_status cnn_cpu_op_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
-                                  const uint8_t *flip, void *dstv) {
-    const int N = pp->n, C = pp->c, H = pp->h, W = pp->w, pad = pp->pad;
-    float *dst = dstv; /* (N, H, W, C) */
-    CNN_ASSERT(N >= 0 && C >= 1 && C <= 4 && H > 0 && W > 0 && pad >= 0);
-    for (int c = 0; c < C; c++)
-        if (!(pp->std[c] != 0) || !isfinite(pp->std[c]) || !isfinite(pp->mean[c]))
-            return cnn_fail(CNN_E_INVALID, "image normalisation of channel %d: mean %g, std %g", c, (double)pp->mean[c],
-                            (double)pp->std[c]);
-    if (offsets)
-        for (int i = 0; i < 2 * N; i++)
-            if (offsets[i] < 0 || offsets[i] > 2 * pad)
-                return cnn_fail(CNN_E_INVALID, "crop offset %d of sample %d is outside [0, %d]", (int)offsets[i], i / 2,
-                                2 * pad);
+cnn_status cnn_cpu_op_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
+                                  void *dstv) {
+    const int N = pp->n, C = pp->c, H = pp->h, W = pp->w, pad = pp->pad, K = pp->out_c ? pp->out_c : pp->c;
+    float *dst = dstv; /* (N, H, W, K) */
+    CNN_ASSERT(N >= 0 && C >= 1 && C <= 4 && H > 0 && W > 0 && pad >= 0 && pp->src_n > 0);
+    CNN_ASSERT(K == C || (C == 1 && K <= 4));
+    CNN_ASSERT(samples || pp->src_n >= N);
+    for (int k = 0; k < K; k++)
+        if (!(pp->std[k] != 0) || !isfinite(pp->std[k]) || !isfinite(pp->mean[k]))
+            return cnn_fail(CNN_E_INVALID, "image normalisation of channel %d: mean %g, std %g", k, (double)pp->mean[k],
+                            (double)pp->std[k]);
+    if (samples)
+        for (int i = 0; i < N; i++) {
+            const int32_t *s = samples + 4 * i;
+            if (s[0] < 0 || s[0] >= pp->src_n || s[1] < 0 || s[1] > 2 * pad || s[2] < 0 || s[2] > 2 * pad ||
+                (s[3] != 0 && s[3] != 1))
+                return cnn_fail(CNN_E_INVALID, "sample %d: image %d of %d, crop offset (%d, %d) outside [0, %d], flip %d",
+                                i, (int)s[0], pp->src_n, (int)s[1], (int)s[2], 2 * pad, (int)s[3]);
+        }
 #pragma omp parallel for num_threads(cnn_cpu_threads(be)) schedule(static)
     for (int64_t ny = 0; ny < (int64_t)N * H; ny++) {
         int64_t i = ny / H;
         int y = (int)(ny % H);
-        int oy = offsets ? offsets[2 * i] : pad, ox = offsets ? offsets[2 * i + 1] : pad;
-        bool fl = flip && flip[i];
+        const int32_t *s = samples ? samples + 4 * i : NULL;
+        int64_t img = s ? s[0] : i;
+        int oy = s ? s[1] : pad, ox = s ? s[2] : pad;
+        bool fl = s && s[3];
         int sy = y + oy - pad;
         for (int x = 0; x < W; x++) {
             int sx = (fl ? W - 1 - x : x) + ox - pad;
             bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
-            float *o = dst + ((i * H + y) * W + x) * C;
-            for (int c = 0; c < C; c++) {
-                float v = inside ? (float)src[((i * C + c) * H + sy) * W + sx] : 0.0f;
-                o[c] = (v / 255.0f - pp->mean[c]) / pp->std[c];
+            float *o = dst + ((i * H + y) * W + x) * K;
+            for (int k = 0; k < K; k++) {
+                int c = C == 1 ? 0 : k;
+                float v = inside ? (float)src[((img * C + c) * H + sy) * W + sx] : 0.0f;
+                o[k] = (v / 255.0f - pp->mean[k]) / pp->std[k];
             }
         }
     }

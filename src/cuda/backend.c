@@ -66,6 +66,30 @@ static void be_free(cnn_backend *be, void *ptr) {
 
 static size_t be_peak_bytes(cnn_backend *be) { return cuda_impl(be)->peak; }
 
+/* Page-locked host memory for staging buffers (uploads from it need no bounce copy in the driver); malloc where
+ * the driver lacks cuMemHostAlloc (the CPU emulator). host_free must know which: a small header says. */
+#define HOST_HDR 64
+static cnn_status be_host_alloc(cnn_backend *be, size_t bytes, const char *what, void **out) {
+    cuda_be *cb = enter(be);
+    (void)cb;
+    void *p = NULL;
+    bool pinned = cu.MemHostAlloc && cu.MemFreeHost && cu.MemHostAlloc(&p, bytes + HOST_HDR, 0) == CUDA_SUCCESS;
+    if (!pinned && !(p = malloc(bytes + HOST_HDR)))
+        return cnn_fail(CNN_E_OOM, "out of host memory for %s (%zu bytes)", what, bytes);
+    *(bool *)p = pinned;
+    *out = (uint8_t *)p + HOST_HDR;
+    return CNN_OK;
+}
+
+static void be_host_free(cnn_backend *be, void *ptr) {
+    if (!ptr) return;
+    cuda_be *cb = enter(be);
+    (void)cb;
+    uint8_t *p = (uint8_t *)ptr - HOST_HDR;
+    if (*(bool *)p) cu.MemFreeHost(p);
+    else free(p);
+}
+
 /* ---- copies ------------------------------------------------------------------------------------------- */
 
 static cnn_status not_while_capturing(cuda_be *cb, const char *op) {
@@ -375,6 +399,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->alloc = be_alloc;
     be->free = be_free;
     be->upload = be_upload;
+    be->host_alloc = be_host_alloc;
+    be->host_free = be_host_free;
     be->download = be_download;
     be->copy = be_copy;
     be->zero = be_zero;

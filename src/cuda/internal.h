@@ -71,8 +71,10 @@
       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The same for symbols a driver may lack: NULL there, and what needs them is not used (the TMA rows of the conv
- * forward, which need a CUDA 12.0 driver). */
+ * forward, which need a CUDA 12.0 driver; page-locked host memory, where plain malloc does instead). */
 #define CUDA_DRIVER_OPTIONAL(X)                                                                               \
+    X(MemHostAlloc, cuMemHostAlloc, 2020, 0, "cuMemHostAlloc")                                                \
+    X(MemFreeHost, cuMemFreeHost, 2000, 0, "cuMemFreeHost")                                                   \
     X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
     X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")                   \
     X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")
@@ -380,8 +382,8 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
 cnn_status cuda_xent_forward_backward(cnn_backend *be, const cnn_xent *xe, const void *logits,
                                       const int32_t *labels, float *loss, void *dlogits);
 /* prep.c */
-cnn_status cuda_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *offsets,
-                            const uint8_t *flip, void *dst);
+cnn_status cuda_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
+                            void *dst);
 /* optim.c */
 cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
                            float *momentum_buf, float grad_scale);

@@ -1782,46 +1782,56 @@ static void g_xent(ctx *t) {
 /* ---- prep_images ---------------------------------------------------------------------------------------- */
 
 static void g_prep(ctx *t) {
+    /* src_n > n with samples: a batch gathered from a whole dataset on the device; out_c 3 from c 1: the channel
+     * repeated; gather 0: no samples (image i, centre, no flip) */
     const struct {
-        int n, c, h, w, pad;
-    } cases[] = {{3, 3, 32, 32, 4}, {2, 1, 28, 20, 2}, {1, 3, 5, 7, 0}, {5, 4, 9, 6, 3}};
+        int n, c, h, w, pad, src_n, out_c, gather;
+    } cases[] = {{3, 3, 32, 32, 4, 3, 3, 1},  {2, 1, 28, 20, 2, 2, 1, 1}, {1, 3, 5, 7, 0, 1, 3, 1},
+                 {5, 4, 9, 6, 3, 5, 4, 1},    {6, 3, 8, 8, 4, 11, 3, 1}, {4, 1, 28, 28, 4, 9, 3, 1},
+                 {3, 3, 6, 5, 2, 3, 3, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         cnn_prep pp = {.n = cases[k].n, .c = cases[k].c, .h = cases[k].h, .w = cases[k].w, .pad = cases[k].pad,
+                       .src_n = cases[k].src_n, .out_c = cases[k].out_c,
                        .mean = {0.4914f, 0.4822f, 0.4465f, 0.5f}, .std = {0.2470f, 0.2435f, 0.2616f, 0.25f}};
-        int64_t npix = (int64_t)pp.n * pp.c * pp.h * pp.w;
-        uint8_t *src = malloc((size_t)npix), *flip = malloc((size_t)pp.n);
-        int32_t *off = malloc((size_t)pp.n * 8);
-        for (int64_t i = 0; i < npix; i++) src[i] = (uint8_t)(rnd_uniform(6000 + k, i, 0, 256));
+        int K = pp.out_c;
+        int64_t nsrc = (int64_t)pp.src_n * pp.c * pp.h * pp.w, nout = (int64_t)pp.n * K * pp.h * pp.w;
+        uint8_t *src = malloc((size_t)nsrc);
+        int32_t *smp = malloc((size_t)pp.n * 16);
+        for (int64_t i = 0; i < nsrc; i++) src[i] = (uint8_t)(rnd_uniform(6000 + k, i, 0, 256));
         for (int i = 0; i < pp.n; i++) {
-            off[2 * i] = (int32_t)rnd_uniform(6010 + k, i, 0, 2 * pp.pad + 1);
-            off[2 * i + 1] = (int32_t)rnd_uniform(6020 + k, i, 0, 2 * pp.pad + 1);
-            flip[i] = i % 2;
+            smp[4 * i] = cases[k].gather ? (int32_t)rnd_uniform(6030 + k, i, 0, pp.src_n) : i;
+            smp[4 * i + 1] = cases[k].gather ? (int32_t)rnd_uniform(6010 + k, i, 0, 2 * pp.pad + 1) : pp.pad;
+            smp[4 * i + 2] = cases[k].gather ? (int32_t)rnd_uniform(6020 + k, i, 0, 2 * pp.pad + 1) : pp.pad;
+            smp[4 * i + 3] = cases[k].gather ? i % 2 : 0;
         }
-        rawbuf rs = raw_in(t, src, (size_t)npix), ro = raw_in(t, off, (size_t)pp.n * 8), rf = raw_in(t, flip, (size_t)pp.n);
-        arr dst = arr_out(t, npix, true, 0);
-        double *ref = dalloc(npix);
+        rawbuf rs = raw_in(t, src, (size_t)nsrc), rm = raw_in(t, smp, (size_t)pp.n * 16);
+        arr dst = arr_out(t, nout, true, 0);
+        double *ref = dalloc(nout);
         for (int n = 0; n < pp.n; n++)
             for (int y = 0; y < pp.h; y++)
                 for (int x = 0; x < pp.w; x++)
-                    for (int c = 0; c < pp.c; c++) {
-                        int xs = flip[n] ? pp.w - 1 - x : x;
-                        int hi = y + off[2 * n] - pp.pad, wi = xs + off[2 * n + 1] - pp.pad;
+                    for (int c = 0; c < K; c++) {
+                        const int32_t *q = smp + 4 * n;
+                        int xs = q[3] ? pp.w - 1 - x : x;
+                        int hi = y + q[1] - pp.pad, wi = xs + q[2] - pp.pad;
                         double v = 0;
                         if (hi >= 0 && hi < pp.h && wi >= 0 && wi < pp.w)
-                            v = src[(((int64_t)n * pp.c + c) * pp.h + hi) * pp.w + wi];
-                        ref[(((int64_t)n * pp.h + y) * pp.w + x) * pp.c + c] = (v / 255.0 - pp.mean[c]) / pp.std[c];
+                            v = src[(((int64_t)q[0] * pp.c + (pp.c == 1 ? 0 : c)) * pp.h + hi) * pp.w + wi];
+                        ref[(((int64_t)n * pp.h + y) * pp.w + x) * K + c] = (v / 255.0 - pp.mean[c]) / pp.std[c];
                     }
-        char name[96];
-        snprintf(name, sizeof name, "prep_images.%s.n%d_c%d_h%d_w%d_pad%d", t->dts, pp.n, pp.c, pp.h, pp.w, pp.pad);
-        expect_ok(t->gpu->prep_images(t->gpu, &pp, rs.g.p, ro.g.p, rf.g.p, dst.g.p), name);
-        if (t->cpu) cpu_ok(t, t->cpu->prep_images(t->cpu, &pp, rs.c, ro.c, rf.c, dst.c), name);
-        layout l = {"NHWC", {pp.n, pp.h, pp.w, pp.c}};
-        long dmg = buf_guard_damage(&rs.g) + buf_guard_damage(&ro.g) + buf_guard_damage(&rf.g);
-        bool in_ok = buf_unchanged(&rs.g) && buf_unchanged(&ro.g) && buf_unchanged(&rf.g);
+        char name[112];
+        snprintf(name, sizeof name, "prep_images.%s.n%d_c%d-%d_h%d_w%d_pad%d_of%d%s", t->dts, pp.n, pp.c, K, pp.h, pp.w,
+                 pp.pad, pp.src_n, cases[k].gather ? "" : "_nosamples");
+        const int32_t *gs = cases[k].gather ? rm.g.p : NULL, *cs = cases[k].gather ? rm.c : NULL;
+        expect_ok(t->gpu->prep_images(t->gpu, &pp, rs.g.p, gs, dst.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->prep_images(t->cpu, &pp, rs.c, cs, dst.c), name);
+        layout l = {"NHWC", {pp.n, pp.h, pp.w, K}};
+        long dmg = buf_guard_damage(&rs.g) + buf_guard_damage(&rm.g);
+        bool in_ok = buf_unchanged(&rs.g) && buf_unchanged(&rm.g);
         float *g = arr_gpu(t, &dst), *c = arr_cpu(t, &dst);
-        report(name, g, ref, c, npix, t->tol, t->tol, &l, dmg + buf_guard_damage(&dst.g), in_ok);
-        free(g), free(c), free(ref), free(src), free(flip), free(off);
-        raw_free(t, &rs), raw_free(t, &ro), raw_free(t, &rf);
+        report(name, g, ref, c, nout, t->tol, t->tol, &l, dmg + buf_guard_damage(&dst.g), in_ok);
+        free(g), free(c), free(ref), free(src), free(smp);
+        raw_free(t, &rs), raw_free(t, &rm);
         arr_free(t, &dst);
     }
 }

@@ -1052,40 +1052,56 @@ static void test_prep(void) {
     const int n = 3, c = 3, h = 5, w = 7, pad = 2;
     uint8_t *src = malloc((size_t)n * c * h * w);
     for (int i = 0; i < n * c * h * w; i++) src[i] = (uint8_t)(rnd_uniform(77, i, 0, 256));
-    int32_t off[6] = {0, 4, 2, 2, 3, 1};
-    uint8_t flip[3] = {1, 0, 1};
-    cnn_prep pp = {.n = n, .c = c, .h = h, .w = w, .pad = pad, .mean = {0.4914f, 0.4822f, 0.4465f}, .std = {0.247f, 0.243f, 0.261f}};
+    /* samples: image, crop y, crop x, flip; images in another order than the batch, one twice */
+    int32_t smp[12] = {2, 0, 4, 1, 0, 2, 2, 0, 2, 3, 1, 1};
+    int32_t centre[12] = {0, pad, pad, 1, 1, pad, pad, 0, 2, pad, pad, 1};
+    cnn_prep pp = {.n = n, .c = c, .h = h, .w = w, .pad = pad, .src_n = n, .out_c = c,
+                   .mean = {0.4914f, 0.4822f, 0.4465f}, .std = {0.247f, 0.243f, 0.261f}};
     int64_t total = (int64_t)n * h * w * c;
     for (int variant = 0; variant < 3; variant++) {
-        const int32_t *o = variant == 1 ? NULL : off;
-        const uint8_t *f = variant == 2 ? NULL : flip;
+        const int32_t *s = variant == 0 ? smp : variant == 1 ? centre : NULL;
         double *want = d_alloc(total);
         for (int i = 0; i < n; i++)
             for (int y = 0; y < h; y++)
                 for (int x = 0; x < w; x++) {
                     /* crop the zero-padded image at (oy, ox), then flip the crop horizontally */
-                    int oy = o ? o[2 * i] : pad, ox = o ? o[2 * i + 1] : pad;
-                    int cx = f && f[i] ? w - 1 - x : x;
+                    int img = s ? s[4 * i] : i, oy = s ? s[4 * i + 1] : pad, ox = s ? s[4 * i + 2] : pad;
+                    int cx = s && s[4 * i + 3] ? w - 1 - x : x;
                     int py = y + oy, px = cx + ox; /* in the padded image */
                     int sy = py - pad, sx = px - pad;
                     for (int ch = 0; ch < c; ch++) {
-                        double v = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[((i * c + ch) * h + sy) * w + sx] : 0;
+                        double v = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[((img * c + ch) * h + sy) * w + sx] : 0;
                         want[(((int64_t)i * h + y) * w + x) * c + ch] = (v / 255.0 - pp.mean[ch]) / pp.std[ch];
                     }
                 }
         float *dst = fnan(total);
-        ok(be->prep_images(be, &pp, src, o, f, dst), "prep_images");
+        ok(be->prep_images(be, &pp, src, s, dst), "prep_images");
         char name[64];
-        snprintf(name, sizeof name, "prep.%s", variant == 0 ? "crop_flip" : variant == 1 ? "center_flip" : "crop_noflip");
+        snprintf(name, sizeof name, "prep.%s", variant == 0 ? "gather_crop_flip" : variant == 1 ? "center_flip" : "no_samples");
         check_rel(name, dst, want, total, 1e-6);
         free(want), free(dst);
+    }
+    /* one channel repeated into three (MNIST into a 3-channel model), each with its own mean/std */
+    {
+        cnn_prep p1 = {.n = 2, .c = 1, .h = h, .w = w, .pad = 0, .src_n = 2, .out_c = 3,
+                       .mean = {0.1f, 0.2f, 0.3f}, .std = {0.5f, 0.25f, 0.125f}};
+        float *dst = fnan(2 * h * w * 3);
+        ok(be->prep_images(be, &p1, src, NULL, dst), "prep_images");
+        double maxerr = 0;
+        for (int i = 0; i < 2 * h * w; i++)
+            for (int k = 0; k < 3; k++) {
+                double e = fabs(dst[3 * i + k] - (src[i] / 255.0 - p1.mean[k]) / p1.std[k]);
+                if (!(e <= maxerr)) maxerr = e;
+            }
+        check(maxerr < 1e-6, "prep.repeat_channel", "max err %.1e", maxerr);
+        free(dst);
     }
     /* pad 0 and zero offsets: plain normalisation */
     cnn_prep p0 = pp;
     p0.pad = 0;
-    int32_t zoff[6] = {0};
+    int32_t zoff[12] = {0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0};
     float *dst = fnan(total);
-    ok(be->prep_images(be, &p0, src, zoff, NULL, dst), "prep_images");
+    ok(be->prep_images(be, &p0, src, zoff, dst), "prep_images");
     double maxerr = 0;
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++)
@@ -1096,9 +1112,12 @@ static void test_prep(void) {
                     if (!(e <= maxerr)) maxerr = e;
                 }
     check(maxerr < 1e-6, "prep.identity_pad0", "max err %.1e", maxerr);
-    int32_t bad[6] = {0, 5, 0, 0, 0, 0};
-    cnn_status st = be->prep_images(be, &pp, src, bad, NULL, dst);
+    int32_t bad[12] = {0, 5, 0, 0};
+    cnn_status st = be->prep_images(be, &pp, src, bad, dst);
     check(st == CNN_E_INVALID, "prep.bad_offset_invalid", "%s", cnn_error_msg());
+    int32_t bad_img[12] = {3, 0, 0, 0};
+    st = be->prep_images(be, &pp, src, bad_img, dst);
+    check(st == CNN_E_INVALID, "prep.bad_image_index_invalid", "%s", cnn_error_msg());
     free(src), free(dst);
 }
 

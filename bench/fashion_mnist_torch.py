@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""fashion_mnist_torch.py — the PyTorch twin of README's Fashion-MNIST recipe (bench/fashion_mnist.sh runs both):
+the same model (torchvision ResNet-18 with the CIFAR stem: conv1 3x3/1, no max-pool; tools/models.py), the same data
+(the IDX files, whole on the GPU as uint8; the one channel repeated into three), the same augmentation (zero pad P,
+random 28x28 crop, horizontal flip, one gather per batch on the GPU), the same normalisation (mean 0.2860, std
+0.3530), optimizer (SGD, momentum 0.9, Nesterov, weight decay on every parameter), label smoothing, per-step
+schedule (linear warm-up, then cosine to 0, as `cnn train --schedule cosine --warmup W`), full batches only, bf16
+autocast with channels_last, and a test-set evaluation after every epoch. Prints one line per epoch and a final
+`RESULT torch ...` line with the test top-1 and the wall time of the training loop and of the whole process.
+
+  python3 bench/fashion_mnist_torch.py --data DIR [--epochs 36] [--batch 512] [--lr 0.2] [--warmup 468] [--pad 2]
+                                        [--label-smoothing 0.1] [--weight-decay 5e-4] [--seed 0] [--compile]
+"""
+import argparse
+import contextlib
+import gzip
+import math
+import os
+import sys
+import time
+
+T_START = time.time()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import models  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--data", required=True)
+ap.add_argument("--epochs", type=int, default=36)
+ap.add_argument("--batch", type=int, default=512)
+ap.add_argument("--lr", type=float, default=0.2)
+ap.add_argument("--warmup", type=int, default=468)
+ap.add_argument("--pad", type=int, default=2)
+ap.add_argument("--label-smoothing", type=float, default=0.1)
+ap.add_argument("--weight-decay", type=float, default=5e-4)
+ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--compile", action="store_true", help="torch.compile the model (slower start)")
+ap.add_argument("--device", default="cuda")
+ap.add_argument("--train-size", type=int, default=0, help="use the first N training and test images (a smoke test)")
+a = ap.parse_args()
+
+
+def idx(path):
+    for p in (path, path + ".gz"):
+        if os.path.exists(p):
+            raw = (gzip.open if p.endswith(".gz") else open)(p, "rb").read()
+            nd = raw[3]
+            dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+            return np.frombuffer(raw, np.uint8, offset=4 + 4 * nd).reshape(dims)
+    raise SystemExit("fashion_mnist_torch: %s(.gz) not found" % path)
+
+
+dev = torch.device(a.device)
+torch.manual_seed(a.seed)
+torch.backends.cudnn.benchmark = True
+xtr = torch.from_numpy(idx(os.path.join(a.data, "train-images-idx3-ubyte")).copy()).to(dev)
+ytr = torch.from_numpy(idx(os.path.join(a.data, "train-labels-idx1-ubyte")).astype(np.int64)).to(dev)
+xte = torch.from_numpy(idx(os.path.join(a.data, "t10k-images-idx3-ubyte")).copy()).to(dev)
+yte = torch.from_numpy(idx(os.path.join(a.data, "t10k-labels-idx1-ubyte")).astype(np.int64)).to(dev)
+if a.train_size:
+    xtr, ytr, xte, yte = xtr[:a.train_size], ytr[:a.train_size], xte[:a.train_size], yte[:a.train_size]
+MEAN, STD = 0.2860, 0.3530
+N, H, W = xtr.shape
+model = models.build("resnet18", num_classes=10, stem="cifar", seed=a.seed).to(dev).to(memory_format=torch.channels_last)
+net = torch.compile(model) if a.compile else model
+decay = a.weight_decay
+opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, nesterov=True, weight_decay=decay)
+spe = N // a.batch
+total = a.epochs * spe
+
+
+def lr_at(s):  # 1-based step, as cnn_lr_at (src/core/train.c)
+    if a.warmup > 0 and s <= a.warmup:
+        return a.lr * s / a.warmup
+    span = total - a.warmup
+    if span <= 1:
+        return a.lr
+    return 0.5 * a.lr * (1 + math.cos(math.pi * (s - 1 - a.warmup) / (span - 1)))
+
+
+def prep(x):  # uint8 (B, 28, 28) -> normalised (B, 3, 28, 28) channels_last
+    x = (x.float() / 255 - MEAN) / STD
+    return x.unsqueeze(1).expand(-1, 3, -1, -1).contiguous(memory_format=torch.channels_last)
+
+
+def augment(x, g):
+    B = x.shape[0]
+    p = a.pad
+    xp = F.pad(x, (p, p, p, p))
+    oy = torch.randint(0, 2 * p + 1, (B,), device=dev, generator=g)
+    ox = torch.randint(0, 2 * p + 1, (B,), device=dev, generator=g)
+    flip = torch.rand(B, device=dev, generator=g) < 0.5
+    ar = torch.arange(H, device=dev)
+    iy = oy[:, None] + ar
+    ix = ox[:, None] + torch.arange(W, device=dev)
+    ix = torch.where(flip[:, None], ix.flip(1), ix)
+    return xp[torch.arange(B, device=dev)[:, None, None], iy[:, :, None], ix[:, None, :]]
+
+
+def amp():
+    return torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else contextlib.nullcontext()
+
+
+def evaluate():
+    model.eval()
+    correct = 0
+    with torch.no_grad(), amp():
+        for s in range(0, xte.shape[0], 1000):
+            correct += (net(prep(xte[s:s + 1000])).argmax(1) == yte[s:s + 1000]).sum().item()
+    model.train()
+    return correct / xte.shape[0]
+
+
+g = torch.Generator(device=dev)
+g.manual_seed(a.seed)
+crit = torch.nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)
+if dev.type == "cuda":
+    torch.cuda.synchronize()
+t0 = time.time()
+step = 0
+acc = 0.0
+for epoch in range(a.epochs):
+    perm = torch.randperm(N, device=dev, generator=g)
+    te = time.time()
+    for b in range(spe):
+        step += 1
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        i = perm[b * a.batch:(b + 1) * a.batch]
+        x = prep(augment(xtr[i], g))
+        with amp():
+            loss = crit(net(x), ytr[i])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    acc = evaluate()
+    print("torch epoch %d  loss %.4f  test top1 %.2f%%  %.1f s" % (epoch + 1, loss.item(), 100 * acc, time.time() - te),
+          flush=True)
+if dev.type == "cuda":
+    torch.cuda.synchronize()
+train_s = time.time() - t0
+print("RESULT torch top1 %.2f%% train_s %.1f total_s %.1f epochs %d (torch %s, %s)" % (
+    100 * acc, train_s, time.time() - T_START, a.epochs, torch.__version__,
+    torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"), flush=True)

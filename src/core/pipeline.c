@@ -1,0 +1,329 @@
+/* pipeline.c — decode threads and the ring of staging buffers of folder datasets (pipeline.h has the contract).
+ *
+ * The ring holds `depth` slots; slots head, head+1, ... (count of them) are queued batches in order, each FILL
+ * (images being claimed and decoded, one image per claim, so every thread works on the oldest batch first) or
+ * READY. The slot handed to the caller stays untouched until the next get, which frees it and queues the next
+ * predicted batch in it. One mutex guards the ring; the decoding itself runs outside it.
+ */
+#include "pipeline.h"
+
+#include "cnn/image.h"
+#include "cnn/io.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_THREADS 256
+
+typedef enum slot_state { SLOT_FREE = 0, SLOT_FILL, SLOT_READY } slot_state;
+
+typedef struct slot {
+    slot_state state;
+    int64_t epoch, start;
+    int n;
+    int next, done;       /* images claimed, images finished */
+    uint64_t gen;         /* bumped when the slot is (re)assigned: late results of an old job are dropped */
+    int32_t *index;       /* (max_batch) */
+    uint8_t *pix;         /* (max_batch, 3, H, W) */
+    cnn_status err;
+    char msg[512];
+} slot;
+
+struct cnn_pipeline {
+    cnn_pipeline_opts o;
+    cnn_file_list *f;
+    size_t per;           /* bytes per image */
+    int nthreads;
+    pthread_t threads[MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    slot *slots;
+    int depth, head, count, in_use;
+    bool have_next;       /* the prediction of the batch after the last queued one */
+    int64_t next_epoch, next_start;
+    int next_n;
+    bool stop;
+    int in_flight;        /* images being decoded outside the lock */
+    int32_t *order[2];    /* epoch orders, cached */
+    int64_t order_epoch[2];
+    int order_lru;
+    int64_t skipped;
+};
+
+/* ---- one image ---------------------------------------------------------------------------------------------- */
+
+cnn_status cnn_folder_image(const cnn_file_list *f, int32_t index, bool train, uint64_t seed, int64_t epoch,
+                            int64_t pos, uint8_t *dst) {
+    const char *path = f->paths[index];
+    uint8_t *buf;
+    size_t len;
+    CNN_TRY(cnn_image_read(path, &buf, &len));
+    cnn_image_info info;
+    cnn_status st = cnn_image_probe(buf, len, path, CNN_IMAGE_MAX_PIXELS, &info);
+    cnn_resample r;
+    int scale = 1;
+    if (st == CNN_OK) {
+        if (train) {
+            r = cnn_resample_random(info.h, info.w, f->out_h, f->out_w, f->scale_lo, 0.5f, seed ^ 0x5252432b464c4950ULL,
+                                    ((uint64_t)epoch << 32) ^ (uint64_t)pos);
+            /* decode a JPEG at 1/2, 1/4 or 1/8 in the DCT domain where the crop still covers the output size */
+            for (int s = 8; s > 1 && info.format == CNN_IMAGE_JPEG; s /= 2)
+                if (r.rw / s >= f->out_w && r.rh / s >= f->out_h) {
+                    scale = s;
+                    break;
+                }
+        } else {
+            r = cnn_resample_eval(info.h, info.w, f->resize, f->out_h, f->out_w);
+        }
+    }
+    cnn_image im = {0};
+    if (st == CNN_OK) st = cnn_image_decode(buf, len, path, CNN_IMAGE_MAX_PIXELS, scale, &im);
+    free(buf);
+    if (st == CNN_OK && scale > 1) {
+        /* the crop in the scaled image: the smallest region of it covering the full-size one */
+        int y1 = (r.y0 + r.rh + scale - 1) / scale, x1 = (r.x0 + r.rw + scale - 1) / scale;
+        r.y0 /= scale;
+        r.x0 /= scale;
+        r.rh = (y1 < im.h ? y1 : im.h) - r.y0;
+        r.rw = (x1 < im.w ? x1 : im.w) - r.x0;
+    }
+    if (st == CNN_OK) st = cnn_image_resample(&im, &r, dst);
+    cnn_image_free(&im);
+    return st;
+}
+
+/* ---- the ring ------------------------------------------------------------------------------------------------ */
+
+static const int32_t *epoch_order(cnn_pipeline *p, int64_t epoch) {
+    for (int k = 0; k < 2; k++)
+        if (p->order[k] && p->order_epoch[k] == epoch) return p->order[k];
+    int k = p->order_lru;
+    p->order_lru ^= 1;
+    cnn_epoch_order(p->o.seed, epoch, p->o.shuffle, p->f->n, p->order[k]);
+    p->order_epoch[k] = epoch;
+    return p->order[k];
+}
+
+/* the batch after (epoch, start, n): the next full one of the epoch, then the next epoch (training); the rest
+ * of the dataset in batches of n (evaluation) */
+static bool predict(cnn_pipeline *p, int64_t epoch, int64_t start, int n) {
+    int64_t N = p->f->n, s = start + n;
+    if (p->o.train) {
+        p->next_epoch = s + n > N ? epoch + 1 : epoch;
+        p->next_start = s + n > N ? 0 : s;
+        p->next_n = n;
+        return true;
+    }
+    if (s >= N) return false;
+    p->next_epoch = epoch;
+    p->next_start = s;
+    p->next_n = (int)(N - s < n ? N - s : n);
+    return true;
+}
+
+/* queue predicted batches into the free slots (lock held) */
+static void fill(cnn_pipeline *p) {
+    while (p->count < p->depth && p->have_next) {
+        slot *s = &p->slots[(p->head + p->count) % p->depth];
+        CNN_ASSERT(s->state == SLOT_FREE);
+        s->epoch = p->next_epoch;
+        s->start = p->next_start;
+        s->n = p->next_n;
+        s->next = s->done = 0;
+        s->gen++;
+        s->err = CNN_OK;
+        s->msg[0] = 0;
+        const int32_t *ord = epoch_order(p, s->epoch);
+        for (int i = 0; i < s->n; i++) s->index[i] = ord[s->start + i];
+        s->state = SLOT_FILL;
+        p->count++;
+        p->have_next = predict(p, s->epoch, s->start, s->n);
+    }
+    pthread_cond_broadcast(&p->work);
+}
+
+/* decode the image at position pos of slot s, skipping undecodable files when asked; *index in/out */
+static cnn_status decode_with_skips(cnn_pipeline *p, int64_t epoch, int64_t pos, int32_t *index, uint8_t *dst,
+                                    bool *counted) {
+    cnn_file_list *f = p->f;
+    int32_t first = *index;
+    cnn_status st = CNN_OK;
+    for (int k = 0; k < f->n; k++) {
+        int32_t j = (int32_t)((first + (int64_t)k) % f->n);
+        if (__atomic_load_n(&f->bad[j], __ATOMIC_RELAXED)) continue;
+        st = cnn_folder_image(f, j, p->o.train, p->o.seed, epoch, pos, dst);
+        if (st == CNN_OK) {
+            *index = j;
+            return CNN_OK;
+        }
+        if (f->on_bad == CNN_BAD_IMAGE_FAIL) return st;
+        if (__atomic_exchange_n(&f->bad[j], 1, __ATOMIC_RELAXED) == 0) {
+            *counted = true;
+            cnn_log(1, "cnn: skipping a bad image: %s", cnn_error_msg());
+        }
+    }
+    return cnn_fail(CNN_E_FORMAT, "not one image of the dataset (%d files) could be decoded", f->n);
+}
+
+static void *worker(void *arg) {
+    cnn_pipeline *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        slot *s = NULL;
+        for (int k = 0; k < p->count && !s; k++) {
+            slot *c = &p->slots[(p->head + k) % p->depth];
+            if (c->state == SLOT_FILL && c->next < c->n) s = c;
+        }
+        if (!s) {
+            pthread_cond_wait(&p->work, &p->mu);
+            continue;
+        }
+        int i = s->next++;
+        uint64_t gen = s->gen;
+        int64_t epoch = s->epoch, pos = s->start + i;
+        int32_t index = s->index[i];
+        uint8_t *dst = s->pix + (size_t)i * p->per;
+        p->in_flight++;
+        pthread_mutex_unlock(&p->mu);
+        bool counted = false;
+        cnn_status st = decode_with_skips(p, epoch, pos, &index, dst, &counted);
+        char msg[512] = "";
+        if (st != CNN_OK) snprintf(msg, sizeof msg, "%s", cnn_error_msg());
+        pthread_mutex_lock(&p->mu);
+        p->in_flight--;
+        p->skipped += counted;
+        if (s->gen == gen && s->state == SLOT_FILL) {
+            s->index[i] = index;
+            if (st != CNN_OK && s->err == CNN_OK) {
+                s->err = st;
+                memcpy(s->msg, msg, sizeof s->msg);
+            }
+            if (++s->done == s->n) s->state = SLOT_READY;
+        }
+        pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void free_slots(cnn_pipeline *p) {
+    for (int i = 0; p->slots && i < p->depth; i++) {
+        if (p->slots[i].pix) {
+            if (p->o.be && p->o.be->host_free) p->o.be->host_free(p->o.be, p->slots[i].pix);
+            else free(p->slots[i].pix);
+        }
+        free(p->slots[i].index);
+    }
+    free(p->slots);
+}
+
+void cnn_pipeline_free(cnn_pipeline *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    free_slots(p);
+    free(p->order[0]);
+    free(p->order[1]);
+    free(p);
+}
+
+cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
+    *out = NULL;
+    CNN_ASSERT(o->ds && o->ds->files && o->max_batch > 0 && o->depth >= 2);
+    cnn_pipeline *p = calloc(1, sizeof *p);
+    if (!p) return cnn_fail(CNN_E_OOM, "out of memory for the input pipeline");
+    p->o = *o;
+    p->f = o->ds->files;
+    p->per = (size_t)3 * p->f->out_h * p->f->out_w;
+    p->depth = o->depth;
+    p->in_use = -1;
+    p->order_epoch[0] = p->order_epoch[1] = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    cnn_status st = CNN_OK;
+    p->slots = calloc((size_t)p->depth, sizeof *p->slots);
+    p->order[0] = malloc(sizeof(int32_t) * (size_t)p->f->n);
+    p->order[1] = malloc(sizeof(int32_t) * (size_t)p->f->n);
+    if (!p->slots || !p->order[0] || !p->order[1]) st = cnn_fail(CNN_E_OOM, "out of memory for the input pipeline");
+    for (int i = 0; st == CNN_OK && i < p->depth; i++) {
+        slot *s = &p->slots[i];
+        size_t bytes = p->per * (size_t)o->max_batch;
+        s->index = malloc(sizeof(int32_t) * (size_t)o->max_batch);
+        if (o->be && o->be->host_alloc) st = o->be->host_alloc(o->be, bytes, "staging buffer", (void **)&s->pix);
+        else if (!(s->pix = malloc(bytes))) st = cnn_fail(CNN_E_OOM, "out of memory for a %zu-byte staging buffer", bytes);
+        if (st == CNN_OK && !s->index) st = cnn_fail(CNN_E_OOM, "out of memory for the input pipeline");
+    }
+    int want = p->f->threads > 0 ? p->f->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    want = want < 1 ? 1 : want > MAX_THREADS ? MAX_THREADS : want;
+    for (int i = 0; st == CNN_OK && i < want; i++) {
+        if (pthread_create(&p->threads[i], NULL, worker, p) != 0) {
+            st = cnn_fail(CNN_E_OOM, "cannot start decode thread %d", i);
+            break;
+        }
+        p->nthreads++;
+    }
+    if (st != CNN_OK) {
+        cnn_pipeline_free(p);
+        return st;
+    }
+    *out = p;
+    return CNN_OK;
+}
+
+cnn_status cnn_pipeline_get(cnn_pipeline *p, int64_t epoch, int64_t start, int n, const uint8_t **pix,
+                            const int32_t **index, double *wait_s) {
+    CNN_ASSERT(n >= 1 && n <= p->o.max_batch && start >= 0 && start + n <= p->f->n);
+    pthread_mutex_lock(&p->mu);
+    if (p->in_use >= 0) p->slots[p->in_use].state = SLOT_FREE;
+    p->in_use = -1;
+    slot *h = p->count ? &p->slots[p->head] : NULL;
+    if (h && (h->epoch != epoch || h->start != start || h->n != n)) {
+        /* not the predicted batch: drop the queue, and wait until no thread writes into its buffers */
+        for (int k = 0; k < p->count; k++) {
+            slot *s = &p->slots[(p->head + k) % p->depth];
+            s->state = SLOT_FREE;
+            s->gen++;
+        }
+        p->count = 0;
+        while (p->in_flight > 0) pthread_cond_wait(&p->done, &p->mu);
+    }
+    if (p->count == 0) {
+        p->have_next = true;
+        p->next_epoch = epoch;
+        p->next_start = start;
+        p->next_n = n;
+    }
+    fill(p);
+    h = &p->slots[p->head];
+    double t0 = cnn_now();
+    while (h->state != SLOT_READY) pthread_cond_wait(&p->done, &p->mu);
+    if (wait_s) *wait_s += cnn_now() - t0;
+    p->in_use = p->head;
+    p->head = (p->head + 1) % p->depth;
+    p->count--;
+    cnn_status st = h->err;
+    char msg[512];
+    memcpy(msg, h->msg, sizeof msg);
+    *pix = h->pix;
+    *index = h->index;
+    pthread_mutex_unlock(&p->mu);
+    if (st != CNN_OK) return cnn_fail(st, "%s", msg);
+    return CNN_OK;
+}
+
+int64_t cnn_pipeline_skipped(cnn_pipeline *p) {
+    pthread_mutex_lock(&p->mu);
+    int64_t n = p->skipped;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
