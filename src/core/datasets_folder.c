@@ -212,7 +212,7 @@ static cnn_status list_split(const char *root, cnn_bad_image on_bad, char ***cla
         if (st == CNN_OK && l->n - before > 1) qsort(l->e + before, (size_t)(l->n - before), sizeof *l->e, cmp_entry);
     }
     if (st == CNN_OK && !*classes_io) {
-        char **keep = calloc((size_t)nc, sizeof *keep);
+        char **keep = calloc(nc > 0 ? (size_t)nc : 1, sizeof *keep); /* nc >= 0; the bound tells gcc 13 so */
         if (!keep) st = cnn_fail(CNN_E_OOM, "out of memory listing %s", root);
         for (int i = 0; st == CNN_OK && i < nc; i++)
             if (!(keep[i] = strdup(classes[i]))) st = cnn_fail(CNN_E_OOM, "out of memory listing %s", root);
