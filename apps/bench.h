@@ -10,7 +10,8 @@ typedef struct bench_pass {
     int count;          /* convolutions of the model with this shape */
     char layer[96];     /* "64->64 56x56 3x3/1" */
     double gflop;       /* of one pass (fprop, dgrad and wgrad are the same multiply-adds) */
-    double ms[3];       /* fprop, dgrad, wgrad: median of the timed runs */
+    bool dgrad_needed;  /* some convolution of this shape reads a layer's output, not the images */
+    double ms[3];       /* fprop, dgrad, wgrad: median of the timed runs (dgrad 0 when not needed) */
 } bench_pass;
 
 /* A training step by op (--mode train --layers): the train plan's steps timed one by one (eager), summed per op

@@ -5,7 +5,8 @@
  * A pass runs `warmup` times untimed (kernel compilation and tuning happen there), then `repeat` times back to back
  * with a timing mark after each; its time is the median gap. Operands hold random values (never zeros: the
  * tensor cores' speed can depend on the data) in buffers sized once for the largest problem. fprop runs with no
- * epilogue and dgrad overwrites dx, as the training step's first writer does.
+ * epilogue and dgrad overwrites dx, as the training step's first writer does. A shape whose every convolution reads
+ * the images has no dgrad in a training step (the input needs no gradient): its dgrad is not timed (ms 0).
  */
 #include "bench.h"
 
@@ -86,12 +87,13 @@ cnn_status bench_conv_passes(cnn_backend *be, const cnn_net *net, int batch, int
         int j = 0;
         while (j < np && !same_conv(&ps[j].cv, &cv)) j++;
         if (j == np) {
-            ps[np++] = (bench_pass){.cv = cv};
+            ps[np++] = (bench_pass){.cv = cv, .dgrad_needed = false};
             int64_t x = (int64_t)cv.n * cv.h * cv.w * cv.c, w = (int64_t)cv.k * cv.r * cv.s * cv.c,
                     y = (int64_t)cv.n * cv.p * cv.q * cv.k;
             mx = x > mx ? x : mx, mw = w > mw ? w : mw, my = y > my ? y : my;
         }
         ps[j].count++;
+        ps[j].dgrad_needed |= net->nodes[i].in[0] >= 0;
     }
     const size_t esz = cnn_dtype_size(be->act_dtype);
     int64_t mall = mx > my ? mx : my;
@@ -114,7 +116,7 @@ cnn_status bench_conv_passes(cnn_backend *be, const cnn_net *net, int batch, int
                  cv->stride_h);
         ps[i].gflop = (double)cnn_conv2d_flops(cv) / 1e9;
         for (int pass = 0; st == CNN_OK && pass < 3; pass++)
-            st = time_pass(be, &ps[i], pass, &b, warmup, repeat, &ps[i].ms[pass]);
+            if (pass != 1 || ps[i].dgrad_needed) st = time_pass(be, &ps[i], pass, &b, warmup, repeat, &ps[i].ms[pass]);
         if (st != CNN_OK) st = cnn_error_prefix(st, "conv %s", ps[i].layer);
     }
     void *bufs[] = {stage, b.x, b.w, b.y, b.dx, b.dw};

@@ -329,9 +329,13 @@ static void print_passes_md(const bench_row *rows, int nr) {
         if (r->st != CNN_OK || !r->n_passes) continue;
         for (int j = 0; j < r->n_passes; j++) {
             const bench_pass *p = &r->passes[j];
-            printf("| %s | %d | %s | %s | %d | %.4f | %.4f | %.4f | %.4g | %.4g | %.4g |\n", r->model, r->batch, r->dtype,
-                   p->layer, p->count, p->ms[0], p->ms[1], p->ms[2], p->gflop / p->ms[0], p->gflop / p->ms[1],
-                   p->gflop / p->ms[2]);
+            if (p->dgrad_needed)
+                printf("| %s | %d | %s | %s | %d | %.4f | %.4f | %.4f | %.4g | %.4g | %.4g |\n", r->model, r->batch,
+                       r->dtype, p->layer, p->count, p->ms[0], p->ms[1], p->ms[2], p->gflop / p->ms[0],
+                       p->gflop / p->ms[1], p->gflop / p->ms[2]);
+            else /* reads the images: the step runs no dgrad for it */
+                printf("| %s | %d | %s | %s | %d | %.4f | - | %.4f | %.4g | - | %.4g |\n", r->model, r->batch, r->dtype,
+                       p->layer, p->count, p->ms[0], p->ms[2], p->gflop / p->ms[0], p->gflop / p->ms[2]);
         }
         double prof = 0;
         for (int j = 0; j < r->n_ops; j++) prof += r->ops[j].ms;
