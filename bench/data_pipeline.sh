@@ -25,7 +25,7 @@ gpu=""
 [ -z "${CPU_ONLY:-}" ] && gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
 MACHINE=${MACHINE:-$( [ -n "$gpu" ] && echo "$gpu" | tr ' ' '-' || echo "cpu-$(nproc)c")}
 cpu_name=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-commit=$(git rev-parse --short HEAD 2>/dev/null)
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 RES=bench/results/$(date -u +%F)-$MACHINE-input-pipeline.md
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$PYTHON" bench/make_jpegs.py "$WORK/jpegs" --images "$IMAGES" --classes 100 --photos "$PHOTOS" | tee "$WORK/make.txt" || exit 1

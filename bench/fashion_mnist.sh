@@ -7,12 +7,14 @@
 #
 # Environment: DATA (the IDX files; default /usr/share/datasets/fashion-mnist, else data/fashion-mnist in the tree,
 # a copy of Debian's dataset-fashion-mnist files), EPOCHS (36), BATCH (512), LR (0.2), WARMUP (468 steps = 4 epochs),
-# PAD (2), PYTHON (the Python with torch + torchvision; default: the Makefile's choice), SKIP_TORCH=1, OUT (runs/fmnist).
+# PAD (2), PYTHON (the Python with torch + torchvision; default: the Makefile's choice), SKIP_TORCH=1,
+# FMNIST_OUT (the run directory; default runs/fmnist). The summary also goes to
+# bench/results/DATE-MACHINE-fashion-mnist.md (BENCHMARKS.md's "Accuracy on real data" section).
 set -u
 cd "$(dirname "$0")/.."
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] || DATA=data/fashion-mnist
-EPOCHS=${EPOCHS:-36} BATCH=${BATCH:-512} LR=${LR:-0.2} WARMUP=${WARMUP:-468} PAD=${PAD:-2} OUT=${OUT:-runs/fmnist}
+EPOCHS=${EPOCHS:-36} BATCH=${BATCH:-512} LR=${LR:-0.2} WARMUP=${WARMUP:-468} PAD=${PAD:-2} OUT=${FMNIST_OUT:-runs/fmnist}
 make -j"$(nproc)" >/tmp/fmnist-build.log 2>&1 || { tail -20 /tmp/fmnist-build.log; exit 1; }
 if [ -z "${PYTHON:-}" ]; then
     for p in python3 /usr/bin/python3; do "$p" -c 'import torch, torchvision' 2>/dev/null && { PYTHON=$p; break; }; done
@@ -40,3 +42,14 @@ echo
 echo "== summary (ResNet-18 CIFAR stem, Fashion-MNIST test set of 10000, bf16, batch $BATCH, $EPOCHS epochs)"
 echo "$ours_line   (wall time of the whole cnn train command: compilation, tuning and per-epoch evaluation included)"
 echo "$torch_line"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+MACHINE=${MACHINE:-$( [ -n "$gpu" ] && echo "$gpu" | tr ' ' '-' || echo "cpu-$(nproc)c")}
+{
+    echo "### $MACHINE ($(date -u +%F), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})"
+    echo
+    echo "ResNet-18 (CIFAR stem), Fashion-MNIST's 10000 test images, bf16, batch $BATCH, $EPOCHS epochs, one command:"
+    echo "\`bash bench/fashion_mnist.sh\` (ours: README's recipe; PyTorch: bench/fashion_mnist_torch.py, the same recipe)."
+    echo
+    echo "- $ours_line"
+    echo "- $torch_line"
+} > "bench/results/$(date -u +%F)-$MACHINE-fashion-mnist.md"

@@ -3,13 +3,21 @@
 
 usage: make_benchmarks_md.py bench/results > BENCHMARKS.md
 Never edit BENCHMARKS.md by hand: every number in it comes from a results JSON written by bench/run.sh, or from the
-input-pipeline summaries bench/data_pipeline.sh writes (bench/results/DATE-MACHINE-input-pipeline.md, the newest
-per machine, appended as they are).
+markdown summaries of SUMMARIES below (bench/results/DATE-MACHINE-SUFFIX.md, the newest per machine, appended as
+they are).
 """
 import glob, os, sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 import report  # noqa: E402
+
+
+# markdown summaries other scripts write as bench/results/DATE-MACHINE-SUFFIX.md, appended as they are
+SUMMARIES = (
+    ("training", "Training against PyTorch eager", "`bench/train_passes.py` (saved by `bench/training_md.sh`)"),
+    ("fashion-mnist", "Accuracy on real data: Fashion-MNIST", "`bench/fashion_mnist.sh`"),
+    ("input-pipeline", "Input pipeline", "`bench/data_pipeline.sh`"),
+)
 
 
 def newest(paths):
@@ -35,14 +43,15 @@ def main():
         md = md.replace("](plots-", "](bench/results/plots-")
         # one level down: the file's title becomes a section, its sections subsections
         out += ["\n".join("#" + l if l.startswith("#") else l for l in md.split("\n")), ""]
-    pipes = {}
-    for f in glob.glob(os.path.join(d, "*-input-pipeline.md")):
-        machine = os.path.basename(f)[11:-len("-input-pipeline.md")]
-        pipes[machine] = newest([f] + ([pipes[machine]] if machine in pipes else []))
-    if pipes:
-        out += ["## Input pipeline", "", "Written by `bench/data_pipeline.sh` (one file per machine, the newest).", ""]
-        for machine in sorted(pipes):
-            out += [open(pipes[machine]).read().rstrip(), ""]
+    for suffix, title, source in SUMMARIES:
+        newest_of = {}
+        for f in glob.glob(os.path.join(d, f"*-{suffix}.md")):
+            machine = os.path.basename(f)[11:-len(f"-{suffix}.md")]
+            newest_of[machine] = newest([f] + ([newest_of[machine]] if machine in newest_of else []))
+        if newest_of:
+            out += [f"## {title}", "", f"Written by {source} (one file per machine, the newest).", ""]
+            for machine in sorted(newest_of):
+                out += [open(newest_of[machine]).read().rstrip(), ""]
     sys.stdout.write("\n".join(out))
 
 
