@@ -31,6 +31,60 @@ static void reduce_chunks(int threads, const double *part, int64_t nch, int c, d
     }
 }
 
+/* The row loops below run over rows [r0, r1) of an (M, C) view with channels innermost, so the compiler turns
+ * each into vector code over channels (one clone per ISA, chosen at load time). Every element goes through the
+ * same double-precision operations in the same order as a scalar loop (ISO C: no contraction into FMAs), and each
+ * channel's sum still adds its rows in order: the results are bit for bit those of the plain loops. */
+#define CNN_ROWS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+/* pp[j] = sum over the rows of x[r, j] */
+CNN_ROWS_CLONES static void rows_sum(const float *x, int C, int64_t r0, int64_t r1, double *pp) {
+    for (int j = 0; j < C; j++) pp[j] = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * C;
+#pragma omp simd
+        for (int j = 0; j < C; j++) pp[j] += xr[j];
+    }
+}
+
+/* pp[j] = sum over the rows of (x[r, j] - mean[j])^2 */
+CNN_ROWS_CLONES static void rows_sqdev(const float *x, const double *mean, int C, int64_t r0, int64_t r1,
+                                       double *pp) {
+    for (int j = 0; j < C; j++) pp[j] = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * C;
+#pragma omp simd
+        for (int j = 0; j < C; j++) {
+            double d = (double)xr[j] - mean[j];
+            pp[j] += d * d;
+        }
+    }
+}
+
+/* y = relu?((x - mean) * a + b + res) for one row; relu and res known at each call site, so the loop has no
+ * branch left (a select keeps NaN: NaN < 0 is false) */
+static inline __attribute__((always_inline)) void row_apply(const float *xr, const float *rr, const double *mean,
+                                                            const double *a, const double *b, bool relu, int C,
+                                                            float *yr) {
+#pragma omp simd
+    for (int j = 0; j < C; j++) {
+        double v = ((double)xr[j] - mean[j]) * a[j] + b[j] + (rr ? (double)rr[j] : 0.0);
+        yr[j] = relu && v < 0 ? 0.0f : (float)v;
+    }
+}
+
+CNN_ROWS_CLONES static void rows_apply(const float *x, const float *res, const double *mean, const double *a,
+                                       const double *b, bool relu, int C, int64_t r0, int64_t r1, float *y) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        if (res && relu) row_apply(xr, res + r * C, mean, a, b, true, C, yr);
+        else if (res) row_apply(xr, res + r * C, mean, a, b, false, C, yr);
+        else if (relu) row_apply(xr, NULL, mean, a, b, true, C, yr);
+        else row_apply(xr, NULL, mean, a, b, false, C, yr);
+    }
+}
+
 cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *xv, const float *gamma,
                                        const float *beta, float *running_mean, float *running_var, float *save_mean,
                                        float *save_invstd, const void *residual, bool relu, void *yv) {
@@ -52,27 +106,14 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     double *mean = stat, *var = stat + C;
     /* pass 1: mean */
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t ch = 0; ch < nch; ch++) {
-        double *pp = part + ch * C;
-        for (int j = 0; j < C; j++) pp[j] = 0;
-        int64_t r1 = (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M;
-        for (int64_t r = ch * CHUNK; r < r1; r++)
-            for (int j = 0; j < C; j++) pp[j] += x[r * C + j];
-    }
+    for (int64_t ch = 0; ch < nch; ch++)
+        rows_sum(x, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, part + ch * C);
     reduce_chunks(threads, part, nch, C, mean);
     for (int j = 0; j < C; j++) mean[j] /= (double)M;
     /* pass 2: biased variance around the mean */
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t ch = 0; ch < nch; ch++) {
-        double *pp = part + ch * C;
-        for (int j = 0; j < C; j++) pp[j] = 0;
-        int64_t r1 = (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M;
-        for (int64_t r = ch * CHUNK; r < r1; r++)
-            for (int j = 0; j < C; j++) {
-                double d = (double)x[r * C + j] - mean[j];
-                pp[j] += d * d;
-            }
-    }
+    for (int64_t ch = 0; ch < nch; ch++)
+        rows_sqdev(x, mean, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, part + ch * C);
     reduce_chunks(threads, part, nch, C, var);
     double *a = coef, *b = coef + C;
     const double mom = bn->momentum;
@@ -88,30 +129,89 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
         b[j] = beta ? beta[j] : 0.0;
     }
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < M; r++)
-        for (int j = 0; j < C; j++) {
-            double v = ((double)x[r * C + j] - mean[j]) * a[j] + b[j] + (res ? (double)res[r * C + j] : 0.0);
-            y[r * C + j] = relu && v < 0 ? 0.0f : (float)v;
-        }
+    for (int64_t ch = 0; ch < nch; ch++)
+        rows_apply(x, res, mean, a, b, relu, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, y);
     free(part), free(stat), free(coef);
     return CNN_OK;
 }
 
-/* what the backward reads to mask the ReLU: y, or without it x and the saved statistics (the pre-activation) */
-typedef struct bn_mask {
-    bool relu;
-    const float *y, *x, *mean, *invstd, *gamma, *beta;
-    int c;
-} bn_mask;
+/* The backward's per-channel constants in double: the saved statistics, gamma and beta (1 and 0 when absent). */
+typedef struct bn_consts {
+    double *mean, *invstd, *gamma, *beta;
+} bn_consts;
 
-/* the gradient reaching the BN's output: dy, where the ReLU after it passed */
-static inline double bn_grad(const float *dy, const bn_mask *mk, int64_t e) {
-    if (!mk->relu) return dy[e];
-    if (mk->y) return mk->y[e] > 0.0f ? (double)dy[e] : 0.0;
-    const int j = (int)(e % mk->c);
-    const double pre = ((double)mk->x[e] - mk->mean[j]) * mk->invstd[j] * (mk->gamma ? mk->gamma[j] : 1.0) +
-                       (mk->beta ? mk->beta[j] : 0.0);
-    return pre > 0.0 ? (double)dy[e] : 0.0;
+/* How the backward masks the ReLU: not at all, by y > 0, or by the pre-activation recomputed from x */
+enum { MASK_NONE, MASK_Y, MASK_X };
+
+/* the gradient reaching the BN's output at row element j: dy, where the ReLU after it passed */
+static inline __attribute__((always_inline)) double bn_grad(int mask, const float *dyr, const float *yr,
+                                                            const float *xr, const bn_consts *k, int j) {
+    if (mask == MASK_NONE) return dyr[j];
+    if (mask == MASK_Y) return yr[j] > 0.0f ? (double)dyr[j] : 0.0;
+    const double pre = ((double)xr[j] - k->mean[j]) * k->invstd[j] * k->gamma[j] + k->beta[j];
+    return pre > 0.0 ? (double)dyr[j] : 0.0;
+}
+
+/* p0[j] = sum of g, p1[j] = sum of g * xhat over the rows (mask fixed at each call site: no branch in the loop) */
+static inline __attribute__((always_inline)) void rows_gsums_m(int mask, const float *x, const float *y,
+                                                               const float *dy, const bn_consts *k, int C, int64_t r0,
+                                                               int64_t r1, double *p0, double *p1) {
+    for (int j = 0; j < C; j++) p0[j] = p1[j] = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * C, *yr = y ? y + r * C : NULL, *dyr = dy + r * C;
+#pragma omp simd
+        for (int j = 0; j < C; j++) {
+            double g = bn_grad(mask, dyr, yr, xr, k, j);
+            p0[j] += g;
+            p1[j] += g * (((double)xr[j] - k->mean[j]) * k->invstd[j]);
+        }
+    }
+}
+
+CNN_ROWS_CLONES static void rows_gsums(int mask, const float *x, const float *y, const float *dy, const bn_consts *k,
+                                       int C, int64_t r0, int64_t r1, double *p0, double *p1) {
+    if (mask == MASK_NONE) rows_gsums_m(MASK_NONE, x, y, dy, k, C, r0, r1, p0, p1);
+    else if (mask == MASK_Y) rows_gsums_m(MASK_Y, x, y, dy, k, C, r0, r1, p0, p1);
+    else rows_gsums_m(MASK_X, x, y, dy, k, C, r0, r1, p0, p1);
+}
+
+/* dx (+)= k_scale * (g - mean_g - xhat * k_proj) and dres (+)= g over the rows, either output optional */
+static inline __attribute__((always_inline)) void rows_dx_m(int mask, const float *x, const float *y, const float *dy,
+                                                            const bn_consts *k, const double *k_scale,
+                                                            const double *mean_g, const double *k_proj, int C,
+                                                            int64_t r0, int64_t r1, float *dx, bool accumulate,
+                                                            float *dres, bool dres_accumulate) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * C, *yr = y ? y + r * C : NULL, *dyr = dy + r * C;
+        float *dxr = dx ? dx + r * C : NULL, *dresr = dres ? dres + r * C : NULL;
+        if (dxr) {
+#pragma omp simd
+            for (int j = 0; j < C; j++) {
+                double xhat = ((double)xr[j] - k->mean[j]) * k->invstd[j];
+                double g = k_scale[j] * (bn_grad(mask, dyr, yr, xr, k, j) - mean_g[j] - xhat * k_proj[j]);
+                dxr[j] = accumulate ? (float)((double)dxr[j] + g) : (float)g;
+            }
+        }
+        if (dresr) {
+#pragma omp simd
+            for (int j = 0; j < C; j++) {
+                double g = bn_grad(mask, dyr, yr, xr, k, j);
+                dresr[j] = dres_accumulate ? (float)((double)dresr[j] + g) : (float)g;
+            }
+        }
+    }
+}
+
+CNN_ROWS_CLONES static void rows_dx(int mask, const float *x, const float *y, const float *dy, const bn_consts *k,
+                                    const double *k_scale, const double *mean_g, const double *k_proj, int C,
+                                    int64_t r0, int64_t r1, float *dx, bool accumulate, float *dres,
+                                    bool dres_accumulate) {
+    if (mask == MASK_NONE)
+        rows_dx_m(MASK_NONE, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
+    else if (mask == MASK_Y)
+        rows_dx_m(MASK_Y, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
+    else
+        rows_dx_m(MASK_X, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
 }
 
 cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *xv, const void *yv, const void *dyv,
@@ -121,31 +221,29 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
     const int threads = cnn_cpu_threads(be);
     const int64_t M = bn->m;
     const int C = bn->c;
-    const float *x = xv, *dy = dyv; /* (M, C) */
-    float *dx = dxv, *dres = dresv; /* (M, C) */
+    const float *x = xv, *y = yv, *dy = dyv; /* (M, C) */
+    float *dx = dxv, *dres = dresv;          /* (M, C) */
     CNN_ASSERT(M > 0 && C > 0);
-    const bn_mask mk = {.relu = relu, .y = yv, .x = x, .mean = save_mean, .invstd = save_invstd, .gamma = gamma,
-                        .beta = beta, .c = C};
+    const int mask = !relu ? MASK_NONE : y ? MASK_Y : MASK_X;
     int64_t nch = n_chunks(M);
     double *part = malloc((size_t)nch * 2 * C * sizeof(double));
-    double *stat = malloc((size_t)4 * C * sizeof(double));
+    double *stat = malloc((size_t)8 * C * sizeof(double));
     if (!part || !stat) {
         free(part), free(stat);
         return cnn_fail(CNN_E_OOM, "out of host memory for batch norm backward (%lld x %d)", (long long)nch, C);
     }
     double *sum_dy = stat, *sum_dyx = stat + C, *k_scale = stat + 2 * C, *k_proj = stat + 3 * C;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t ch = 0; ch < nch; ch++) {
-        double *p0 = part + ch * 2 * C, *p1 = p0 + C;
-        for (int j = 0; j < C; j++) p0[j] = p1[j] = 0;
-        int64_t r1 = (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M;
-        for (int64_t r = ch * CHUNK; r < r1; r++)
-            for (int j = 0; j < C; j++) {
-                double g = bn_grad(dy, &mk, r * C + j);
-                p0[j] += g;
-                p1[j] += g * (((double)x[r * C + j] - save_mean[j]) * save_invstd[j]);
-            }
+    const bn_consts k = {.mean = stat + 4 * C, .invstd = stat + 5 * C, .gamma = stat + 6 * C, .beta = stat + 7 * C};
+    for (int j = 0; j < C; j++) {
+        k.mean[j] = save_mean[j];
+        k.invstd[j] = save_invstd[j];
+        k.gamma[j] = gamma ? gamma[j] : 1.0;
+        k.beta[j] = beta ? beta[j] : 0.0;
     }
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t ch = 0; ch < nch; ch++)
+        rows_gsums(mask, x, y, dy, &k, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M,
+                   part + ch * 2 * C, part + ch * 2 * C + C);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int j = 0; j < C; j++) {
         double t0 = 0, t1 = 0;
@@ -156,27 +254,16 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
     for (int j = 0; j < C; j++) {
         if (dbeta) dbeta[j] = (float)sum_dy[j];
         if (dgamma) dgamma[j] = (float)sum_dyx[j];
-        k_scale[j] = (gamma ? gamma[j] : 1.0) * save_invstd[j];
+        k_scale[j] = k.gamma[j] * save_invstd[j];
         k_proj[j] = sum_dyx[j] / (double)M;
-        sum_dy[j] /= (double)M; /* now the mean of dy */
+        sum_dy[j] /= (double)M; /* now the mean of g */
     }
-    if (dx) {
-        /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
+    /* dx = gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)); dres = g */
+    if (dx || dres) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t r = 0; r < M; r++)
-            for (int j = 0; j < C; j++) {
-                double xhat = ((double)x[r * C + j] - save_mean[j]) * save_invstd[j];
-                double g = k_scale[j] * (bn_grad(dy, &mk, r * C + j) - sum_dy[j] - xhat * k_proj[j]);
-                dx[r * C + j] = accumulate ? (float)((double)dx[r * C + j] + g) : (float)g;
-            }
-    }
-    if (dres) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t r = 0; r < M; r++)
-            for (int j = 0; j < C; j++) {
-                double g = bn_grad(dy, &mk, r * C + j);
-                dres[r * C + j] = dres_accumulate ? (float)((double)dres[r * C + j] + g) : (float)g;
-            }
+        for (int64_t ch = 0; ch < nch; ch++)
+            rows_dx(mask, x, y, dy, &k, k_scale, sum_dy, k_proj, C, ch * CHUNK,
+                    (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, dx, accumulate, dres, dres_accumulate);
     }
     free(part), free(stat);
     return CNN_OK;
