@@ -170,6 +170,9 @@ struct cnn_backend {
     /* memory */
     cnn_status (*alloc)(cnn_backend *be, size_t bytes, const char *what, void **out);
     void (*free)(cnn_backend *be, void *ptr);
+    /* upload: src may be reused when it returns; work queued after it sees the bytes (it need not wait for the work
+     * before it). download: returns when the bytes are on the host, after all work queued before it. copy: device
+     * to device, in order with the work around it. */
     cnn_status (*upload)(cnn_backend *be, void *dst, const void *src, size_t bytes);
     cnn_status (*download)(cnn_backend *be, void *dst, const void *src, size_t bytes);
     cnn_status (*copy)(cnn_backend *be, void *dst, const void *src, size_t bytes);

@@ -173,6 +173,8 @@ void *cnn_model_input_buffer(cnn_model *m);
  * dropout with masks from dropout_seed. Eval mode uses the fused, BN-folded plan. */
 cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropout_seed);
 cnn_status cnn_model_download_logits(cnn_model *m, int n, float *out);
+/* The same n x num_classes logits as float32 into device memory dst (backend memory), queued: no host wait. */
+cnn_status cnn_model_copy_logits(cnn_model *m, int n, float *dst);
 
 /* The eval plan, step by step (per-layer timing: `cnn bench --layers`). Each step runs one op node; a conv
  * (or an unfused BN) may carry a folded BN, a residual add and a ReLU in its epilogue, so one step can stand

@@ -222,6 +222,14 @@ cnn_status cnn_model_download_logits(cnn_model *m, int n, float *out) {
     return m->be->download(m->be, out, m->staging, count * 4);
 }
 
+cnn_status cnn_model_copy_logits(cnn_model *m, int n, float *dst) {
+    if (n != m->last_n) return cnn_fail(CNN_E_INVALID, "logits requested for %d images after a forward of %d", n, m->last_n);
+    const void *logits = value_ptr(m, m->net->output, m->last_mode);
+    size_t count = (size_t)n * m->net->num_classes;
+    if (!m->staging) return m->be->copy(m->be, dst, logits, count * 4);
+    return m->be->from_act(m->be, (int64_t)count, logits, dst);
+}
+
 /* ---- BN folding for eval ------------------------------------------------------------------------------- */
 
 /* BN node bn folded to a per-channel scale and shift (host arrays of C), with the conv's bias where the node

@@ -279,6 +279,16 @@ static void join_path(char *buf, size_t cap, const char *dir, const char *file) 
     snprintf(buf, cap, "%s/%s", dir, file);
 }
 
+/* at most this many steps' results wait on the device before the host reads them (cnn_train) */
+#define RESULTS_RING 16
+
+/* a step launched whose results are not read yet */
+typedef struct pending_step {
+    int64_t step, epoch;
+    float lr;
+    bool skip_step; /* fp16: skipped for non-finite gradients (known at launch) */
+} pending_step;
+
 typedef struct run_ctx {
     cnn_model *m;
     const cnn_train_opts *o;
@@ -394,12 +404,31 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     FILE *metrics = st == CNN_OK ? fopen(metrics_path, "a") : NULL;
     if (st == CNN_OK && !metrics) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
     int classes = net->num_classes;
-    float *logits = malloc((size_t)o->batch * classes * sizeof *logits);
     int64_t *labels = malloc((size_t)o->batch * sizeof *labels);
-    if (st == CNN_OK && (!logits || !labels)) st = cnn_fail(CNN_E_OOM, "out of host memory for a batch");
+    if (st == CNN_OK && !labels) st = cnn_fail(CNN_E_OOM, "out of host memory for a batch");
     run_ctx rc = {.m = m, .o = o, .loader = &loader, .spe = spe, .labels = labels};
     cnn_guard guard = {.loss = cnn_model_loss_buffer(m), .stats = cnn_model_buffers(m), .backup = ts.stats_backup,
                        .n_stats = net->n_buffer, .halt_on_bad = o->on_nonfinite == CNN_NONFINITE_STOP};
+
+    /* A step's results (its logits as float32 and the guard's state after it) are copied on the device into a ring
+     * of `ring` slots and read back in one download when the ring is full or a step ends an epoch, checkpoints,
+     * stops or ends the run, so a step never waits for the device (fp16's loss scaling, which reads a count of
+     * non-finite gradients per step, excepted). The guard acts on the device at once; the host learns of a bad step
+     * at the next read and stops there, and the steps after a stopped one have been skipped on the device. */
+    const size_t batch_logits = (size_t)o->batch * classes;
+    int ring = (int)(((size_t)32 << 20) / (batch_logits * sizeof(float)));
+    ring = ring < 1 ? 1 : ring > RESULTS_RING ? RESULTS_RING : ring;
+    float *ring_logits_dev = NULL, *ring_logits = malloc((size_t)ring * batch_logits * sizeof *ring_logits);
+    cnn_guard_state *ring_gs_dev = NULL, *ring_gs = malloc((size_t)ring * sizeof *ring_gs);
+    int64_t *ring_labels = malloc((size_t)ring * o->batch * sizeof *ring_labels);
+    pending_step *pend = malloc((size_t)ring * sizeof *pend);
+    if (st == CNN_OK && (!ring_logits || !ring_gs || !ring_labels || !pend))
+        st = cnn_fail(CNN_E_OOM, "out of host memory for the step results");
+    if (st == CNN_OK)
+        st = be->alloc(be, (size_t)ring * batch_logits * sizeof(float), "step results (logits)", (void **)&ring_logits_dev);
+    if (st == CNN_OK)
+        st = be->alloc(be, (size_t)ring * sizeof(cnn_guard_state), "step results (guard)", (void **)&ring_gs_dev);
+    int n_pend = 0;
 
     double t0 = cnn_now(), t_epoch = t0, loss_epoch = 0, data_epoch = 0;
     int64_t correct_epoch = 0, seen_epoch = 0, skipped = 0, finite_epoch = 0;
@@ -432,60 +461,76 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             }
         }
         if (st == CNN_OK && !skip_step) st = optimizer_step(&ts, o, step, lr, 1.0f / used_scale);
-        if (st == CNN_OK) st = cnn_model_download_logits(m, o->batch, logits);
-        /* the step's loss and the guard's verdict in one read (the only wait for the device in a step) */
-        cnn_guard_state gs;
-        if (st == CNN_OK) st = be->download(be, &gs, ts.guard, sizeof gs);
+        if (st == CNN_OK) st = cnn_model_copy_logits(m, o->batch, ring_logits_dev + (size_t)n_pend * batch_logits);
+        if (st == CNN_OK) st = be->copy(be, ring_gs_dev + n_pend, ts.guard, sizeof(cnn_guard_state));
         if (st != CNN_OK) break;
-        loss = gs.loss;
-        bool bad_now = gs.bad_steps > bad_seen;
-        if (bad_now) {
-            bad_seen = gs.bad_steps;
-            if (o->on_nonfinite == CNN_NONFINITE_STOP) {
-                st = nonfinite_failure(&rc, &gs, start_step + (int64_t)gs.first_bad, lr,
-                                       "stopped before its update (--on-nonfinite skip would skip such steps); no checkpoint holds it");
-                break;
-            }
-            skipped++;
-            cnn_log(1, "cnn: step %lld: loss %g or BatchNorm statistics non-finite: step skipped (%lld of at most %lld)",
-                    (long long)step, (double)loss, (long long)skipped, (long long)o->max_skipped);
-            if (skipped > o->max_skipped) {
-                st = nonfinite_failure(&rc, &gs, step, lr, "more steps skipped than --max-skipped allows");
-                break;
-            }
-        }
-        int correct = 0;
-        for (int i = 0; i < o->batch && !bad_now; i++) {
-            const float *z = logits + (size_t)i * classes;
-            int best = 0;
-            for (int j = 1; j < classes; j++)
-                if (z[j] > z[best]) best = j;
-            correct += best == labels[i];
-        }
-        correct_epoch += correct;
-        seen_epoch += o->batch;
-        if (!bad_now) {
-            loss_epoch += loss;
-            finite_epoch++;
-        }
-        double now = cnn_now();
-        bool nf = false;
-        snprintf(line, sizeof line,
-                 "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%.9g,\"acc\":%.6f,\"time_s\":%.3f%s%s}\n",
-                 (long long)step, (long long)epoch + 1, json_num(b1, sizeof b1, loss, "%.9g", &nf), (double)lr,
-                 (double)correct / o->batch, now - t0, skip_step || bad_now ? ",\"skipped\":true" : "",
-                 nf || bad_now ? ",\"nonfinite\":true" : "");
-        st = metrics_write(metrics, metrics_path, line);
-        if (st != CNN_OK) break;
-        if (o->log_every > 0 && step % o->log_every == 0)
-            printf("step %lld/%lld  epoch %lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s\n", (long long)step,
-                   (long long)total, (long long)epoch + 1, (double)loss, 100.0 * correct / o->batch, (double)lr,
-                   (double)(step - start_step) * o->batch / (now - t0));
-        progress(o, step, total, now - t0, loss, step - start_step, loader.wait_s);
+        memcpy(ring_labels + (size_t)n_pend * o->batch, labels, (size_t)o->batch * sizeof *labels);
+        pend[n_pend++] = (pending_step){.step = step, .epoch = epoch, .lr = lr, .skip_step = skip_step};
+
         bool epoch_end = pos == spe - 1 || step == total;
         bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
                         step == o->stop_after;
         bool interrupted = o->interrupt && *o->interrupt;
+        if (n_pend < ring && !ckpt_now && !interrupted) continue;
+
+        /* read the pending steps' results (the one wait for the device) and account for them in order */
+        st = be->download(be, ring_logits, ring_logits_dev, (size_t)n_pend * batch_logits * sizeof(float));
+        if (st == CNN_OK) st = be->download(be, ring_gs, ring_gs_dev, (size_t)n_pend * sizeof(cnn_guard_state));
+        for (int i = 0; i < n_pend && st == CNN_OK; i++) {
+            const pending_step *ps = &pend[i];
+            const cnn_guard_state *gs = &ring_gs[i];
+            const float *logits_i = ring_logits + (size_t)i * batch_logits;
+            const int64_t *labels_i = ring_labels + (size_t)i * o->batch;
+            loss = gs->loss;
+            bool bad_now = gs->bad_steps > bad_seen;
+            if (bad_now) {
+                bad_seen = gs->bad_steps;
+                if (o->on_nonfinite == CNN_NONFINITE_STOP) {
+                    st = nonfinite_failure(&rc, gs, start_step + (int64_t)gs->first_bad, ps->lr,
+                                           "stopped before its update (--on-nonfinite skip would skip such steps); no checkpoint holds it");
+                    break;
+                }
+                skipped++;
+                cnn_log(1, "cnn: step %lld: loss %g or BatchNorm statistics non-finite: step skipped (%lld of at most %lld)",
+                        (long long)ps->step, (double)loss, (long long)skipped, (long long)o->max_skipped);
+                if (skipped > o->max_skipped) {
+                    st = nonfinite_failure(&rc, gs, ps->step, ps->lr, "more steps skipped than --max-skipped allows");
+                    break;
+                }
+            }
+            int correct = 0;
+            for (int j = 0; j < o->batch && !bad_now; j++) {
+                const float *z = logits_i + (size_t)j * classes;
+                int best = 0;
+                for (int c = 1; c < classes; c++)
+                    if (z[c] > z[best]) best = c;
+                correct += best == labels_i[j];
+            }
+            correct_epoch += correct;
+            seen_epoch += o->batch;
+            if (!bad_now) {
+                loss_epoch += loss;
+                finite_epoch++;
+            }
+            double now = cnn_now();
+            bool nf = false;
+            snprintf(line, sizeof line,
+                     "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%.9g,\"acc\":%.6f,\"time_s\":%.3f%s%s}\n",
+                     (long long)ps->step, (long long)ps->epoch + 1, json_num(b1, sizeof b1, loss, "%.9g", &nf),
+                     (double)ps->lr, (double)correct / o->batch, now - t0,
+                     ps->skip_step || bad_now ? ",\"skipped\":true" : "", nf || bad_now ? ",\"nonfinite\":true" : "");
+            st = metrics_write(metrics, metrics_path, line);
+            if (st != CNN_OK) break;
+            if (o->log_every > 0 && ps->step % o->log_every == 0)
+                printf("step %lld/%lld  epoch %lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s\n", (long long)ps->step,
+                       (long long)total, (long long)ps->epoch + 1, (double)loss, 100.0 * correct / o->batch,
+                       (double)ps->lr, (double)(ps->step - start_step) * o->batch / (now - t0));
+            progress(o, ps->step, total, now - t0, loss, ps->step - start_step, loader.wait_s);
+        }
+        n_pend = 0;
+        if (st != CNN_OK) break;
+        double now = cnn_now();
+        bool nf = false;
         if (epoch_end) {
             double dt = now - t_epoch;
             if (o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
@@ -550,8 +595,13 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     }
     if (metrics && fclose(metrics) != 0 && st == CNN_OK)
         st = cnn_fail(CNN_E_IO, "%s: write failed: %s", metrics_path, strerror(errno));
-    free(logits);
     free(labels);
+    free(ring_logits);
+    free(ring_gs);
+    free(ring_labels);
+    free(pend);
+    if (ring_logits_dev) be->free(be, ring_logits_dev);
+    if (ring_gs_dev) be->free(be, ring_gs_dev);
     cnn_loader_free(&loader);
     for (int k = 0; k < ts.n_opt; k++)
         if (ts.opt[k]) be->free(be, ts.opt[k]);

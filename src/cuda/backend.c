@@ -97,10 +97,45 @@ static cnn_status not_while_capturing(cuda_be *cb, const char *op) {
     return CNN_OK;
 }
 
+static cnn_status upload_ring_init(cuda_be *cb) {
+    const size_t bytes = (size_t)CUDA_UPLOAD_SLOTS * CUDA_UPLOAD_SLOT_BYTES;
+    void *p = NULL;
+    bool pinned = cu.MemHostAlloc && cu.MemFreeHost && cu.MemHostAlloc(&p, bytes, 0) == CUDA_SUCCESS;
+    if (!pinned && !(p = malloc(bytes))) return cnn_fail(CNN_E_OOM, "out of host memory for upload staging");
+    for (int i = 0; i < CUDA_UPLOAD_SLOTS; i++) {
+        CUresult r = cb->up_ev[i] ? CUDA_SUCCESS : cu.EventCreate(&cb->up_ev[i], CU_EVENT_DISABLE_TIMING);
+        if (r != CUDA_SUCCESS) {
+            if (pinned) cu.MemFreeHost(p);
+            else free(p);
+            return cuda_fail(r, "cuEventCreate (upload staging)");
+        }
+    }
+    cb->up_ring = p;
+    cb->up_pinned = pinned;
+    return CNN_OK;
+}
+
+/* An upload of at most one slot (a step's labels, its sample list) is copied into the next staging slot and
+ * queued behind the work before it, without waiting for the stream: the caller may reuse src at once, kernels
+ * queued after it see the bytes, and a training step needs no host wait. The slot is reused once its event has
+ * passed. Larger uploads wait for their copy. */
 static cnn_status be_upload(cnn_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_be *cb = enter(be);
     CNN_TRY(not_while_capturing(cb, "upload"));
     if (bytes == 0) return CNN_OK;
+    if (bytes <= CUDA_UPLOAD_SLOT_BYTES) {
+        if (!cb->up_ring) CNN_TRY(upload_ring_init(cb));
+        int s = cb->up_next;
+        cb->up_next = (s + 1) % CUDA_UPLOAD_SLOTS;
+        if (cb->up_used[s])
+            CU_TRY(cu.EventSynchronize(cb->up_ev[s]), "upload (cuEventSynchronize: a kernel or copy before it failed)");
+        uint8_t *slot = cb->up_ring + (size_t)s * CUDA_UPLOAD_SLOT_BYTES;
+        memcpy(slot, src, bytes);
+        CU_TRY(cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, slot, bytes, cb->stream), "upload (cuMemcpyHtoDAsync)");
+        CU_TRY(cu.EventRecord(cb->up_ev[s], cb->stream), "upload (cuEventRecord)");
+        cb->up_used[s] = true;
+        return CNN_OK;
+    }
     CU_TRY(cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, cb->stream), "upload (cuMemcpyHtoDAsync)");
     CU_TRY(cu.StreamSynchronize(cb->stream), "upload (cuStreamSynchronize)");
     return CNN_OK;
@@ -291,6 +326,10 @@ static void be_destroy(cnn_backend *be) {
         for (int i = 0; i < CUDA_WS_SLOTS; i++)
             if (cb->ws[i]) cu.MemFree(cb->ws[i]);
         if (cb->scratch) cu.MemFree(cb->scratch);
+        for (int i = 0; i < CUDA_UPLOAD_SLOTS; i++)
+            if (cb->up_ev[i]) cu.EventDestroy(cb->up_ev[i]);
+        if (cb->up_ring && cb->up_pinned) cu.MemFreeHost(cb->up_ring);
+        else free(cb->up_ring);
         if (cb->ev_begin) cu.EventDestroy(cb->ev_begin);
         if (cb->ev_end) cu.EventDestroy(cb->ev_end);
         for (int i = 0; cb->marks && i < CNN_TIME_MARKS; i++)

@@ -220,6 +220,7 @@ typedef struct cuda_tune_entry {
 } cuda_tune_entry;
 
 enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_STAGED = 2, CUDA_WS_SLOTS = 3 };
+enum { CUDA_UPLOAD_SLOTS = 32, CUDA_UPLOAD_SLOT_BYTES = 64 << 10 };
 
 typedef struct cuda_be {
     cnn_backend pub;
@@ -266,6 +267,13 @@ typedef struct cuda_be {
     CUdeviceptr *retired;
     int n_retired;
     CUdeviceptr scratch;      /* 256 bytes: count_nonfinite's counter */
+    /* small uploads queued without a host wait (backend.c): a ring of staging slots, each reusable once its
+     * event has passed */
+    uint8_t *up_ring;
+    bool up_pinned;           /* up_ring from cuMemHostAlloc (else malloc: the CPU emulator) */
+    CUevent up_ev[CUDA_UPLOAD_SLOTS];
+    bool up_used[CUDA_UPLOAD_SLOTS];
+    int up_next;
     /* compiled programs, by program id */
     cuda_module *mods;
     int n_mods;
