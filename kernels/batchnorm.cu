@@ -1,8 +1,7 @@
 /* batchnorm.cu -- per-channel reductions over an (M, C) view of an NHWC tensor and the kernels built on them:
  * channel_sum (bias gradients), BatchNorm training forward and backward with the residual add and ReLU that may
- * follow it fused (y = relu?(bn(x) + residual); backward from dy masked by y > 0, or without a residual by the
- * pre-activation recomputed from x; the residual's gradient written beside dx), and the per-channel scale/shift
- * (+ residual, + ReLU) of eval-mode BN.
+ * follow it fused (y = relu?(bn(x) + residual); backward from dy masked by y > 0, the residual's gradient written
+ * beside dx), and the per-channel scale/shift (+ residual, + ReLU) of eval-mode BN.
  *
  * Reductions are deterministic two-level sums in double, no atomics: a partial kernel sums a fixed chunk of rows
  * per block in a fixed order into partial[chunk][c]; a finalize kernel (one thread per channel) adds the chunks in
@@ -18,16 +17,6 @@
 
 #define RED_TX 32 /* channels per block */
 #define RED_TY 8  /* row lanes per block */
-
-/* the BN's output before the residual and ReLU; the forward and the backward's mask (where the forward added no
- * residual, the backward recomputes it from x instead of reading y) both use this, so the two agree bit for bit */
-__device__ __forceinline__ float bn_pre(float x, float mean, float k, float beta) { return fmaf(x - mean, k, beta); }
-
-/* whether the ReLU after the BN passed element e of channel c: from y, or from x where y is NULL */
-__device__ __forceinline__ bool bn_passed(const red_args &a, long long e, int c) {
-    if (a.y) return act_load((const act_t *)a.y, e) > 0.0f;
-    return bn_pre(act_load((const act_t *)a.x, e), a.mean[c], a.invstd[c] * a.gamma[c], a.beta[c]) > 0.0f;
-}
 
 /* mode 0: P0 = sum x;  mode 1: P0 = sum (x - mean)^2;  mode 2: P0 = sum dy, P1 = sum dy * (x - mean) * invstd */
 extern "C" __global__ void chan_partial(const red_args a) {
@@ -51,8 +40,9 @@ extern "C" __global__ void chan_partial(const red_args a) {
             }
         } else {
             const double mu = a.mean[c], is = a.invstd[c];
+            const act_t *y = (const act_t *)a.y;
             for (long long r = r0 + ty; r < r1; r += RED_TY) {
-                double g = a.relu && !bn_passed(a, r * a.c + c, c) ? 0.0 : act_load(dy, r * a.c + c);
+                double g = a.relu && !(act_load(y, r * a.c + c) > 0.0f) ? 0.0 : act_load(dy, r * a.c + c);
                 double xh = ((double)act_load(x, r * a.c + c) - mu) * is;
                 s0 += g;
                 s1 += g * xh;
@@ -153,7 +143,7 @@ extern "C" __global__ void bn_apply(const red_args a) {
     act_t *y = (act_t *)a.out;
     FOR_MC(a, i, c) {
         long long e = i + j_;
-        float v = bn_pre(act_load(x, e), a.mean[c], a.invstd[c] * a.gamma[c], a.beta[c]);
+        float v = (act_load(x, e) - a.mean[c]) * a.invstd[c] * a.gamma[c] + a.beta[c];
         if (res) v += act_load(res, e);
         if (a.relu) v = v > 0.0f ? v : 0.0f;
         act_store(y, e, v);
@@ -162,14 +152,14 @@ extern "C" __global__ void bn_apply(const red_args a) {
 
 /* dx (+)= gamma*invstd * (g - mean g - xhat * mean g*xhat), in double: for small M the bracket cancels almost
  * completely and float32 would lose the result's leading digits (the CPU backend computes the same way); dres (+)= g.
- * g = dy, or 0 where the ReLU after the BN did not pass (bn_passed). dx or dres may be NULL. */
+ * g = dy, or 0 where the ReLU after the BN did not pass (y <= 0). dx or dres may be NULL. */
 extern "C" __global__ void bn_bwd_apply(const red_args a) {
     pdl_enter();
-    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
     act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
     FOR_MC(a, i, c) {
         long long e = i + j_;
-        double g = a.relu && !bn_passed(a, e, c) ? 0.0 : (double)act_load(dy, e);
+        double g = a.relu && !(act_load(y, e) > 0.0f) ? 0.0 : (double)act_load(dy, e);
         if (dx) {
             double xh = ((double)act_load(x, e) - (double)a.mean[c]) * (double)a.invstd[c];
             double v = a.coef[c] * (g - a.coef[a.c + c] - xh * a.coef[2 * a.c + c]);
@@ -231,15 +221,9 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
             }
         } else {
             const act_t *dy = (const act_t *)a.dy + cv * 8, *y = (const act_t *)a.y + cv * 8;
-            /* the ReLU's mask from y, or from the pre-activation where y is NULL (bn_passed) */
-            const bool mask_y = a.relu && a.y, mask_x = a.relu && !a.y;
-            float mu[8], is[8], kf[8], be[8];
+            float mu[8], is[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const int ch = cv * 8 + e;
-                mu[e] = a.mean[ch], is[e] = a.invstd[ch];
-                kf[e] = mask_x ? a.invstd[ch] * a.gamma[ch] : 0.0f, be[e] = mask_x ? a.beta[ch] : 0.0f;
-            }
+            for (int e = 0; e < 8; e++) mu[e] = a.mean[cv * 8 + e], is[e] = a.invstd[cv * 8 + e];
             for (; r < r1; r += VEC_ROWS * rt) {
                 act8 rx[VEC_ROWS], rg[VEC_ROWS], ry[VEC_ROWS];
 #pragma unroll
@@ -248,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
                     const long long o = r * a.c + k * step;
                     rx[k] = in ? act8_load(x + o) : act8_zero();
                     rg[k] = in ? act8_load(dy + o) : act8_zero();
-                    ry[k] = in && mask_y ? act8_load(y + o) : act8_zero();
+                    ry[k] = in && a.relu ? act8_load(y + o) : act8_zero();
                 }
                 float t0[8] = {0}, t1[8] = {0}, xv[8], g[8], yv[8];
 #pragma unroll
@@ -258,8 +242,7 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
                     act8_unpack(ry[k], yv);
 #pragma unroll
                     for (int e = 0; e < 8; e++) {
-                        const bool pass = !a.relu || (mask_y ? yv[e] > 0.0f : bn_pre(xv[e], mu[e], kf[e], be[e]) > 0.0f);
-                        const float gm = pass ? g[e] : 0.0f;
+                        const float gm = a.relu && !(yv[e] > 0.0f) ? 0.0f : g[e];
                         t0[e] += gm;
                         t1[e] += gm * ((xv[e] - mu[e]) * is[e]);
                     }
@@ -333,7 +316,7 @@ extern "C" __global__ void bn_apply_vec(const red_args a) {
         if (res) act8_unpack(act8_load(res + v * 8), rv);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            float t = bn_pre(xv[e], p.mean[e], p.k[e], p.beta[e]);
+            float t = (xv[e] - p.mean[e]) * p.k[e] + p.beta[e];
             if (res) t += rv[e];
             xv[e] = a.relu && !(t > 0.0f) ? 0.0f : t;
         }
@@ -352,36 +335,26 @@ extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     long long v = GRID_TID;
     int cg = (int)(v % cvs), c_loaded = -1;
     const int cstep = (int)(GRID_STRIDE % cvs);
-    const bool mask_x = a.relu && !y; /* the ReLU's mask from the pre-activation (bn_passed) */
     double k0[8], k1[8], k2[8], mu[8], is[8]; /* the channels' coefficients, reloaded only when the group changes */
-    float muf[8], kf[8], bf[8];               /* the forward's factors, as it rounded them (bn_pre) */
     for (const long long n = a.m * cvs; v < n; v += GRID_STRIDE, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
         const int c = cg * 8;
         if (c != c_loaded) {
             c_loaded = c;
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
+            for (int e = 0; e < 8; e++)
                 k0[e] = a.coef[c + e], k1[e] = a.coef[a.c + c + e], k2[e] = a.coef[2 * a.c + c + e],
                 mu[e] = a.mean[c + e], is[e] = a.invstd[c + e];
-                muf[e] = a.mean[c + e];
-                kf[e] = mask_x ? a.invstd[c + e] * a.gamma[c + e] : 0.0f, bf[e] = mask_x ? a.beta[c + e] : 0.0f;
-            }
         }
-        float g[8], t[8], xv[8];
+        float g[8], t[8];
         act8_unpack(act8_load(dy + v * 8), g);
-        if (dx || mask_x) act8_unpack(act8_load(x + v * 8), xv);
         if (a.relu) {
-            if (mask_x) {
-#pragma unroll
-                for (int e = 0; e < 8; e++) t[e] = bn_pre(xv[e], muf[e], kf[e], bf[e]);
-            } else {
-                act8_unpack(act8_load(y + v * 8), t);
-            }
+            act8_unpack(act8_load(y + v * 8), t);
 #pragma unroll
             for (int e = 0; e < 8; e++) g[e] = t[e] > 0.0f ? g[e] : 0.0f;
         }
         if (dx) {
-            float o[8];
+            float xv[8], o[8];
+            act8_unpack(act8_load(x + v * 8), xv);
             if (a.accumulate) act8_unpack(act8_load(dx + v * 8), o);
 #pragma unroll
             for (int e = 0; e < 8; e++) {

@@ -229,16 +229,13 @@ struct cnn_backend {
                                    float *save_mean, float *save_invstd,     /* (C) for backward   */
                                    const void *residual, bool relu,          /* (M, C) or NULL     */
                                    void *y);                                 /* (M, C)             */
-    /* its backward: dy is the gradient of y; with relu only where y > 0 passes, g = relu ? dy * (y > 0) : dy. y is
-     * the forward's output; where the forward added no residual it may be NULL, and the mask comes from x: the
-     * pre-activation (x - mean) * invstd * gamma + beta recomputed from the saved statistics as the forward computed
-     * it (on the GPU bit for bit; the CPU's forward normalises with its double-precision mean, so there the two can
-     * differ where the pre-activation is within rounding of 0). dgamma = sum g*xhat, dbeta = sum g (either may be
-     * NULL), dx (+)= gamma*invstd*(g - mean g - xhat*mean(g*xhat)) (NULL: not computed), dres (+)= g, the residual's
+    /* its backward: dy is the gradient of y; with relu only where y > 0 (y: the forward's output) passes,
+     * g = relu ? dy * (y > 0) : dy. dgamma = sum g*xhat, dbeta = sum g (either may be NULL),
+     * dx (+)= gamma*invstd*(g - mean g - xhat*mean(g*xhat)) (NULL: not computed), dres (+)= g, the residual's
      * gradient (NULL: none) */
     cnn_status (*bn_backward)(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
-                              const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
-                              bool relu, void *dx, bool accumulate, void *dres, bool dres_accumulate, float *dgamma,
+                              const float *gamma, const float *save_mean, const float *save_invstd, bool relu,
+                              void *dx, bool accumulate, void *dres, bool dres_accumulate, float *dgamma,
                               float *dbeta);
     /* y = relu?(x*scale[c] + shift[c] + residual): eval-mode BN and the unfused epilogue */
     cnn_status (*scale_shift)(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,

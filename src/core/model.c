@@ -606,10 +606,8 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
             const float *stats = m->bn + m->bn_off[i];
             void *dres = sp->has_residual && sp->residual >= 0 ? grad_ptr(m, sp->residual) : NULL;
-            /* the ReLU's mask from the stored output where a residual went into it, else from x (no read of y) */
-            const void *ymask = sp->relu && sp->has_residual ? value_ptr(m, sp->out, CNN_MODE_TRAIN) : NULL;
-            st = be->bn_backward(be, &bn, x, ymask, dy, pf(m, nd->param[0]), pf(m, nd->param[1]), stats,
-                                 stats + nd->c, sp->relu, dx, acc, dres,
+            st = be->bn_backward(be, &bn, x, sp->relu ? value_ptr(m, sp->out, CNN_MODE_TRAIN) : NULL, dy,
+                                 pf(m, nd->param[0]), stats, stats + nd->c, sp->relu, dx, acc, dres,
                                  m->plan.grad_acc[2 * s + 1], gradp(m, nd->param[0]), gradp(m, nd->param[1]));
             break;
         }

@@ -135,21 +135,20 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     return CNN_OK;
 }
 
-/* The backward's per-channel constants in double: the saved statistics, gamma and beta (1 and 0 when absent). */
+/* The backward's per-channel constants in double: the saved statistics and gamma (1 when absent). */
 typedef struct bn_consts {
-    double *mean, *invstd, *gamma, *beta;
+    double *mean, *invstd, *gamma;
 } bn_consts;
 
-/* How the backward masks the ReLU: not at all, by y > 0, or by the pre-activation recomputed from x */
-enum { MASK_NONE, MASK_Y, MASK_X };
+/* How the backward masks the ReLU: not at all, or by y > 0 */
+enum { MASK_NONE, MASK_Y };
 
 /* the gradient reaching the BN's output at row element j: dy, where the ReLU after it passed */
 static inline __attribute__((always_inline)) double bn_grad(int mask, const float *dyr, const float *yr,
                                                             const float *xr, const bn_consts *k, int j) {
+    (void)xr, (void)k;
     if (mask == MASK_NONE) return dyr[j];
-    if (mask == MASK_Y) return yr[j] > 0.0f ? (double)dyr[j] : 0.0;
-    const double pre = ((double)xr[j] - k->mean[j]) * k->invstd[j] * k->gamma[j] + k->beta[j];
-    return pre > 0.0 ? (double)dyr[j] : 0.0;
+    return yr[j] > 0.0f ? (double)dyr[j] : 0.0;
 }
 
 /* p0[j] = sum of g, p1[j] = sum of g * xhat over the rows (mask fixed at each call site: no branch in the loop) */
@@ -171,8 +170,7 @@ static inline __attribute__((always_inline)) void rows_gsums_m(int mask, const f
 CNN_ROWS_CLONES static void rows_gsums(int mask, const float *x, const float *y, const float *dy, const bn_consts *k,
                                        int C, int64_t r0, int64_t r1, double *p0, double *p1) {
     if (mask == MASK_NONE) rows_gsums_m(MASK_NONE, x, y, dy, k, C, r0, r1, p0, p1);
-    else if (mask == MASK_Y) rows_gsums_m(MASK_Y, x, y, dy, k, C, r0, r1, p0, p1);
-    else rows_gsums_m(MASK_X, x, y, dy, k, C, r0, r1, p0, p1);
+    else rows_gsums_m(MASK_Y, x, y, dy, k, C, r0, r1, p0, p1);
 }
 
 /* dx (+)= k_scale * (g - mean_g - xhat * k_proj) and dres (+)= g over the rows, either output optional */
@@ -208,37 +206,35 @@ CNN_ROWS_CLONES static void rows_dx(int mask, const float *x, const float *y, co
                                     bool dres_accumulate) {
     if (mask == MASK_NONE)
         rows_dx_m(MASK_NONE, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
-    else if (mask == MASK_Y)
-        rows_dx_m(MASK_Y, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
     else
-        rows_dx_m(MASK_X, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
+        rows_dx_m(MASK_Y, x, y, dy, k, k_scale, mean_g, k_proj, C, r0, r1, dx, accumulate, dres, dres_accumulate);
 }
 
 cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *xv, const void *yv, const void *dyv,
-                                  const float *gamma, const float *beta, const float *save_mean,
-                                  const float *save_invstd, bool relu, void *dxv, bool accumulate, void *dresv,
-                                  bool dres_accumulate, float *dgamma, float *dbeta) {
+                                  const float *gamma, const float *save_mean, const float *save_invstd, bool relu,
+                                  void *dxv, bool accumulate, void *dresv, bool dres_accumulate, float *dgamma,
+                                  float *dbeta) {
     const int threads = cnn_cpu_threads(be);
     const int64_t M = bn->m;
     const int C = bn->c;
     const float *x = xv, *y = yv, *dy = dyv; /* (M, C) */
     float *dx = dxv, *dres = dresv;          /* (M, C) */
     CNN_ASSERT(M > 0 && C > 0);
-    const int mask = !relu ? MASK_NONE : y ? MASK_Y : MASK_X;
+    CNN_ASSERT(!relu || y);
+    const int mask = relu ? MASK_Y : MASK_NONE;
     int64_t nch = n_chunks(M);
     double *part = malloc((size_t)nch * 2 * C * sizeof(double));
-    double *stat = malloc((size_t)8 * C * sizeof(double));
+    double *stat = malloc((size_t)7 * C * sizeof(double));
     if (!part || !stat) {
         free(part), free(stat);
         return cnn_fail(CNN_E_OOM, "out of host memory for batch norm backward (%lld x %d)", (long long)nch, C);
     }
     double *sum_dy = stat, *sum_dyx = stat + C, *k_scale = stat + 2 * C, *k_proj = stat + 3 * C;
-    const bn_consts k = {.mean = stat + 4 * C, .invstd = stat + 5 * C, .gamma = stat + 6 * C, .beta = stat + 7 * C};
+    const bn_consts k = {.mean = stat + 4 * C, .invstd = stat + 5 * C, .gamma = stat + 6 * C};
     for (int j = 0; j < C; j++) {
         k.mean[j] = save_mean[j];
         k.invstd[j] = save_invstd[j];
         k.gamma[j] = gamma ? gamma[j] : 1.0;
-        k.beta[j] = beta ? beta[j] : 0.0;
     }
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)

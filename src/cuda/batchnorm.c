@@ -139,16 +139,15 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
 }
 
 cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
-                            const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
-                            bool relu, void *dx, bool accumulate, void *dres, bool dres_accumulate, float *dgamma,
-                            float *dbeta) {
+                            const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
+                            bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     check_mc(bn->m, bn->c);
-    CNN_ASSERT(x && dy && gamma && save_mean && save_invstd && (!relu || y || beta));
+    CNN_ASSERT(x && dy && gamma && save_mean && save_invstd && (!relu || y));
     red_args a = {0};
     a.m = bn->m, a.c = bn->c;
-    a.x = x, a.y = y, a.dy = dy, a.out = dx, a.dres = dres, a.gamma = gamma, a.beta = beta, a.relu = relu;
+    a.x = x, a.y = y, a.dy = dy, a.out = dx, a.dres = dres, a.gamma = gamma, a.relu = relu;
     a.mean = (float *)save_mean, a.invstd = (float *)save_invstd; /* read only in these kernels */
     a.dgamma = dgamma, a.dbeta = dbeta;
     a.accumulate = accumulate, a.dres_accumulate = dres_accumulate;

@@ -364,9 +364,8 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
                                  const float *beta, float *running_mean, float *running_var, float *save_mean,
                                  float *save_invstd, const void *residual, bool relu, void *y);
 cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
-                            const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
-                            bool relu, void *dx, bool accumulate, void *dres, bool dres_accumulate, float *dgamma,
-                            float *dbeta);
+                            const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
+                            bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta);
 cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
                             const float *shift, const void *residual, bool relu, void *y);
 /* pointwise.c */

@@ -725,18 +725,11 @@ static void g_bn(ctx *t) {
             verify(t, nm, &rv, rrv, &lc, in, 0);
 
             /* backward from the reference statistics (uploaded as the saved ones) and the reference output (its ReLU
-             * mask), rounded to the dtype as the kernels see them. Without a residual the accumulating run takes the
-             * mask from x instead (y NULL): the pre-activation as the kernels round it (bn_pre), so the reference
-             * mask is computed the same way in float */
+             * mask), rounded to the dtype as the kernels see them */
             for (int acc = 0; acc < 2; acc++) {
-                const bool mask_x = relu && !use_res && acc;
                 arr smean = arr_make(t, c, false, 0), sinv = arr_make(t, c, false, 0), yin = arr_make(t, m * c, true, 0);
                 for (int j = 0; j < c; j++) smean.h[j] = (float)mean[j], sinv.h[j] = (float)inv[j];
-                for (int64_t i = 0; i < m * c; i++) {
-                    const int j = (int)(i % c);
-                    yin.h[i] = mask_x ? (fmaf(x.h[i] - smean.h[j], sinv.h[j] * gamma.h[j], beta.h[j]) > 0.0f ? 1.0f : 0.0f)
-                                      : (float)ry[i];
-                }
+                for (int64_t i = 0; i < m * c; i++) yin.h[i] = (float)ry[i];
                 arr_sync_in(t, &smean);
                 arr_sync_in(t, &sinv);
                 arr_sync_in(t, &yin);
@@ -762,16 +755,14 @@ static void g_bn(ctx *t) {
                         rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) + gamma.h[j] * (double)sinv.h[j] / m * (m * g - sdy - xh * sdyx);
                     }
                 }
-                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s%s", t->dts, (long long)m, c, fused[f].tag,
-                         acc ? ".acc" : "", mask_x ? ".mask_x" : "");
-                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, mask_x ? NULL : yin.g.p, dy.g.p, gamma.g.p, beta.g.p,
-                                              smean.g.p, sinv.g.p, relu, dx.g.p, acc, use_res ? dres.g.p : NULL, true,
-                                              dg.g.p, db.g.p),
+                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s", t->dts, (long long)m, c, fused[f].tag,
+                         acc ? ".acc" : "");
+                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, yin.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, relu,
+                                              dx.g.p, acc, use_res ? dres.g.p : NULL, true, dg.g.p, db.g.p),
                           name);
-                /* the CPU backend's mask from x rounds differently (in double): it gets the mask as y */
                 if (t->cpu)
-                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, yin.c, dy.c, gamma.c, beta.c, smean.c, sinv.c, relu,
-                                                  dx.c, acc, use_res ? dres.c : NULL, true, dg.c, db.c),
+                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
+                                                  use_res ? dres.c : NULL, true, dg.c, db.c),
                            name);
                 arr *in2[] = {&x, &dy, &gamma, &smean, &sinv, &yin};
                 snprintf(nm, sizeof nm, "%s.dx", name);
@@ -2110,7 +2101,7 @@ static cnn_status step_run(ctx *t, step *s) {
     CNN_TRY(be->flatten_backward(be, s->fs, s->pool, s->dpool, false));
     CNN_TRY(be->pool2d_backward(be, &s->pl, s->a, s->pool, s->dpool, s->da, false));
     CNN_TRY(be->relu_backward(be, ny, s->a, s->da, s->dz, false));
-    CNN_TRY(be->bn_backward(be, &s->bn, s->y, NULL, s->dz, s->gamma, s->beta, s->smean, s->sinv, false, s->da, false, NULL, false,
+    CNN_TRY(be->bn_backward(be, &s->bn, s->y, NULL, s->dz, s->gamma, s->smean, s->sinv, false, s->da, false, NULL, false,
                             s->dg, s->db));
     CNN_TRY(be->conv2d_wgrad(be, &s->cv, s->x, s->da, s->dw));
     CNN_TRY(be->conv2d_dgrad(be, &s->cv, s->da, s->w, s->dx, false));

@@ -496,17 +496,9 @@ static void test_bn_fused_case(int64_t m, int c, bool residual, bool relu) {
     double *gr = residual ? fd_grad(bn_fwd64, &bc, in, 3, n, dy64, n) : NULL;
     float *dx = fnan(n), *dg = fnan(c), *db = fnan(c), *dres = residual ? frand(n, -1, 1) : NULL;
     float *dres0 = residual ? fcopy(dres, n) : NULL;
-    ok(be->bn_backward(be, &bn, x, y, dy, gamma, beta, sm, si, relu, dx, false, dres, true, dg, db), "bn_backward");
+    ok(be->bn_backward(be, &bn, x, y, dy, gamma, sm, si, relu, dx, false, dres, true, dg, db), "bn_backward");
     snprintf(name, sizeof name, "bn.fused_backward_dx[%s]", tag);
     check_grad(name, dx, gx, n);
-    if (relu && !residual) { /* the mask from x (y NULL): the same gradients */
-        float *dx2 = fnan(n), *dg2 = fnan(c), *db2 = fnan(c);
-        ok(be->bn_backward(be, &bn, x, NULL, dy, gamma, beta, sm, si, relu, dx2, false, NULL, false, dg2, db2),
-           "bn_backward");
-        snprintf(name, sizeof name, "bn.fused_backward_mask_from_x[%s]", tag);
-        check(same_bits(dx, dx2, n) && same_bits(dg, dg2, c) && same_bits(db, db2, c), name, NULL);
-        free(dx2), free(dg2), free(db2);
-    }
     snprintf(name, sizeof name, "bn.fused_backward_dgamma_dbeta[%s]", tag);
     check(rel_l2(dg, gg, c) <= GRAD_TOL && rel_l2(db, gb, c) <= GRAD_TOL, name, "dgamma %.1e dbeta %.1e",
           rel_l2(dg, gg, c), rel_l2(db, gb, c));
@@ -559,7 +551,7 @@ static void test_bn_case(int64_t m, int c, float offset, bool fd) {
         double *gg = fd_grad(bn_fwd64, &bc, in, 1, c, r64, n);
         double *gb = fd_grad(bn_fwd64, &bc, in, 2, c, r64, n);
         float *dx = fnan(n), *dg = fnan(c), *db = fnan(c);
-        ok(be->bn_backward(be, &bn, x, NULL, r, gamma, beta, sm, si, false, dx, false, NULL, false, dg, db), "bn_backward");
+        ok(be->bn_backward(be, &bn, x, NULL, r, gamma, sm, si, false, dx, false, NULL, false, dg, db), "bn_backward");
         snprintf(name, sizeof name, "bn.backward_dx[m%lld,c%d]", (long long)m, c);
         check_grad(name, dx, gx, n);
         snprintf(name, sizeof name, "bn.backward_dgamma_dbeta[m%lld,c%d]", (long long)m, c);
@@ -568,7 +560,7 @@ static void test_bn_case(int64_t m, int c, float offset, bool fd) {
         float *base = frand(n, -1, 1);
         memcpy(dx, base, (size_t)n * sizeof(float));
         poison(dg, c), poison(db, c);
-        ok(be->bn_backward(be, &bn, x, NULL, r, gamma, beta, sm, si, false, dx, true, NULL, false, dg, db), "bn_backward");
+        ok(be->bn_backward(be, &bn, x, NULL, r, gamma, sm, si, false, dx, true, NULL, false, dg, db), "bn_backward");
         for (int64_t i = 0; i < n; i++) gx[i] += base[i];
         snprintf(name, sizeof name, "bn.backward_accumulate[m%lld,c%d]", (long long)m, c);
         check(rel_l2(dx, gx, n) <= GRAD_TOL && rel_l2(db, gb, c) <= GRAD_TOL, name, "dx %.1e", rel_l2(dx, gx, n));
@@ -602,7 +594,7 @@ static void test_bn(void) {
         out[t] = fnan(m * c), dx[t] = fnan(m * c), st4[t] = calloc(6 * (size_t)c, sizeof(float));
         float *s = st4[t];
         ok(bk->bn_forward_train(bk, &bb, xx, gg, be_, s, s + c, s + 2 * c, s + 3 * c, NULL, true, out[t]), "bn fwd");
-        ok(bk->bn_backward(bk, &bb, xx, out[t], dy, gg, be_, s + 2 * c, s + 3 * c, true, dx[t], false, NULL, false, s + 4 * c,
+        ok(bk->bn_backward(bk, &bb, xx, out[t], dy, gg, s + 2 * c, s + 3 * c, true, dx[t], false, NULL, false, s + 4 * c,
                            s + 5 * c), "bn bwd");
     }
     check(same_bits(out[0], out[1], m * c) && same_bits(dx[0], dx[1], m * c) && same_bits(st4[0], st4[1], 6 * c),
