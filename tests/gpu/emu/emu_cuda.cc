@@ -317,29 +317,8 @@ static CUresult check_range(CUdeviceptr p, size_t bytes, const char *what) {
 }
 
 #define EMU_LIB "cuda"
-/* ---- fault injection (tests/reliability/b19_faults.sh) ------------------------------------------------------
- * CNN_EMU_FAIL_CALL=n: the n-th call into this library's API fails (its error code, nothing done);
- * CNN_EMU_COUNT=path: the number of calls is appended to path at exit ("cuda <calls>"). */
-static long long emu_calls, emu_fail_at = -2;
-static const char *emu_count_path;
-static void emu_count_report(void) {
-    FILE *f = fopen(emu_count_path, "a");
-    if (f) fprintf(f, EMU_LIB " %lld\n", (long long)__atomic_load_n(&emu_calls, __ATOMIC_SEQ_CST)), fclose(f);
-}
-static bool emu_fault(void) {
-    if (__atomic_load_n(&emu_fail_at, __ATOMIC_SEQ_CST) == -2) {
-        const char *v = getenv("CNN_EMU_FAIL_CALL");
-        emu_count_path = getenv("CNN_EMU_COUNT");
-        if (emu_count_path && __atomic_exchange_n(&emu_fail_at, v ? atoll(v) : -1, __ATOMIC_SEQ_CST) == -2)
-            atexit(emu_count_report);
-        else __atomic_store_n(&emu_fail_at, v ? atoll(v) : -1, __ATOMIC_SEQ_CST);
-    }
-    return __atomic_add_fetch(&emu_calls, 1, __ATOMIC_SEQ_CST) == emu_fail_at;
-}
-#define FAULT(err)                                                                                            \
-    do {                                                                                                      \
-        if (emu_fault()) return (err);                                                                        \
-    } while (0)
+#define EMU_FAIL_ENV "CNN_EMU_FAIL_CALL"
+#include "emu_fault.h"
 
 /* ---- the API -------------------------------------------------------------------------------------------- */
 
