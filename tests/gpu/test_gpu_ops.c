@@ -14,7 +14,7 @@
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first
- * conv_pair conv_wgrad conv_dgrad linear xent prep optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * conv_pair conv_wgrad conv_dgrad linear xent prep resample optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
@@ -1836,6 +1836,113 @@ static void g_prep(ctx *t) {
     }
 }
 
+/* ---- resample_images: the GPU JPEG path's crop + resize of decoded RGB images ------------------------------ */
+
+/* PIL's BILINEAR coefficient window in float64 (the reference): taps [lo, hi) of `in` pixels resized to `out` */
+static double rs_ref_axis(int o, int in, int out, const double *line, int stride) {
+    double scale = (double)in / out, fs = scale > 1 ? scale : 1, center = (o + 0.5) * scale;
+    int lo = (int)(center - fs + 0.5), hi = (int)(center + fs + 0.5);
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > in ? in : hi;
+    double acc = 0, ws = 0;
+    for (int k = lo; k < hi; k++) {
+        double x = fabs((k - center + 0.5) / fs), w = x < 1 ? 1 - x : 0;
+        acc += w * line[(int64_t)k * stride];
+        ws += w;
+    }
+    return acc / ws;
+}
+
+static void g_resample(ctx *t) {
+    /* images of several sizes in one buffer (rows padded past 3*W); jobs: an eval-like shrink with a centre window,
+     * a RandomResizedCrop-like enlargement of a small region, flipped, a window larger than the resized image at a
+     * negative origin (zeros around it, as CenterCrop pads), a strong shrink (wide windows), and out_h 0 (planes left alone) */
+    const int CH = 12, CW = 10, N = 6;
+    const struct {
+        int h, w, y0, x0, rh, rw, out_h, out_w, wy, wx, flip;
+    } jb[] = {{45, 60, 0, 0, 45, 60, 16, 21, 2, 5, 0},   {37, 29, 5, 3, 9, 7, 12, 10, 0, 0, 1},
+              {20, 24, 0, 0, 20, 24, 8, 9, -2, -1, 0},   {37, 29, 0, 0, 37, 29, 12, 10, 0, 0, 0},
+              {90, 70, 10, 4, 77, 61, 12, 10, 0, 0, 1}, {20, 24, 0, 0, 20, 24, 0, 0, 0, 0, 0}};
+    cnn_resample_job jobs[6];
+    int64_t off = 0;
+    for (int i = 0; i < N; i++) {
+        int pitch = 3 * jb[i].w + 5 * (i % 3);
+        jobs[i] = (cnn_resample_job){.src = off, .h = jb[i].h, .w = jb[i].w, .pitch = pitch, .y0 = jb[i].y0,
+                                     .x0 = jb[i].x0, .rh = jb[i].rh, .rw = jb[i].rw, .out_h = jb[i].out_h,
+                                     .out_w = jb[i].out_w, .wy = jb[i].wy, .wx = jb[i].wx, .flip = jb[i].flip};
+        off += (int64_t)pitch * jb[i].h;
+    }
+    uint8_t *src = malloc((size_t)off);
+    for (int64_t i = 0; i < off; i++) src[i] = (uint8_t)rnd_uniform(6100, i, 0, 256);
+    size_t per = (size_t)3 * CH * CW, nout = per * N;
+    rawbuf rs = raw_in(t, src, (size_t)off), rj = raw_in(t, jobs, sizeof jobs);
+    uint8_t *init = malloc(nout);
+    memset(init, 0xAB, nout); /* what the out_h 0 image must keep */
+    rawbuf dst = raw_in(t, init, nout);
+    cnn_resample_batch rb = {.n = N, .ch = CH, .cw = CW};
+    const char *name = "resample_images.n6_12x10";
+    expect_ok(t->gpu->resample_images(t->gpu, &rb, rj.g.p, rs.g.p, dst.g.p), name);
+    uint8_t *g = malloc(nout), *c = malloc(nout);
+    buf_get(&dst.g, g);
+    bool have_cpu = t->cpu && cpu_ok(t, t->cpu->resample_images(t->cpu, &rb, rj.c, rs.c, dst.c), name);
+    if (have_cpu && t->cpu->download(t->cpu, c, dst.c, nout) != CNN_OK) fatal("cpu download");
+    /* float64 reference: the separable filter, vertical pass over horizontally filtered rows */
+    int max_ref = 0, max_cpu = 0, diff_cpu = 0;
+    for (int i = 0; i < N; i++) {
+        const cnn_resample_job *j = &jobs[i];
+        double *rowbuf = malloc(sizeof(double) * (size_t)j->rw * 3), *col = malloc(sizeof(double) * (size_t)j->rh);
+        for (int c3 = 0; c3 < 3; c3++)
+            for (int y = 0; y < CH; y++)
+                for (int x = 0; x < CW; x++) {
+                    size_t o = ((size_t)i * 3 + c3) * CH * CW + (size_t)y * CW + x;
+                    int ref;
+                    if (j->out_h == 0) {
+                        ref = 0xAB;
+                    } else {
+                        int oy = j->wy + y, ox = j->wx + (j->flip ? CW - 1 - x : x);
+                        double v = 0;
+                        if (oy >= 0 && oy < j->out_h && ox >= 0 && ox < j->out_w) {
+                            for (int ky = 0; ky < j->rh; ky++) {
+                                const uint8_t *row = src + j->src + (int64_t)(j->y0 + ky) * j->pitch + 3 * j->x0;
+                                for (int kx = 0; kx < j->rw; kx++) rowbuf[kx] = row[3 * kx + c3];
+                                col[ky] = rs_ref_axis(ox, j->rw, j->out_w, rowbuf, 1);
+                            }
+                            v = rs_ref_axis(oy, j->rh, j->out_h, col, 1);
+                        }
+                        ref = (int)floor(v + 0.5);
+                    }
+                    int dg = abs((int)g[o] - ref);
+                    if (dg > max_ref) max_ref = dg;
+                    if (have_cpu) {
+                        int dc = abs((int)g[o] - (int)c[o]);
+                        max_cpu = dc > max_cpu ? dc : max_cpu;
+                        diff_cpu += dc != 0;
+                    }
+                }
+        free(rowbuf), free(col);
+    }
+    long dmg = buf_guard_damage(&rs.g) + buf_guard_damage(&rj.g) + buf_guard_damage(&dst.g);
+    bool in_ok = buf_unchanged(&rs.g) && buf_unchanged(&rj.g);
+    /* uint8 outputs: rounding of values within float32 error of .5 may go either way (1 level); the device may
+     * fuse multiply-adds that the CPU rounds twice */
+    check(max_ref <= 1 && max_cpu <= 1 && diff_cpu * 100 <= (int)nout && dmg == 0 && in_ok, name,
+          "max |gpu - float64 ref| %d, max |gpu - cpu| %d (%d of %zu differ), guard damage %ld, inputs %s", max_ref,
+          max_cpu, diff_cpu, nout, dmg, in_ok ? "unchanged" : "MODIFIED");
+    /* the oracle refuses a region outside its image */
+    if (t->cpu) {
+        cnn_resample_job bad = jobs[0];
+        bad.rh = bad.h + 1;
+        rawbuf rb2 = raw_in(t, &bad, sizeof bad);
+        cnn_resample_batch one = {.n = 1, .ch = CH, .cw = CW};
+        cnn_status st = t->cpu->resample_images(t->cpu, &one, rb2.c, rs.c, dst.c);
+        check(st == CNN_E_INVALID, "resample_images.cpu_rejects_bad_region", "returned %s", cnn_status_str(st));
+        cnn_error_clear();
+        raw_free(t, &rb2);
+    }
+    free(g), free(c), free(init), free(src);
+    raw_free(t, &rs), raw_free(t, &rj), raw_free(t, &dst);
+}
+
 /* ---- optimizers ----------------------------------------------------------------------------------------- */
 
 static void g_optim(ctx *t) {
@@ -2561,7 +2668,8 @@ static const group groups[] = {
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
     {"conv_dgrad", g_dgrad_fast, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
-    {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
+    {"prep", g_prep, true, false},         {"resample", g_resample, false, false},
+    {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
     {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},
