@@ -14,12 +14,13 @@
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first
- * conv_pair conv_wgrad conv_dgrad linear xent prep resample optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * conv_pair conv_wgrad conv_dgrad linear xent prep resample jpeg optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
 #include "test.h"
 
+#include "cnn/image.h"
 #include "cuda/hooks.h"
 
 #include <dirent.h>
@@ -29,6 +30,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <errno.h>
+#include <strings.h>
 #include <unistd.h>
 
 static bool quick;
@@ -1943,6 +1945,162 @@ static void g_resample(ctx *t) {
     raw_free(t, &rs), raw_free(t, &rj), raw_free(t, &dst);
 }
 
+/* ---- jpeg: nvJPEG decode + resample against the CPU path (GPU only: the emulator has no nvJPEG) ----------- */
+
+/* Real photos: the tree's data/photos (a copy of scikit-image's), else scikit-image's own folder. */
+static const char *photo_dir(void) {
+    static const char *dirs[] = {"data/photos", "/usr/lib/python3/dist-packages/skimage/data"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        struct stat sb;
+        if (stat(dirs[i], &sb) == 0 && S_ISDIR(sb.st_mode)) return dirs[i];
+    }
+    return NULL;
+}
+
+typedef struct photo {
+    char name[128];
+    uint8_t *data;
+    size_t len;
+    bool jpeg;
+    cnn_resample_job job;
+    uint8_t *cpu; /* (3, 224, 224): the CPU path's Resize(256) + CenterCrop(224) */
+} photo;
+
+static void g_jpeg(ctx *t) {
+    const int CH = 224, CW = 224;
+    const size_t per = (size_t)3 * CH * CW;
+    const char *dir = photo_dir();
+    void *dec = NULL;
+    if (!dir) {
+        skip("jpeg", "no photos (data/photos or scikit-image's data folder)");
+        return;
+    }
+    cnn_status st = t->gpu->jpeg_create ? t->gpu->jpeg_create(t->gpu, 256, 2, &dec) : CNN_E_UNSUPPORTED;
+    if (st != CNN_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "no device JPEG decoder: %s", cnn_error_msg());
+        skip("jpeg", why);
+        cnn_error_clear();
+        return;
+    }
+    /* every JPEG and PNG of the folder the CPU decoder reads, with the evaluation transform planned on it */
+    photo *ph = calloc(256, sizeof *ph);
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < 256) {
+        const char *e = strrchr(de->d_name, '.');
+        if (!e || (strcasecmp(e, ".jpg") && strcasecmp(e, ".jpeg") && strcasecmp(e, ".png"))) continue;
+        photo *p = &ph[n];
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        snprintf(p->name, sizeof p->name, "%.100s", de->d_name);
+        cnn_image_info info;
+        cnn_image im = {0};
+        if (cnn_image_read(path, &p->data, &p->len) != CNN_OK ||
+            cnn_image_probe(p->data, p->len, path, CNN_IMAGE_MAX_PIXELS, &info) != CNN_OK ||
+            cnn_image_decode(p->data, p->len, path, CNN_IMAGE_MAX_PIXELS, 1, &im) != CNN_OK) {
+            cnn_error_clear();
+            free(p->data);
+            continue;
+        }
+        cnn_resample r = cnn_resample_eval(info.h, info.w, 256, CH, CW);
+        p->jpeg = info.format == CNN_IMAGE_JPEG;
+        p->job = (cnn_resample_job){.h = info.h, .w = info.w, .y0 = r.y0, .x0 = r.x0, .rh = r.rh, .rw = r.rw,
+                                    .out_h = r.out_h, .out_w = r.out_w, .wy = r.wy, .wx = r.wx, .flip = r.flip};
+        p->cpu = malloc(per);
+        if (cnn_image_resample(&im, &r, p->cpu) != CNN_OK) fatal("cnn_image_resample");
+        cnn_image_free(&im);
+        n++;
+    }
+    if (d) closedir(d);
+    /* one batch: JPEGs as file bytes, PNGs as the CPU's planes (uploaded beside them) */
+    cnn_jpeg_image *ji = calloc((size_t)(n ? n : 1), sizeof *ji);
+    for (int i = 0; i < n; i++)
+        ji[i] = ph[i].jpeg ? (cnn_jpeg_image){.data = ph[i].data, .len = ph[i].len, .job = ph[i].job}
+                           : (cnn_jpeg_image){.planes = ph[i].cpu};
+    void *dst;
+    if (t->gpu->alloc(t->gpu, per * (size_t)(n ? n : 1), "jpeg test", &dst) != CNN_OK) fatal("alloc");
+    uint8_t *ok = calloc((size_t)(n ? n : 1), 1), *g = malloc(per * (size_t)(n ? n : 1));
+    cnn_resample_batch rb = {.n = n, .ch = CH, .cw = CW};
+    if (n > 0) {
+        expect_ok(t->gpu->jpeg_decode(t->gpu, dec, 0, &rb, ji, dst, ok), "jpeg_decode.photos");
+        if (t->gpu->download(t->gpu, g, dst, per * (size_t)n) != CNN_OK) fatal("download");
+    }
+    int jpegs = 0, decoded = 0, png_exact = 0, pngs = 0, maxd = 0;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ph[i].jpeg) {
+            pngs++;
+            png_exact += ok[i] && memcmp(g + (size_t)i * per, ph[i].cpu, per) == 0;
+            continue;
+        }
+        jpegs++;
+        if (!ok[i]) {
+            printf("# %s: refused by nvJPEG (the pipeline decodes it on the CPU)\n", ph[i].name);
+            continue;
+        }
+        decoded++;
+        int mx = 0;
+        double sm = 0;
+        for (size_t k = 0; k < per; k++) {
+            int dd = abs((int)g[(size_t)i * per + k] - (int)ph[i].cpu[k]);
+            mx = dd > mx ? dd : mx;
+            sm += dd;
+        }
+        printf("# %s %dx%d: |nvJPEG + resample_images - libjpeg-turbo + PIL resample| max %d, mean %.3f levels\n",
+               ph[i].name, ph[i].job.w, ph[i].job.h, mx, sm / (double)per);
+        maxd = mx > maxd ? mx : maxd;
+        sum += sm;
+    }
+    double mean = decoded ? sum / ((double)per * decoded) : 0;
+    /* different IDCTs and chroma upsampling (libjpeg-turbo's fancy upsampling vs nvJPEG's), then a float
+     * resampler against PIL's fixed point: a few levels on average, more at sharp colour edges */
+    check(jpegs > 0 && decoded * 2 >= jpegs && mean <= 3.0, "jpeg_decode.parity_eval_224",
+          "%d of %d JPEGs decoded on the GPU; vs the CPU path: mean |diff| %.3f levels, max %d (gate: mean <= 3)",
+          decoded, jpegs, mean, maxd);
+    check(png_exact == pngs, "jpeg_decode.planes_uploaded", "%d of %d PNG planes placed exactly", png_exact, pngs);
+    /* a JPEG whose header is sound and whose data is not: refused or decoded, never a device error */
+    for (int i = 0; i < n; i++)
+        if (ph[i].jpeg && ph[i].len > 2048) {
+            uint8_t *bad = malloc(ph[i].len);
+            memcpy(bad, ph[i].data, ph[i].len);
+            for (size_t k = ph[i].len / 2; k < ph[i].len - 2; k++) bad[k] = (uint8_t)(k * 131u);
+            cnn_jpeg_image one = {.data = bad, .len = ph[i].len, .job = ph[i].job};
+            cnn_resample_batch rb1 = {.n = 1, .ch = CH, .cw = CW};
+            uint8_t ok1 = 0;
+            st = t->gpu->jpeg_decode(t->gpu, dec, 1, &rb1, &one, dst, &ok1);
+            check(st == CNN_OK, "jpeg_decode.corrupt_data", "%s (%s): %s", cnn_status_str(st), ok1 ? "decoded" : "refused",
+                  st == CNN_OK ? "" : cnn_error_msg());
+            free(bad);
+            break;
+        }
+    /* throughput of decode + resample alone: batches of 256 JPEGs cycled from the photos */
+    int nj = 0;
+    for (int i = 0; i < n; i++) nj += ph[i].jpeg && ok[i];
+    if (nj > 0) {
+        void *big;
+        cnn_jpeg_image *bj = calloc(256, sizeof *bj);
+        uint8_t *bok = calloc(256, 1);
+        for (int i = 0, k = 0; i < 256; k = (k + 1) % n)
+            if (ph[k].jpeg && ok[k]) bj[i++] = ji[k];
+        if (t->gpu->alloc(t->gpu, per * 256, "jpeg bench", &big) != CNN_OK) fatal("alloc");
+        cnn_resample_batch r256 = {.n = 256, .ch = CH, .cw = CW};
+        expect_ok(t->gpu->jpeg_decode(t->gpu, dec, 0, &r256, bj, big, bok), "jpeg_decode.warmup");
+        double t0 = cnn_now();
+        for (int rep = 0; rep < 5; rep++) expect_ok(t->gpu->jpeg_decode(t->gpu, dec, rep & 1, &r256, bj, big, bok), "jpeg_decode.bench");
+        double dt = cnn_now() - t0;
+        printf("# jpeg_decode: %.0f images/s (batches of 256 photos of the folder, decode + resample to 224x224)\n",
+               5 * 256 / dt);
+        t->gpu->free(t->gpu, big);
+        free(bj), free(bok);
+    }
+    t->gpu->jpeg_free(t->gpu, dec);
+    t->gpu->free(t->gpu, dst);
+    for (int i = 0; i < n; i++) free(ph[i].data), free(ph[i].cpu);
+    free(ph), free(ji), free(ok), free(g);
+}
+
 /* ---- optimizers ----------------------------------------------------------------------------------------- */
 
 static void g_optim(ctx *t) {
@@ -2669,6 +2827,7 @@ static const group groups[] = {
     {"conv_dgrad", g_dgrad_fast, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"resample", g_resample, false, false},
+    {"jpeg", g_jpeg, false, false},
     {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
