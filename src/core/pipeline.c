@@ -204,8 +204,12 @@ static cnn_status read_jpeg(cnn_pipeline *p, int64_t epoch, int64_t pos, int32_t
     uint8_t *buf;
     size_t len;
     if (cnn_image_read(f->paths[index], &buf, &len) != CNN_OK) return CNN_E_UNSUPPORTED;
+    /* a JPEG without its end marker near the end is likely truncated: the CPU decoder says so (the device one
+     * may decode what is there without complaint) */
+    bool eoi = false;
+    for (size_t k = len > 16 ? len - 16 : 0; k + 1 < len && !eoi; k++) eoi = buf[k] == 0xFF && buf[k + 1] == 0xD9;
     cnn_image_info info;
-    if (cnn_image_sniff(buf, len) != CNN_IMAGE_JPEG ||
+    if (!eoi || cnn_image_sniff(buf, len) != CNN_IMAGE_JPEG ||
         cnn_image_probe(buf, len, f->paths[index], CNN_IMAGE_MAX_PIXELS, &info) != CNN_OK) {
         free(buf);
         return CNN_E_UNSUPPORTED;

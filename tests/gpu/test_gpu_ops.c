@@ -2075,10 +2075,10 @@ static void g_jpeg(ctx *t) {
             free(bad);
             break;
         }
-    /* throughput of decode + resample alone: batches of 256 JPEGs cycled from the photos */
+    /* throughput of decode + resample alone: batches of 256 JPEGs cycled from the photos (not under the sanitizers) */
     int nj = 0;
     for (int i = 0; i < n; i++) nj += ph[i].jpeg && ok[i];
-    if (nj > 0) {
+    if (nj > 0 && !quick) {
         void *big;
         cnn_jpeg_image *bj = calloc(256, sizeof *bj);
         uint8_t *bok = calloc(256, 1);
