@@ -3,9 +3,9 @@
  * planes (backend.h: jpeg_create / jpeg_decode / jpeg_fence / jpeg_free).
  *
  * A decoder has its own stream, so decoding overlaps the training step on the backend's stream. It tries nvJPEG's
- * hardware backend (the JPEG engines of A100/H100-class GPUs; baseline JPEGs only) and keeps the default
- * (GPU-assisted) backend beside it: a batch the first refuses goes to the second, and images both refuse come
- * back as ok = 0 for the CPU decoder. Before a batch is handed to nvJPEG each image's header is checked
+ * hardware backend (the JPEG engines of A100/H100-class GPUs; baseline JPEGs only) and keeps the GPU-assisted
+ * backend (else the default one) beside it: a batch the first refuses goes to the second, and images both refuse
+ * come back as ok = 0 for the CPU decoder. Before a batch is handed to nvJPEG each image's header is checked
  * (nvjpegGetImageInfo: 3 components, a known subsampling, the size the CPU probe saw); a failing image never
  * reaches the batch call, so one bad file does not cost the batch its GPU decode.
  *
@@ -32,7 +32,14 @@ typedef struct {
     size_t pitch[4];
 } nvjpegImage_t;
 
-enum { NJ_SUCCESS = 0, NJ_CSS_UNKNOWN = -1, NJ_OUTPUT_RGBI = 5, NJ_BACKEND_DEFAULT = 0, NJ_BACKEND_HARDWARE = 3 };
+enum {
+    NJ_SUCCESS = 0,
+    NJ_CSS_UNKNOWN = -1,
+    NJ_OUTPUT_RGBI = 5,
+    NJ_BACKEND_DEFAULT = 0,
+    NJ_BACKEND_GPU_HYBRID = 2,
+    NJ_BACKEND_HARDWARE = 3
+};
 
 typedef struct nvjpeg_api {
     nvjpegStatus_t (*GetProperty)(int type, int *value);
@@ -109,7 +116,7 @@ typedef struct jpeg_dec {
     cuda_be *cb;
     CUstream stream;
     CUfunction resample;
-    nj_engine eng[2];         /* [0] hardware (h NULL when absent), [1] default */
+    nj_engine eng[2];         /* [0] hardware, [1] GPU-assisted (else default); h NULL when absent */
     int n_eng;
     int max_batch, slots;
     CUevent *fence;           /* (slots) */
@@ -199,14 +206,17 @@ cnn_status cuda_jpeg_create(cnn_backend *be, int max_batch, int slots, void **ou
     if (st == CNN_OK && (r = cu.MemAlloc(&d->jobs, (size_t)max_batch * sizeof(cnn_resample_job))) != CUDA_SUCCESS)
         st = cuda_fail(r, "JPEG decoder resample jobs (cuMemAlloc)");
     if (st == CNN_OK) {
-        bool hw = engine_init(&d->eng[0], NJ_BACKEND_HARDWARE, "hardware");
-        bool def = engine_init(&d->eng[1], NJ_BACKEND_DEFAULT, "default");
-        d->n_eng = hw + def;
-        if (!def && !hw) st = cnn_fail(CNN_E_UNSUPPORTED, "nvJPEG %d.%d refuses this GPU (nvjpegCreateEx failed)",
-                                       nj.major, nj.minor);
+        /* GPU_HYBRID does the Huffman decoding of baseline JPEGs on the GPU in large batches; the default backend
+         * (Huffman on the CPU) where it is refused */
+        bool hw = engine_init(&d->eng[0], NJ_BACKEND_HARDWARE, "hardware decoder");
+        bool sw = engine_init(&d->eng[1], NJ_BACKEND_GPU_HYBRID, "GPU-assisted backend") ||
+                  engine_init(&d->eng[1], NJ_BACKEND_DEFAULT, "default backend");
+        d->n_eng = hw + sw;
+        if (!sw && !hw) st = cnn_fail(CNN_E_UNSUPPORTED, "nvJPEG %d.%d refuses this GPU (nvjpegCreateEx failed)",
+                                      nj.major, nj.minor);
         else
-            cnn_log(2, "cnn: nvJPEG %d.%d: %s%s%s", nj.major, nj.minor, hw ? "hardware decoder" : "",
-                    hw && def ? ", then " : "", def ? "default (GPU-assisted) backend" : "");
+            cnn_log(2, "cnn: nvJPEG %d.%d: %s%s%s", nj.major, nj.minor, hw ? d->eng[0].name : "", hw && sw ? ", then " : "",
+                    sw ? d->eng[1].name : "");
     }
     if (st != CNN_OK) {
         cuda_jpeg_free(be, d);
