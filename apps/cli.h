@@ -83,7 +83,7 @@ int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int 
 
 /* Data options of train and eval (cli_data.c). */
 typedef struct cli_data {
-    const char *data, *mean, *std, *on_bad;
+    const char *data, *mean, *std, *on_bad, *decode;
     bool coarse;
     float holdout, crop_scale;
     int resize, pad, workers;

@@ -5,16 +5,18 @@
 #      by 1, 2, 4, ... decode threads (`cnn bench --mode data`), the training transform (RandomResizedCrop + flip,
 #      DCT-domain shrinking) and the evaluation one (Resize + CenterCrop at full decode): images/s, and images per
 #      CPU-second of the process (what one core delivers, whatever else the machine runs);
-#   2. (GPU) ResNet-50 bf16 training at batch 256 from that folder (`cnn train`, 4 epochs) against the same step on
-#      data already on the GPU (`cnn bench --mode train`): img/s of each and the share of the loop spent on data;
+#   2. (GPU) ResNet-50 bf16 training at batch 256 from that folder (`cnn train`, 4 epochs), JPEGs decoded on the CPU
+#      (--decode cpu) and on the GPU by nvJPEG (--decode gpu; skipped, and said, where nvJPEG does not load), against
+#      the same step on data already on the GPU (`cnn bench --mode train`): img/s of each (epoch 4's line: its steps
+#      only; the checkpoint after each epoch is timed apart) and the share of the loop spent on data;
 #   3. (GPU) CIFAR-sized uint8 data whole on the GPU (one gather + augment kernel per batch): ResNet-18 (CIFAR stem)
 #      bf16 at batch 512, the share of its step time spent on the input pipeline.
-# Environment: IMAGES (4096), THREADS (decode thread counts, default "1 2 4 8 16"), CPU_ONLY=1 (parts 2 and 3 off),
+# Environment: IMAGES (8192: 32 steps of 256 per epoch), THREADS (decode thread counts, default "1 2 4 8 16"), CPU_ONLY=1 (parts 2 and 3 off),
 # MACHINE (file name tag; default the GPU's name, or cpu-<N>c), PHOTOS (source photos: scikit-image's data folder,
 # else data/photos in the tree), PYTHON (one with numpy and PIL), WORK (/tmp/cnn-data-bench).
 set -u
 cd "$(dirname "$0")/.."
-IMAGES=${IMAGES:-4096}
+IMAGES=${IMAGES:-8192}
 THREADS=${THREADS:-1 2 4 8 16}
 WORK=${WORK:-/tmp/cnn-data-bench}
 PHOTOS=${PHOTOS:-/usr/lib/python3/dist-packages/skimage/data}
@@ -38,8 +40,10 @@ done
 if [ -n "$gpu" ]; then
     echo "== 2. ResNet-50 bf16 training, batch 256: data on the GPU (cnn bench) vs the JPEG folder (cnn train)"
     build/cnn bench --model resnet50 --mode train --batch 256 --dtype bf16 --device cuda --repeat 10 --warmup 3 -o csv | tee "$WORK/bench_r50.txt"
-    build/cnn train --model resnet50 --data folder:"$WORK/jpegs" --batch 256 --epochs 4 --eval-size 0 --dtype bf16 \
-        --device cuda --no-progress --out "$WORK/r50" | tee "$WORK/train_r50.txt"
+    for dec in cpu gpu; do
+        build/cnn train --model resnet50 --data folder:"$WORK/jpegs" --batch 256 --epochs 4 --eval-size 0 --dtype bf16 \
+            --device cuda --decode $dec --no-progress --out "$WORK/r50_$dec" 2>&1 | tee "$WORK/train_r50_$dec.txt"
+    done
     echo "== 3. CIFAR-sized uint8 data whole on the GPU: ResNet-18 (CIFAR stem) bf16, batch 512"
     build/cnn train --model resnet18 --stem cifar --data synthetic --train-size 30720 --epochs 3 --batch 512 --dtype bf16 \
         --device cuda --eval-size 0 --no-progress --out "$WORK/r18" | tee "$WORK/train_r18.txt"
@@ -60,14 +64,23 @@ fi
     done
     if [ -n "$gpu" ]; then
         syn=$(awk -F, 'NR > 1 && /resnet50/ { for (i = 1; i <= NF; i++) if (h[i] == "images_per_s") print $i } NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i }' "$WORK/bench_r50.txt" | head -n1)
-        jpg=$(grep '^epoch 4' "$WORK/train_r50.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
+        jpg_cpu=$(grep '^epoch 4' "$WORK/train_r50_cpu.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
+        jpg_gpu=$(grep '^epoch 4' "$WORK/train_r50_gpu.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
+        ckpt=$(grep '^epoch 4' "$WORK/train_r50_cpu.txt" | sed -n 's/.*checkpoint \([0-9.]*\) s.*/\1/p')
         r18=$(grep '^epoch 3' "$WORK/train_r18.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
         echo
         echo "| training | images/s | data share of the loop | ratio to data on the GPU |"
         echo "|---|---|---|---|"
         echo "| ResNet-50 bf16 b256, data on the GPU (\`cnn bench --mode train\`) | ${syn:-?} | - | 1 |"
-        echo "$jpg $syn" | awk '{ printf "| ResNet-50 bf16 b256 from the JPEG folder, epoch 4 (CPU decode) | %s | %s%% | %.3f |\n", $1, $2, ($3 > 0 ? $1 / $3 : 0) }'
+        echo "$jpg_cpu $syn" | awk '{ printf "| ResNet-50 bf16 b256 from the JPEG folder, epoch 4, CPU decode (`--decode cpu`) | %s | %s%% | %.3f |\n", $1, $2, ($3 > 0 ? $1 / $3 : 0) }'
+        if [ -n "$jpg_gpu" ]; then
+            echo "$jpg_gpu $syn" | awk '{ printf "| ResNet-50 bf16 b256 from the JPEG folder, epoch 4, GPU decode (`--decode gpu`, nvJPEG) | %s | %s%% | %.3f |\n", $1, $2, ($3 > 0 ? $1 / $3 : 0) }'
+        else
+            echo "| ResNet-50 bf16 b256 from the JPEG folder, GPU decode (\`--decode gpu\`) | not run: $(tail -n1 "$WORK/train_r50_gpu.txt" | tail -c 200 | tr '|' '/') | - | - |"
+        fi
         echo "$r18" | awk '{ printf "| ResNet-18 CIFAR bf16 b512, uint8 data on the GPU, epoch 3 | %s | %s%% | - |\n", $1, $2 }'
+        echo
+        echo "Epoch lines count their steps only; the ResNet-50 checkpoint written after each epoch took ${ckpt:-?} s (not in the figures above)."
     fi
 } >"$RES"
 echo

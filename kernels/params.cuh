@@ -159,6 +159,24 @@ typedef struct prep_args {
     void *dst;                    /* (N, H, W, out_c) act */
 } prep_args;
 
+/* Resampling of decoded RGB images into uint8 planes (prep.cu's resample_images). resample_job is
+ * cnn_resample_job of include/cnn/backend.h, field for field (the host asserts the size). */
+typedef struct resample_job {
+    long long src;                /* byte offset of the image's first row */
+    int h, w, pitch;
+    int y0, x0, rh, rw;           /* region of the image */
+    int out_h, out_w;             /* size the region is resized to */
+    int wy, wx;                   /* kept window's origin */
+    int flip;
+} resample_job;
+
+typedef struct resample_args {
+    int n, ch, cw, pad0;
+    const resample_job *jobs;     /* (N) */
+    const unsigned char *src;     /* decoded (H, W, 3) images at jobs[i].src */
+    unsigned char *dst;           /* (N, 3, CH, CW) uint8 planes */
+} resample_args;
+
 /* Optimizers and checks over flat float32 arrays (optim.cu). */
 typedef struct optim_args {
     long long count;

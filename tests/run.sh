@@ -58,6 +58,8 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     for dt in f32 bf16; do # batch preparation: samples gathered from a whole dataset, crop, flip, channel repeat
         add "emu-prep-$dt $EMU --dtype $dt prep"
     done
+    # the GPU JPEG path's crop + resize of decoded images, against its CPU twin and a float64 reference
+    add "emu-resample $EMU resample"
 fi
 for t in tests/cli/test_*.sh; do
     case $t in */test_resume.sh) continue ;; esac

@@ -107,6 +107,35 @@ typedef struct cnn_prep {
     float mean[4], std[4]; /* per output channel */
 } cnn_prep;
 
+/* Resampling of one decoded image (resample_images; the device side of GPU JPEG decoding): the region (y0, x0,
+ * rh, rw) of an (H, W, 3) uint8 RGB image stored at byte offset src of the source buffer with `pitch` bytes per
+ * row is resized to out_h x out_w with a triangle filter widened by the scale factor when shrinking (PIL's
+ * BILINEAR weights, computed in float32 without PIL's rounding between the two passes), and the window of
+ * ch x cw pixels at (wy, wx) of the result is kept (0 outside the resized image), flipped left-right when flip.
+ * The fields are those of cnn_resample (image.h) in the full-size image; a job with out_h 0 leaves its image's
+ * planes untouched. Layout shared with kernels/prep.cu. */
+typedef struct cnn_resample_job {
+    int64_t src;            /* byte offset of the image's first row */
+    int32_t h, w, pitch;    /* image size; bytes per row (>= 3 * w) */
+    int32_t y0, x0, rh, rw; /* region of the image */
+    int32_t out_h, out_w;   /* size the region is resized to */
+    int32_t wy, wx;         /* origin of the kept window in the resized image */
+    int32_t flip;           /* 0 or 1 */
+} cnn_resample_job;
+
+/* A batch of decoded images resampled to windows of one size: dst (N, 3, ch, cw) uint8 planes. */
+typedef struct cnn_resample_batch {
+    int n, ch, cw;
+} cnn_resample_batch;
+
+/* One image of a device JPEG decode (jpeg_decode): its file bytes, or planes decoded elsewhere. */
+typedef struct cnn_jpeg_image {
+    const uint8_t *data;    /* the JPEG file's bytes (host), or NULL: upload `planes` instead */
+    size_t len;
+    const uint8_t *planes;  /* (3, ch, cw) uint8 host planes, used when data is NULL */
+    cnn_resample_job job;   /* the resample of the decoded image (its src, pitch, h, w are the backend's to fill) */
+} cnn_jpeg_image;
+
 typedef struct cnn_sgd {
     float lr, momentum, dampening, weight_decay;
     bool nesterov;
@@ -277,6 +306,26 @@ struct cnn_backend {
     /* data: uint8 planes -> normalised NHWC act_dtype (N, H, W, out_c); samples (N, 4) int32 or NULL */
     cnn_status (*prep_images)(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
                               void *dst);
+
+    /* The images of jobs (n, device memory) resampled out of the decoded RGB images in src (device bytes) into dst
+     * (N, 3, ch, cw) uint8 planes (cnn_resample_job). The CPU backend's is the oracle of the device kernel. */
+    cnn_status (*resample_images)(cnn_backend *be, const cnn_resample_batch *rb, const cnn_resample_job *jobs,
+                                  const uint8_t *src, uint8_t *dst);
+
+    /* Optional (NULL: not available): batched JPEG decoding on the device (nvJPEG on CUDA, loaded at run time).
+     * jpeg_create makes a decoder with its own stream for batches of up to max_batch images written into `slots`
+     * output buffers; CNN_E_UNSUPPORTED (with the reason) when the library is missing or refuses the device.
+     * jpeg_decode (one thread at a time, any thread) decodes the images of b whose data is set, resamples each by
+     * its job into dst + i * 3 * ch * cw (device memory), uploads the planes of the others, and returns when dst
+     * holds them: ok[i] = 1 for each image written, 0 for each JPEG the library refused (dst untouched there: the
+     * caller decodes it on the CPU and passes it again as planes). Before writing into a slot's buffer it waits
+     * for the work that jpeg_fence(slot) saw issued on the backend's own stream (the caller's thread, between
+     * steps: work issued so far may still read that slot's buffer). */
+    cnn_status (*jpeg_create)(cnn_backend *be, int max_batch, int slots, void **dec);
+    cnn_status (*jpeg_decode)(cnn_backend *be, void *dec, int slot, const cnn_resample_batch *b,
+                              const cnn_jpeg_image *im, uint8_t *dst, uint8_t *ok);
+    cnn_status (*jpeg_fence)(cnn_backend *be, void *dec, int slot);
+    void (*jpeg_free)(cnn_backend *be, void *dec);
 
     /* Optional (NULL: use malloc/free): page-locked host memory, so uploads from it run at full speed. */
     cnn_status (*host_alloc)(cnn_backend *be, size_t bytes, const char *what, void **out);

@@ -28,6 +28,10 @@ typedef enum cnn_split { CNN_SPLIT_TRAIN = 0, CNN_SPLIT_TEST } cnn_split;
 
 typedef enum cnn_bad_image { CNN_BAD_IMAGE_FAIL = 0, CNN_BAD_IMAGE_SKIP } cnn_bad_image;
 
+/* Where folder datasets decode their JPEGs: the backend's device decoder when it has one (auto), or always
+ * the CPU, or the device or an error (the backend's jpeg_create, e.g. nvJPEG on CUDA). */
+typedef enum cnn_decode { CNN_DECODE_AUTO = 0, CNN_DECODE_CPU, CNN_DECODE_GPU } cnn_decode;
+
 typedef struct cnn_file_list cnn_file_list; /* a folder dataset's files (datasets_folder.c) */
 
 typedef struct cnn_dataset {
@@ -58,6 +62,7 @@ typedef struct cnn_data_opts {
     float scale_lo;         /* folder, train split: RandomResizedCrop's smallest area fraction (0 = 0.08) */
     cnn_bad_image on_bad;   /* folder: what an undecodable image does */
     int threads;            /* folder: decode threads (0 = the CPUs online) */
+    cnn_decode decode;      /* folder: where JPEGs are decoded */
 } cnn_data_opts;
 
 #define CNN_MAX_INFERRED_CLASSES 1000

@@ -317,7 +317,8 @@ cnn_status cnn_loader_init(cnn_loader *l, const cnn_dataset *ds, cnn_backend *be
         cnn_pipeline_opts po = {.ds = ds, .be = be, .max_batch = max_batch, .depth = 4, .train = l->augment,
                                 .shuffle = shuffle, .seed = seed};
         st = cnn_pipeline_create(&po, &l->pipe);
-        if (st == CNN_OK) st = be->alloc(be, (size_t)max_batch * per, "batch pixels", &l->dev_pix);
+        if (st == CNN_OK && !cnn_pipeline_on_device(l->pipe))
+            st = be->alloc(be, (size_t)max_batch * per, "batch pixels", &l->dev_pix);
     } else if (ds->pix) {
         l->host_samples = cnn_malloc((size_t)max_batch * 4 * sizeof(int32_t), "batch samples");
         if (!l->host_samples) st = CNN_E_OOM;
@@ -386,12 +387,14 @@ cnn_status cnn_loader_batch(cnn_loader *l, cnn_model *m, int64_t epoch, int64_t 
         const int32_t *index;
         double wait = 0;
         st = cnn_pipeline_get(l->pipe, epoch, start, n, &pix, &index, &wait);
+        bool on_device = cnn_pipeline_on_device(l->pipe);
         if (st == CNN_OK) {
             for (int i = 0; i < n; i++) labels[i] = ds->labels[index[i]];
-            st = be->upload(be, l->dev_pix, pix, (size_t)n * per);
+            if (!on_device) st = be->upload(be, l->dev_pix, pix, (size_t)n * per);
         }
         fill_prep(l, net, n, 0, n, &pp);
-        if (st == CNN_OK) st = be->prep_images(be, &pp, l->dev_pix, NULL, cnn_model_input_buffer(m));
+        if (st == CNN_OK)
+            st = be->prep_images(be, &pp, on_device ? pix : l->dev_pix, NULL, cnn_model_input_buffer(m));
     } else {
         if (l->perm_epoch != epoch) {
             cnn_epoch_order(l->seed, epoch, l->shuffle, ds->n, l->perm);

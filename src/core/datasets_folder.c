@@ -302,6 +302,7 @@ cnn_status cnn_load_folder(const char *dir, const cnn_data_opts *o, cnn_dataset 
         f->resize = o->resize > 0 ? o->resize : (int)(short_side * 256.0 / 224.0 + 0.5);
         f->scale_lo = o->scale_lo > 0 ? o->scale_lo : 0.08f;
         f->threads = o->threads;
+        f->decode = o->decode;
         d->files = f;
         d->n = n;
         d->c = 3;

@@ -4,6 +4,13 @@
  * (images being claimed and decoded, one image per claim, so every thread works on the oldest batch first) or
  * READY. The slot handed to the caller stays untouched until the next get, which frees it and queues the next
  * predicted batch in it. One mutex guards the ring; the decoding itself runs outside it.
+ *
+ * With a device JPEG decoder (the backend's jpeg_create; --decode gpu|auto) the threads only read each JPEG and
+ * plan its crop, and decode the other files (PNG, unreadable headers) themselves into the host staging buffer; a
+ * full slot goes DECODE, and one more thread hands its JPEGs to the device decoder, which writes the batch into
+ * the slot's device buffer (uploading the CPU-decoded images beside them); JPEGs the device refuses are decoded on
+ * the CPU by that thread and uploaded after. The caller then gets device planes. The crops are the same
+ * draws as the CPU path's, planned in the full-size image.
  */
 #include "pipeline.h"
 
@@ -18,7 +25,7 @@
 
 #define MAX_THREADS 256
 
-typedef enum slot_state { SLOT_FREE = 0, SLOT_FILL, SLOT_READY } slot_state;
+typedef enum slot_state { SLOT_FREE = 0, SLOT_FILL, SLOT_DECODE, SLOT_READY } slot_state;
 
 typedef struct slot {
     slot_state state;
@@ -30,6 +37,11 @@ typedef struct slot {
     uint8_t *pix;         /* (max_batch, 3, H, W) */
     cnn_status err;
     char msg[512];
+    /* device decoding: */
+    uint8_t *dev;         /* (max_batch, 3, H, W) device planes */
+    cnn_jpeg_image *im;   /* (max_batch) file bytes (owned: malloc'd) and crop, or host planes in pix */
+    uint8_t *ok;          /* (max_batch) */
+    bool busy;            /* the device thread works on it */
 } slot;
 
 struct cnn_pipeline {
@@ -51,9 +63,21 @@ struct cnn_pipeline {
     int64_t order_epoch[2];
     int order_lru;
     int64_t skipped;
+    void *dec;            /* device JPEG decoder, or NULL */
+    pthread_t dev_thread;
+    bool dev_started;
 };
 
 /* ---- one image ---------------------------------------------------------------------------------------------- */
+
+/* The crop of an image in its full-size coordinates: a pure function of (seed, epoch, pos) when training. */
+static cnn_resample plan_resample(const cnn_file_list *f, const cnn_image_info *info, bool train, uint64_t seed,
+                                  int64_t epoch, int64_t pos) {
+    if (train)
+        return cnn_resample_random(info->h, info->w, f->out_h, f->out_w, f->scale_lo, 0.5f, seed ^ 0x5252432b464c4950ULL,
+                                   ((uint64_t)epoch << 32) ^ (uint64_t)pos);
+    return cnn_resample_eval(info->h, info->w, f->resize, f->out_h, f->out_w);
+}
 
 cnn_status cnn_folder_image(const cnn_file_list *f, int32_t index, bool train, uint64_t seed, int64_t epoch,
                             int64_t pos, uint8_t *dst) {
@@ -66,18 +90,13 @@ cnn_status cnn_folder_image(const cnn_file_list *f, int32_t index, bool train, u
     cnn_resample r;
     int scale = 1;
     if (st == CNN_OK) {
-        if (train) {
-            r = cnn_resample_random(info.h, info.w, f->out_h, f->out_w, f->scale_lo, 0.5f, seed ^ 0x5252432b464c4950ULL,
-                                    ((uint64_t)epoch << 32) ^ (uint64_t)pos);
-            /* decode a JPEG at 1/2, 1/4 or 1/8 in the DCT domain where the crop still covers the output size */
-            for (int s = 8; s > 1 && info.format == CNN_IMAGE_JPEG; s /= 2)
-                if (r.rw / s >= f->out_w && r.rh / s >= f->out_h) {
-                    scale = s;
-                    break;
-                }
-        } else {
-            r = cnn_resample_eval(info.h, info.w, f->resize, f->out_h, f->out_w);
-        }
+        r = plan_resample(f, &info, train, seed, epoch, pos);
+        /* training: decode a JPEG at 1/2, 1/4 or 1/8 in the DCT domain where the crop still covers the output size */
+        for (int s = 8; s > 1 && train && info.format == CNN_IMAGE_JPEG; s /= 2)
+            if (r.rw / s >= f->out_w && r.rh / s >= f->out_h) {
+                scale = s;
+                break;
+            }
     }
     cnn_image im = {0};
     if (st == CNN_OK) st = cnn_image_decode(buf, len, path, CNN_IMAGE_MAX_PIXELS, scale, &im);
@@ -124,11 +143,20 @@ static bool predict(cnn_pipeline *p, int64_t epoch, int64_t start, int n) {
     return true;
 }
 
+/* free the file bytes a slot still holds (lock held; nobody works on the slot) */
+static void drop_bytes(cnn_pipeline *p, slot *s) {
+    for (int i = 0; s->im && i < p->o.max_batch; i++) {
+        free((void *)s->im[i].data);
+        s->im[i] = (cnn_jpeg_image){0};
+    }
+}
+
 /* queue predicted batches into the free slots (lock held) */
 static void fill(cnn_pipeline *p) {
     while (p->count < p->depth && p->have_next) {
         slot *s = &p->slots[(p->head + p->count) % p->depth];
-        CNN_ASSERT(s->state == SLOT_FREE);
+        CNN_ASSERT(s->state == SLOT_FREE && !s->busy);
+        drop_bytes(p, s);
         s->epoch = p->next_epoch;
         s->start = p->next_start;
         s->n = p->next_n;
@@ -168,6 +196,32 @@ static cnn_status decode_with_skips(cnn_pipeline *p, int64_t epoch, int64_t pos,
     return cnn_fail(CNN_E_FORMAT, "not one image of the dataset (%d files) could be decoded", f->n);
 }
 
+/* Device decoding: read the JPEG at dataset index `index` and plan its crop into *ji (the bytes are the caller's
+ * to free); anything but a readable JPEG header is CNN_E_UNSUPPORTED, for the CPU path to decode or refuse. */
+static cnn_status read_jpeg(cnn_pipeline *p, int64_t epoch, int64_t pos, int32_t index, cnn_jpeg_image *ji) {
+    const cnn_file_list *f = p->f;
+    if (__atomic_load_n(&f->bad[index], __ATOMIC_RELAXED)) return CNN_E_UNSUPPORTED;
+    uint8_t *buf;
+    size_t len;
+    if (cnn_image_read(f->paths[index], &buf, &len) != CNN_OK) return CNN_E_UNSUPPORTED;
+    /* a JPEG without its end marker near the end is likely truncated: the CPU decoder says so (the device one
+     * may decode what is there without complaint) */
+    bool eoi = false;
+    for (size_t k = len > 16 ? len - 16 : 0; k + 1 < len && !eoi; k++) eoi = buf[k] == 0xFF && buf[k + 1] == 0xD9;
+    cnn_image_info info;
+    if (!eoi || cnn_image_sniff(buf, len) != CNN_IMAGE_JPEG ||
+        cnn_image_probe(buf, len, f->paths[index], CNN_IMAGE_MAX_PIXELS, &info) != CNN_OK) {
+        free(buf);
+        return CNN_E_UNSUPPORTED;
+    }
+    cnn_resample r = plan_resample(f, &info, p->o.train, p->o.seed, epoch, pos);
+    CNN_ASSERT(r.ch == f->out_h && r.cw == f->out_w);
+    *ji = (cnn_jpeg_image){.data = buf, .len = len,
+                           .job = {.h = info.h, .w = info.w, .y0 = r.y0, .x0 = r.x0, .rh = r.rh, .rw = r.rw,
+                                   .out_h = r.out_h, .out_w = r.out_w, .wy = r.wy, .wx = r.wx, .flip = r.flip}};
+    return CNN_OK;
+}
+
 static void *worker(void *arg) {
     cnn_pipeline *p = arg;
     pthread_mutex_lock(&p->mu);
@@ -189,7 +243,13 @@ static void *worker(void *arg) {
         p->in_flight++;
         pthread_mutex_unlock(&p->mu);
         bool counted = false;
-        cnn_status st = decode_with_skips(p, epoch, pos, &index, dst, &counted);
+        /* with a device decoder a JPEG is only read here; anything else is decoded here as on the CPU path */
+        cnn_jpeg_image ji = {0};
+        cnn_status st = p->dec ? read_jpeg(p, epoch, pos, index, &ji) : CNN_E_UNSUPPORTED;
+        if (st != CNN_OK) {
+            ji = (cnn_jpeg_image){.planes = dst};
+            st = decode_with_skips(p, epoch, pos, &index, dst, &counted);
+        }
         char msg[512] = "";
         if (st != CNN_OK) snprintf(msg, sizeof msg, "%s", cnn_error_msg());
         pthread_mutex_lock(&p->mu);
@@ -197,11 +257,82 @@ static void *worker(void *arg) {
         p->skipped += counted;
         if (s->gen == gen && s->state == SLOT_FILL) {
             s->index[i] = index;
+            if (s->im) s->im[i] = ji;
             if (st != CNN_OK && s->err == CNN_OK) {
                 s->err = st;
                 memcpy(s->msg, msg, sizeof s->msg);
             }
-            if (++s->done == s->n) s->state = SLOT_READY;
+            if (++s->done == s->n) {
+                s->state = p->dec && s->err == CNN_OK ? SLOT_DECODE : SLOT_READY;
+                if (s->state == SLOT_DECODE) pthread_cond_broadcast(&p->work);
+            }
+        } else {
+            free((void *)ji.data);
+        }
+        pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* The device stage of slot s (number si; the device thread, outside the lock, the slot busy): its JPEGs decoded by
+ * the device into s->dev beside the CPU-decoded images, then the JPEGs the device refused decoded on the CPU and
+ * uploaded. *counted: a bad image was skipped. */
+static cnn_status device_batch(cnn_pipeline *p, slot *s, int si, bool *counted) {
+    cnn_backend *be = p->o.be;
+    cnn_resample_batch rb = {.n = s->n, .ch = p->f->out_h, .cw = p->f->out_w};
+    CNN_TRY(be->jpeg_decode(be, p->dec, si, &rb, s->im, s->dev, s->ok));
+    int again = 0;
+    for (int i = 0; i < s->n; i++) {
+        cnn_jpeg_image *ji = &s->im[i];
+        bool refused = !s->ok[i];
+        free((void *)ji->data);
+        *ji = (cnn_jpeg_image){0};
+        if (!refused) continue;
+        uint8_t *dst = s->pix + (size_t)i * p->per;
+        int32_t index = s->index[i];
+        CNN_TRY(decode_with_skips(p, s->epoch, s->start + i, &index, dst, counted));
+        s->index[i] = index;
+        ji->planes = dst;
+        again++;
+    }
+    if (again) CNN_TRY(be->jpeg_decode(be, p->dec, si, &rb, s->im, s->dev, s->ok));
+    return CNN_OK;
+}
+
+static void *device_worker(void *arg) {
+    cnn_pipeline *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        slot *s = NULL;
+        int si = -1;
+        for (int k = 0; k < p->count && !s; k++) {
+            int j = (p->head + k) % p->depth;
+            if (p->slots[j].state == SLOT_DECODE && !p->slots[j].busy) s = &p->slots[j], si = j;
+        }
+        if (!s) {
+            pthread_cond_wait(&p->work, &p->mu);
+            continue;
+        }
+        s->busy = true;
+        uint64_t gen = s->gen;
+        p->in_flight++;
+        pthread_mutex_unlock(&p->mu);
+        bool counted = false;
+        cnn_status st = device_batch(p, s, si, &counted);
+        char msg[512] = "";
+        if (st != CNN_OK) snprintf(msg, sizeof msg, "%s", cnn_error_msg());
+        pthread_mutex_lock(&p->mu);
+        p->in_flight--;
+        p->skipped += counted;
+        s->busy = false;
+        drop_bytes(p, s);
+        if (s->gen == gen && s->state == SLOT_DECODE) {
+            if (st != CNN_OK && s->err == CNN_OK) {
+                s->err = st;
+                memcpy(s->msg, msg, sizeof s->msg);
+            }
+            s->state = SLOT_READY;
         }
         pthread_cond_broadcast(&p->done);
     }
@@ -216,6 +347,10 @@ static void free_slots(cnn_pipeline *p) {
             else free(p->slots[i].pix);
         }
         free(p->slots[i].index);
+        drop_bytes(p, &p->slots[i]);
+        free(p->slots[i].im);
+        free(p->slots[i].ok);
+        if (p->slots[i].dev) p->o.be->free(p->o.be, p->slots[i].dev);
     }
     free(p->slots);
 }
@@ -227,6 +362,8 @@ void cnn_pipeline_free(cnn_pipeline *p) {
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
+    if (p->dev_started) pthread_join(p->dev_thread, NULL);
+    if (p->dec) p->o.be->jpeg_free(p->o.be, p->dec);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
@@ -263,6 +400,35 @@ cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
         else if (!(s->pix = malloc(bytes))) st = cnn_fail(CNN_E_OOM, "out of memory for a %zu-byte staging buffer", bytes);
         if (st == CNN_OK && !s->index) st = cnn_fail(CNN_E_OOM, "out of memory for the input pipeline");
     }
+    /* the device decoder: --decode gpu must have it, auto takes it where the backend offers one */
+    cnn_backend *be = o->be;
+    cnn_decode mode = p->f->decode;
+    if (st == CNN_OK && mode != CNN_DECODE_CPU && be && be->jpeg_create) {
+        cnn_status sd = be->jpeg_create(be, o->max_batch, p->depth, &p->dec);
+        if (sd != CNN_OK && mode == CNN_DECODE_GPU) {
+            st = cnn_error_prefix(sd, "--decode gpu");
+        } else if (sd != CNN_OK) {
+            cnn_log(1, "cnn: JPEGs are decoded on the CPU: %s", cnn_error_msg());
+            cnn_error_clear();
+            p->dec = NULL;
+        }
+    } else if (st == CNN_OK && mode == CNN_DECODE_GPU) {
+        st = cnn_fail(CNN_E_UNSUPPORTED, "--decode gpu: the %s backend has no device JPEG decoder",
+                      be ? be->name : "host");
+    }
+    for (int i = 0; st == CNN_OK && p->dec && i < p->depth; i++) {
+        slot *s = &p->slots[i];
+        s->im = calloc((size_t)o->max_batch, sizeof *s->im);
+        s->ok = calloc((size_t)o->max_batch, 1);
+        if (!s->im || !s->ok) st = cnn_fail(CNN_E_OOM, "out of memory for the input pipeline");
+        if (st == CNN_OK) st = be->alloc(be, p->per * (size_t)o->max_batch, "device staging buffer", (void **)&s->dev);
+    }
+    if (st == CNN_OK && p->dec) {
+        if (pthread_create(&p->dev_thread, NULL, device_worker, p) != 0)
+            st = cnn_fail(CNN_E_OOM, "cannot start the device decode thread");
+        else
+            p->dev_started = true;
+    }
     int want = p->f->threads > 0 ? p->f->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     want = want < 1 ? 1 : want > MAX_THREADS ? MAX_THREADS : want;
     for (int i = 0; st == CNN_OK && i < want; i++) {
@@ -284,8 +450,17 @@ cnn_status cnn_pipeline_get(cnn_pipeline *p, int64_t epoch, int64_t start, int n
                             const int32_t **index, double *wait_s) {
     CNN_ASSERT(n >= 1 && n <= p->o.max_batch && start >= 0 && start + n <= p->f->n);
     pthread_mutex_lock(&p->mu);
-    if (p->in_use >= 0) p->slots[p->in_use].state = SLOT_FREE;
+    cnn_status fence = CNN_OK;
+    if (p->in_use >= 0) {
+        /* the work issued so far may still read that slot's device planes: the next decode into it waits for it */
+        if (p->dec) fence = p->o.be->jpeg_fence(p->o.be, p->dec, p->in_use);
+        p->slots[p->in_use].state = SLOT_FREE;
+    }
     p->in_use = -1;
+    if (fence != CNN_OK) {
+        pthread_mutex_unlock(&p->mu);
+        return fence;
+    }
     slot *h = p->count ? &p->slots[p->head] : NULL;
     if (h && (h->epoch != epoch || h->start != start || h->n != n)) {
         /* not the predicted batch: drop the queue, and wait until no thread writes into its buffers */
@@ -314,12 +489,14 @@ cnn_status cnn_pipeline_get(cnn_pipeline *p, int64_t epoch, int64_t start, int n
     cnn_status st = h->err;
     char msg[512];
     memcpy(msg, h->msg, sizeof msg);
-    *pix = h->pix;
+    *pix = p->dec ? h->dev : h->pix;
     *index = h->index;
     pthread_mutex_unlock(&p->mu);
     if (st != CNN_OK) return cnn_fail(st, "%s", msg);
     return CNN_OK;
 }
+
+bool cnn_pipeline_on_device(const cnn_pipeline *p) { return p->dec != NULL; }
 
 int64_t cnn_pipeline_skipped(cnn_pipeline *p) {
     pthread_mutex_lock(&p->mu);

@@ -24,6 +24,7 @@ struct cnn_file_list {
     int resize;            /* evaluation: Resize(resize) before CenterCrop */
     float scale_lo;        /* training: RandomResizedCrop scale=(scale_lo, 1) */
     int threads;           /* decode threads, 0 = CPUs online */
+    cnn_decode decode;     /* JPEGs on the device (the backend's jpeg_create), on the CPU, or the device when it can */
 };
 
 typedef struct cnn_pipeline cnn_pipeline;
@@ -40,11 +41,13 @@ typedef struct cnn_pipeline_opts {
 
 cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out);
 void cnn_pipeline_free(cnn_pipeline *p);
-/* Batch of n images at position start of epoch's order: *pix = (n, 3, H, W) uint8 planes and *index = the
- * dataset index each image came from (after any skip), both valid until the next call. *wait_s += the seconds
- * this call blocked. */
+/* Batch of n images at position start of epoch's order: *pix = (n, 3, H, W) uint8 planes (host staging memory, or
+ * the backend's device memory when cnn_pipeline_on_device) and *index = the dataset index each image came from
+ * (after any skip), both valid until the next call. *wait_s += the seconds this call blocked. */
 cnn_status cnn_pipeline_get(cnn_pipeline *p, int64_t epoch, int64_t start, int n, const uint8_t **pix,
                             const int32_t **index, double *wait_s);
+/* Whether batches come as device planes decoded by the backend's JPEG decoder. */
+bool cnn_pipeline_on_device(const cnn_pipeline *p);
 /* Distinct undecodable images skipped so far. */
 int64_t cnn_pipeline_skipped(cnn_pipeline *p);
 

@@ -531,7 +531,10 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         if (st != CNN_OK) break;
         double now = cnn_now();
         bool nf = false;
+        bool saved = false;
         if (epoch_end) {
+            /* the epoch's images/s and data share cover its steps only: the evaluation and the checkpoint after
+             * them are timed and stated apart (with short epochs a checkpoint can cost as much as the steps) */
             double dt = now - t_epoch;
             if (o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
             printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s  data %.1f%%",
@@ -542,9 +545,11 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             if (cnn_loader_skipped(&loader)) printf("  skipped %lld bad images", (long long)cnn_loader_skipped(&loader));
             if (test && o->eval_size > 0 && !interrupted) {
                 cnn_eval_result ev;
+                double te = cnn_now();
                 st = cnn_evaluate(m, test, o->eval_size, o->batch, &ev);
                 if (st != CNN_OK) break;
-                printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%%", ev.loss, 100 * ev.top1, 100 * ev.top5);
+                printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%% (%.1f s)", ev.loss, 100 * ev.top1, 100 * ev.top5,
+                       cnn_now() - te);
                 if (ev.nonfinite) printf("  (%d of %d non-finite)", ev.nonfinite, ev.n);
                 nf = false;
                 snprintf(line, sizeof line,
@@ -559,6 +564,12 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
                                   ev.nonfinite, ev.n);
                 if (st != CNN_OK) break;
             }
+            if (ckpt_now || interrupted) {
+                double tc = cnn_now();
+                st = save_checkpoint(&ts, ckpt, step, options);
+                saved = true;
+                if (st == CNN_OK) printf("  | checkpoint %.2f s", cnn_now() - tc);
+            }
             printf("\n");
             fflush(stdout);
             t_epoch = cnn_now();
@@ -566,7 +577,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             correct_epoch = seen_epoch = finite_epoch = 0;
         }
         /* the last step ends the run: the model is written even when --stop-after names that step */
-        if (ckpt_now || interrupted) st = save_checkpoint(&ts, ckpt, step, options);
+        if (st == CNN_OK && (ckpt_now || interrupted) && !saved) st = save_checkpoint(&ts, ckpt, step, options);
         if (st == CNN_OK && step == total) {
             st = write_final_model(&rc, step, model_path);
         }

@@ -196,6 +196,7 @@ cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out) {
     be->linear_backward = cnn_cpu_op_linear_backward;
     be->xent_forward_backward = cnn_cpu_op_xent_forward_backward;
     be->prep_images = cnn_cpu_op_prep_images;
+    be->resample_images = cnn_cpu_op_resample_images;
     be->sgd_update = cnn_cpu_op_sgd_update;
     be->adamw_update = cnn_cpu_op_adamw_update;
     be->count_nonfinite = cnn_cpu_op_count_nonfinite;

@@ -216,6 +216,8 @@ cnn_status cnn_cpu_op_xent_forward_backward(cnn_backend *be, const cnn_xent *xe,
 /* prep.c */
 cnn_status cnn_cpu_op_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
                                   void *dst);
+cnn_status cnn_cpu_op_resample_images(cnn_backend *be, const cnn_resample_batch *rb, const cnn_resample_job *jobs,
+                                      const uint8_t *src, uint8_t *dst);
 /* optim.c */
 cnn_status cnn_cpu_op_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
                                  float *momentum_buf, float grad_scale);

@@ -54,3 +54,76 @@ cnn_status cnn_cpu_op_prep_images(cnn_backend *be, const cnn_prep *pp, const uin
     }
     return CNN_OK;
 }
+
+/* ---- resample_images: the oracle of kernels/prep.cu's resample_images (the same float32 operations in the same
+ * order; the device may contract a multiply and an add into one FMA, so the two can differ by one level) ---- */
+
+/* PIL's coefficient window of output index o along one axis: source taps [*lo, *hi) of a region of `in` pixels
+ * resized to `out`, each weighted tri((k - center + 0.5) / fs) (PIL's BILINEAR filter stretched by fs). */
+static void resample_window(int o, int in, int out, int *lo, int *hi, float *center, float *ss) {
+    float scale = (float)in / (float)out;
+    float fs = scale > 1.0f ? scale : 1.0f;
+    *center = ((float)o + 0.5f) * scale;
+    *ss = 1.0f / fs;
+    int a = (int)(*center - fs + 0.5f), b = (int)(*center + fs + 0.5f);
+    *lo = a < 0 ? 0 : a;
+    *hi = b > in ? in : b;
+}
+
+static float tri_weight(int k, float center, float ss) {
+    float x = ((float)k - center + 0.5f) * ss;
+    x = x < 0 ? -x : x;
+    return x < 1.0f ? 1.0f - x : 0.0f;
+}
+
+cnn_status cnn_cpu_op_resample_images(cnn_backend *be, const cnn_resample_batch *rb, const cnn_resample_job *jobs,
+                                      const uint8_t *src, uint8_t *dst) {
+    const int N = rb->n, CH = rb->ch, CW = rb->cw;
+    CNN_ASSERT(N >= 0 && CH > 0 && CW > 0);
+    for (int i = 0; i < N; i++) {
+        const cnn_resample_job *j = &jobs[i];
+        if (j->out_h == 0) continue;
+        if (j->src < 0 || j->h < 1 || j->w < 1 || j->pitch < 3 * j->w || j->y0 < 0 || j->x0 < 0 || j->rh < 1 ||
+            j->rw < 1 || j->y0 + j->rh > j->h || j->x0 + j->rw > j->w || j->out_h < 1 || j->out_w < 1 ||
+            (j->flip != 0 && j->flip != 1))
+            return cnn_fail(CNN_E_INVALID, "resample_images: job %d (image %dx%d, region %d,%d %dx%d -> %dx%d) is "
+                            "invalid", i, j->h, j->w, j->y0, j->x0, j->rh, j->rw, j->out_h, j->out_w);
+    }
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const cnn_resample_job *j = &jobs[i];
+        if (j->out_h == 0) continue; /* an image placed by other means: its planes are left alone */
+        const uint8_t *img = src + j->src;
+        for (int yy = 0; yy < CH; yy++)
+            for (int xx = 0; xx < CW; xx++) {
+                int oy = j->wy + yy, ox = j->wx + (j->flip ? CW - 1 - xx : xx);
+                float v[3] = {0, 0, 0};
+                if (oy >= 0 && oy < j->out_h && ox >= 0 && ox < j->out_w) {
+                    int ylo, yhi, xlo, xhi;
+                    float yc, yss, xc, xss;
+                    resample_window(oy, j->rh, j->out_h, &ylo, &yhi, &yc, &yss);
+                    resample_window(ox, j->rw, j->out_w, &xlo, &xhi, &xc, &xss);
+                    float acc[3] = {0, 0, 0}, wsum_y = 0, wsum_x = 0;
+                    for (int kx = xlo; kx < xhi; kx++) wsum_x += tri_weight(kx, xc, xss);
+                    for (int ky = ylo; ky < yhi; ky++) {
+                        float wy = tri_weight(ky, yc, yss);
+                        wsum_y += wy;
+                        const uint8_t *row = img + (int64_t)(j->y0 + ky) * j->pitch + 3 * (int64_t)j->x0;
+                        float r[3] = {0, 0, 0};
+                        for (int kx = xlo; kx < xhi; kx++) {
+                            float wx = tri_weight(kx, xc, xss);
+                            for (int c = 0; c < 3; c++) r[c] += wx * (float)row[3 * kx + c];
+                        }
+                        for (int c = 0; c < 3; c++) acc[c] += wy * r[c];
+                    }
+                    float norm = 1.0f / (wsum_y * wsum_x);
+                    for (int c = 0; c < 3; c++) v[c] = acc[c] * norm;
+                }
+                for (int c = 0; c < 3; c++) {
+                    float r = floorf(v[c] + 0.5f);
+                    dst[(((int64_t)i * 3 + c) * CH + yy) * CW + xx] = (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+                }
+            }
+    }
+    return CNN_OK;
+}

@@ -471,6 +471,11 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->linear_backward = cuda_linear_backward;
     be->xent_forward_backward = cuda_xent_forward_backward;
     be->prep_images = cuda_prep_images;
+    be->resample_images = cuda_resample_images;
+    be->jpeg_create = cuda_jpeg_create;
+    be->jpeg_decode = cuda_jpeg_decode;
+    be->jpeg_fence = cuda_jpeg_fence;
+    be->jpeg_free = cuda_jpeg_free;
     be->sgd_update = cuda_sgd_update;
     be->adamw_update = cuda_adamw_update;
     be->count_nonfinite = cuda_count_nonfinite;

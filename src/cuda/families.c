@@ -39,8 +39,8 @@ static const char *const loss_entries[XENT_N] = {"xent_rows", "xent_mean"};
 const cuda_family cuda_family_loss = {.name = "loss", .file = "loss.cu", .entries = loss_entries, .n_entries = XENT_N,
                                       .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
 
-static const char *const prep_entries[] = {"prep_images"};
-const cuda_family cuda_family_prep = {.name = "prep", .file = "prep.cu", .entries = prep_entries, .n_entries = 1,
+static const char *const prep_entries[PREP_N] = {"prep_images", "resample_images"};
+const cuda_family cuda_family_prep = {.name = "prep", .file = "prep.cu", .entries = prep_entries, .n_entries = PREP_N,
                                       .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
 
 /* optim.cu: float32 state whatever the activations (dtype-free) */

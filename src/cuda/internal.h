@@ -71,10 +71,12 @@
       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The same for symbols a driver may lack: NULL there, and what needs them is not used (the TMA rows of the conv
- * forward, which need a CUDA 12.0 driver; page-locked host memory, where plain malloc does instead). */
+ * forward, which need a CUDA 12.0 driver; page-locked host memory, where plain malloc does instead; the stream wait of
+ * the JPEG decoder, which is then not offered). */
 #define CUDA_DRIVER_OPTIONAL(X)                                                                               \
     X(MemHostAlloc, cuMemHostAlloc, 2020, 0, "cuMemHostAlloc")                                                \
     X(MemFreeHost, cuMemFreeHost, 2000, 0, "cuMemFreeHost")                                                   \
+    X(StreamWaitEvent, cuStreamWaitEvent, 3020, 0, "cuStreamWaitEvent")                                       \
     X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
     X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")                   \
     X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")
@@ -182,6 +184,7 @@ enum {
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
+enum { PREP_IMAGES, PREP_RESAMPLE, PREP_N };
 enum { OPT_SGD, OPT_ADAMW, OPT_NONFINITE, OPT_GUARD, OPT_N };
 
 /* Configs of a family. */
@@ -391,6 +394,18 @@ cnn_status cuda_xent_forward_backward(cnn_backend *be, const cnn_xent *xe, const
 /* prep.c */
 cnn_status cuda_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *src, const int32_t *samples,
                             void *dst);
+cnn_status cuda_resample_images(cnn_backend *be, const cnn_resample_batch *rb, const cnn_resample_job *jobs,
+                                const uint8_t *src, uint8_t *dst);
+/* resample_images on a stream of the caller's (the JPEG decoder's), without programmatic serialization */
+cnn_status cuda_resample_launch(cuda_be *cb, CUfunction f, CUstream stream, const cnn_resample_batch *rb,
+                                const cnn_resample_job *jobs, const uint8_t *src, uint8_t *dst);
+
+/* nvjpeg.c: batched JPEG decoding (nvJPEG loaded at run time) */
+cnn_status cuda_jpeg_create(cnn_backend *be, int max_batch, int slots, void **dec);
+cnn_status cuda_jpeg_decode(cnn_backend *be, void *dec, int slot, const cnn_resample_batch *b, const cnn_jpeg_image *im,
+                            uint8_t *dst, uint8_t *ok);
+cnn_status cuda_jpeg_fence(cnn_backend *be, void *dec, int slot);
+void cuda_jpeg_free(cnn_backend *be, void *dec);
 /* optim.c */
 cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, float *w, const float *g,
                            float *momentum_buf, float grad_scale);

@@ -21,9 +21,37 @@ cnn_status cuda_prep_images(cnn_backend *be, const cnn_prep *pp, const uint8_t *
     for (int i = 0; i < out_c; i++)
         if (!(pp->std[i] != 0.0f)) return cnn_fail(CNN_E_INVALID, "prep_images: std[%d] is %g", i, (double)pp->std[i]);
     CUfunction f;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_prep, be->act_dtype, 0, 0, &f));
+    CNN_TRY(cuda_kernel(cb, &cuda_family_prep, be->act_dtype, 0, PREP_IMAGES, &f));
     char what[112];
     snprintf(what, sizeof what, "prep_images[%s] n%d c%d->%d h%d w%d pad %d of %d", cuda_dtype_str(be->act_dtype),
              pp->n, pp->c, out_c, pp->h, pp->w, pp->pad, pp->src_n);
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)pp->n * out_c * pp->h * pp->w, 256), 1, 1, 256, 1, &a);
+}
+
+_Static_assert(sizeof(cnn_resample_job) == sizeof(resample_job), "cnn_resample_job and params.cuh's resample_job");
+
+cnn_status cuda_resample_launch(cuda_be *cb, CUfunction f, CUstream stream, const cnn_resample_batch *rb,
+                                const cnn_resample_job *jobs, const uint8_t *src, uint8_t *dst) {
+    CNN_ASSERT(rb->n > 0 && rb->ch > 0 && rb->cw > 0 && jobs && src && dst);
+    resample_args a = {.n = rb->n, .ch = rb->ch, .cw = rb->cw, .jobs = (const resample_job *)jobs, .src = src,
+                       .dst = dst};
+    void *params[1] = {&a};
+    CU_TRY(cu.LaunchKernel(f, cuda_grid_1d(cb, (long long)rb->n * rb->ch * rb->cw, 256), 1, 1, 256, 1, 1, 0, stream,
+                           params, NULL),
+           "resample_images (cuLaunchKernel)");
+    return CNN_OK;
+}
+
+cnn_status cuda_resample_images(cnn_backend *be, const cnn_resample_batch *rb, const cnn_resample_job *jobs,
+                                const uint8_t *src, uint8_t *dst) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(rb->n > 0 && rb->ch > 0 && rb->cw > 0 && jobs && src && dst);
+    CUfunction f;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_prep, be->act_dtype, 0, PREP_RESAMPLE, &f));
+    resample_args a = {.n = rb->n, .ch = rb->ch, .cw = rb->cw, .jobs = (const resample_job *)jobs, .src = src,
+                       .dst = dst};
+    char what[96];
+    snprintf(what, sizeof what, "resample_images n%d %dx%d", rb->n, rb->ch, rb->cw);
+    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)rb->n * rb->ch * rb->cw, 256), 1, 1, 256, 1, &a);
 }

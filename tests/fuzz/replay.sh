@@ -16,22 +16,40 @@ CCX=${CC:-cc}
 FLAGS="-std=c11 -g -O1 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -Itests/fuzz -fopenmp
        -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 if [ -f /usr/local/cuda/include/cuda.h ]; then FLAGS="$FLAGS -DCNN_HAVE_CUDA -isystem /usr/local/cuda/include"; fi
+# the image and gzip libraries the library was built with (the Makefile links them where it found them)
+LIBS="-lm -ldl -lpthread"
+undef=$(nm -u "$LIBDIR/libcnn.a" 2>/dev/null)
+grep -q 'tjDecompress' <<<"$undef" && LIBS="$LIBS -lturbojpeg"
+grep -q 'png_create_read_struct' <<<"$undef" && LIBS="$LIBS -lpng16"
+grep -q 'inflateInit2_' <<<"$undef" && LIBS="$LIBS -lz"
 for src in tests/fuzz/fuzz_*.c; do
     t=${src#tests/fuzz/fuzz_}; t=${t%.c}
     extra=""
     [ "$t" = cli ] && extra="$LIBDIR/apps/cli.o"
     # shellcheck disable=SC2086
-    if ! $CCX $FLAGS "$src" tests/fuzz/replay.c $extra "$LIBDIR/libcnn.a" -lm -ldl -lpthread -o "$TMP/replay_$t" \
+    if ! $CCX $FLAGS "$src" tests/fuzz/replay.c $extra "$LIBDIR/libcnn.a" $LIBS -o "$TMP/replay_$t" \
         2>"$TMP/cc_$t.log"; then
         fail "fuzz.$t.replay" "cannot build: $(head -c 400 "$TMP/cc_$t.log")"
         continue
     fi
-    if [ ! -d "tests/fuzz/corpus/$t" ]; then
+    corpus=tests/fuzz/corpus/$t
+    if [ ! -d "$corpus" ] && grep -q FUZZ_MAKE_SEEDS "$src"; then
+        # the data targets (build_data.sh) keep no corpus in the tree: they write their seeds themselves
+        corpus=$TMP/seeds-$t
+        mkdir -p "$corpus"
+        # shellcheck disable=SC2086
+        if ! $CCX $FLAGS -DFUZZ_MAKE_SEEDS "$src" $extra "$LIBDIR/libcnn.a" $LIBS -o "$TMP/seeds_$t" \
+            2>"$TMP/cc_seeds_$t.log" || ! "$TMP/seeds_$t" "$corpus" >"$TMP/seeds_$t.log" 2>&1; then
+            fail "fuzz.$t.replay" "cannot make its seeds: $(head -c 400 "$TMP/cc_seeds_$t.log" "$TMP/seeds_$t.log" 2>/dev/null)"
+            continue
+        fi
+    fi
+    if [ ! -d "$corpus" ]; then
         fail "fuzz.$t.replay" "no stored corpus tests/fuzz/corpus/$t"
         continue
     fi
-    n=$(ls "tests/fuzz/corpus/$t" | wc -l)
-    if "$TMP/replay_$t" "tests/fuzz/corpus/$t" >"$TMP/replay_$t.log" 2>&1; then
+    n=$(ls "$corpus" | wc -l)
+    if "$TMP/replay_$t" "$corpus" >"$TMP/replay_$t.log" 2>&1; then
         pass "fuzz.$t.replay" "$n inputs, no crash, leak or sanitizer report"
     else
         fail "fuzz.$t.replay" "$(grep -m1 -E 'ERROR|broken promise|runtime error' "$TMP/replay_$t.log" | head -c 300)"

@@ -14,12 +14,13 @@
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first
- * conv_pair conv_wgrad conv_dgrad linear xent prep optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * conv_pair conv_wgrad conv_dgrad linear xent prep resample jpeg optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
 #include "test.h"
 
+#include "cnn/image.h"
 #include "cuda/hooks.h"
 
 #include <dirent.h>
@@ -29,6 +30,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <errno.h>
+#include <strings.h>
 #include <unistd.h>
 
 static bool quick;
@@ -1827,6 +1829,269 @@ static void g_prep(ctx *t) {
     }
 }
 
+/* ---- resample_images: the GPU JPEG path's crop + resize of decoded RGB images ------------------------------ */
+
+/* PIL's BILINEAR coefficient window in float64 (the reference): taps [lo, hi) of `in` pixels resized to `out` */
+static double rs_ref_axis(int o, int in, int out, const double *line, int stride) {
+    double scale = (double)in / out, fs = scale > 1 ? scale : 1, center = (o + 0.5) * scale;
+    int lo = (int)(center - fs + 0.5), hi = (int)(center + fs + 0.5);
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > in ? in : hi;
+    double acc = 0, ws = 0;
+    for (int k = lo; k < hi; k++) {
+        double x = fabs((k - center + 0.5) / fs), w = x < 1 ? 1 - x : 0;
+        acc += w * line[(int64_t)k * stride];
+        ws += w;
+    }
+    return acc / ws;
+}
+
+static void g_resample(ctx *t) {
+    /* images of several sizes in one buffer (rows padded past 3*W); jobs: an eval-like shrink with a centre window,
+     * a RandomResizedCrop-like enlargement of a small region, flipped, a window larger than the resized image at a
+     * negative origin (zeros around it, as CenterCrop pads), a strong shrink (wide windows), and out_h 0 (planes left alone) */
+    const int CH = 12, CW = 10, N = 6;
+    const struct {
+        int h, w, y0, x0, rh, rw, out_h, out_w, wy, wx, flip;
+    } jb[] = {{45, 60, 0, 0, 45, 60, 16, 21, 2, 5, 0},   {37, 29, 5, 3, 9, 7, 12, 10, 0, 0, 1},
+              {20, 24, 0, 0, 20, 24, 8, 9, -2, -1, 0},   {37, 29, 0, 0, 37, 29, 12, 10, 0, 0, 0},
+              {90, 70, 10, 4, 77, 61, 12, 10, 0, 0, 1}, {20, 24, 0, 0, 20, 24, 0, 0, 0, 0, 0}};
+    cnn_resample_job jobs[6];
+    int64_t off = 0;
+    for (int i = 0; i < N; i++) {
+        int pitch = 3 * jb[i].w + 5 * (i % 3);
+        jobs[i] = (cnn_resample_job){.src = off, .h = jb[i].h, .w = jb[i].w, .pitch = pitch, .y0 = jb[i].y0,
+                                     .x0 = jb[i].x0, .rh = jb[i].rh, .rw = jb[i].rw, .out_h = jb[i].out_h,
+                                     .out_w = jb[i].out_w, .wy = jb[i].wy, .wx = jb[i].wx, .flip = jb[i].flip};
+        off += (int64_t)pitch * jb[i].h;
+    }
+    uint8_t *src = malloc((size_t)off);
+    for (int64_t i = 0; i < off; i++) src[i] = (uint8_t)rnd_uniform(6100, i, 0, 256);
+    size_t per = (size_t)3 * CH * CW, nout = per * N;
+    rawbuf rs = raw_in(t, src, (size_t)off), rj = raw_in(t, jobs, sizeof jobs);
+    uint8_t *init = malloc(nout);
+    memset(init, 0xAB, nout); /* what the out_h 0 image must keep */
+    rawbuf dst = raw_in(t, init, nout);
+    cnn_resample_batch rb = {.n = N, .ch = CH, .cw = CW};
+    const char *name = "resample_images.n6_12x10";
+    expect_ok(t->gpu->resample_images(t->gpu, &rb, rj.g.p, rs.g.p, dst.g.p), name);
+    uint8_t *g = malloc(nout), *c = malloc(nout);
+    buf_get(&dst.g, g);
+    bool have_cpu = t->cpu && cpu_ok(t, t->cpu->resample_images(t->cpu, &rb, rj.c, rs.c, dst.c), name);
+    if (have_cpu && t->cpu->download(t->cpu, c, dst.c, nout) != CNN_OK) fatal("cpu download");
+    /* float64 reference: the separable filter, vertical pass over horizontally filtered rows */
+    int max_ref = 0, max_cpu = 0, diff_cpu = 0;
+    for (int i = 0; i < N; i++) {
+        const cnn_resample_job *j = &jobs[i];
+        double *rowbuf = malloc(sizeof(double) * (size_t)j->rw * 3), *col = malloc(sizeof(double) * (size_t)j->rh);
+        for (int c3 = 0; c3 < 3; c3++)
+            for (int y = 0; y < CH; y++)
+                for (int x = 0; x < CW; x++) {
+                    size_t o = ((size_t)i * 3 + c3) * CH * CW + (size_t)y * CW + x;
+                    int ref;
+                    if (j->out_h == 0) {
+                        ref = 0xAB;
+                    } else {
+                        int oy = j->wy + y, ox = j->wx + (j->flip ? CW - 1 - x : x);
+                        double v = 0;
+                        if (oy >= 0 && oy < j->out_h && ox >= 0 && ox < j->out_w) {
+                            for (int ky = 0; ky < j->rh; ky++) {
+                                const uint8_t *row = src + j->src + (int64_t)(j->y0 + ky) * j->pitch + 3 * j->x0;
+                                for (int kx = 0; kx < j->rw; kx++) rowbuf[kx] = row[3 * kx + c3];
+                                col[ky] = rs_ref_axis(ox, j->rw, j->out_w, rowbuf, 1);
+                            }
+                            v = rs_ref_axis(oy, j->rh, j->out_h, col, 1);
+                        }
+                        ref = (int)floor(v + 0.5);
+                    }
+                    int dg = abs((int)g[o] - ref);
+                    if (dg > max_ref) max_ref = dg;
+                    if (have_cpu) {
+                        int dc = abs((int)g[o] - (int)c[o]);
+                        max_cpu = dc > max_cpu ? dc : max_cpu;
+                        diff_cpu += dc != 0;
+                    }
+                }
+        free(rowbuf), free(col);
+    }
+    long dmg = buf_guard_damage(&rs.g) + buf_guard_damage(&rj.g) + buf_guard_damage(&dst.g);
+    bool in_ok = buf_unchanged(&rs.g) && buf_unchanged(&rj.g);
+    /* uint8 outputs: rounding of values within float32 error of .5 may go either way (1 level); the device may
+     * fuse multiply-adds that the CPU rounds twice */
+    check(max_ref <= 1 && max_cpu <= 1 && diff_cpu * 100 <= (int)nout && dmg == 0 && in_ok, name,
+          "max |gpu - float64 ref| %d, max |gpu - cpu| %d (%d of %zu differ), guard damage %ld, inputs %s", max_ref,
+          max_cpu, diff_cpu, nout, dmg, in_ok ? "unchanged" : "MODIFIED");
+    /* the oracle refuses a region outside its image */
+    if (t->cpu) {
+        cnn_resample_job bad = jobs[0];
+        bad.rh = bad.h + 1;
+        rawbuf rb2 = raw_in(t, &bad, sizeof bad);
+        cnn_resample_batch one = {.n = 1, .ch = CH, .cw = CW};
+        cnn_status st = t->cpu->resample_images(t->cpu, &one, rb2.c, rs.c, dst.c);
+        check(st == CNN_E_INVALID, "resample_images.cpu_rejects_bad_region", "returned %s", cnn_status_str(st));
+        cnn_error_clear();
+        raw_free(t, &rb2);
+    }
+    free(g), free(c), free(init), free(src);
+    raw_free(t, &rs), raw_free(t, &rj), raw_free(t, &dst);
+}
+
+/* ---- jpeg: nvJPEG decode + resample against the CPU path (GPU only: the emulator has no nvJPEG) ----------- */
+
+/* Real photos: the tree's data/photos (a copy of scikit-image's), else scikit-image's own folder. */
+static const char *photo_dir(void) {
+    static const char *dirs[] = {"data/photos", "/usr/lib/python3/dist-packages/skimage/data"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        struct stat sb;
+        if (stat(dirs[i], &sb) == 0 && S_ISDIR(sb.st_mode)) return dirs[i];
+    }
+    return NULL;
+}
+
+typedef struct photo {
+    char name[128];
+    uint8_t *data;
+    size_t len;
+    bool jpeg;
+    cnn_resample_job job;
+    uint8_t *cpu; /* (3, 224, 224): the CPU path's Resize(256) + CenterCrop(224) */
+} photo;
+
+static void g_jpeg(ctx *t) {
+    const int CH = 224, CW = 224;
+    const size_t per = (size_t)3 * CH * CW;
+    const char *dir = photo_dir();
+    void *dec = NULL;
+    if (!dir) {
+        skip("jpeg", "no photos (data/photos or scikit-image's data folder)");
+        return;
+    }
+    cnn_status st = t->gpu->jpeg_create ? t->gpu->jpeg_create(t->gpu, 256, 2, &dec) : CNN_E_UNSUPPORTED;
+    if (st != CNN_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "no device JPEG decoder: %s", cnn_error_msg());
+        skip("jpeg", why);
+        cnn_error_clear();
+        return;
+    }
+    /* every JPEG and PNG of the folder the CPU decoder reads, with the evaluation transform planned on it */
+    photo *ph = calloc(256, sizeof *ph);
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < 256) {
+        const char *e = strrchr(de->d_name, '.');
+        if (!e || (strcasecmp(e, ".jpg") && strcasecmp(e, ".jpeg") && strcasecmp(e, ".png"))) continue;
+        photo *p = &ph[n];
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        snprintf(p->name, sizeof p->name, "%.100s", de->d_name);
+        cnn_image_info info;
+        cnn_image im = {0};
+        if (cnn_image_read(path, &p->data, &p->len) != CNN_OK ||
+            cnn_image_probe(p->data, p->len, path, CNN_IMAGE_MAX_PIXELS, &info) != CNN_OK ||
+            cnn_image_decode(p->data, p->len, path, CNN_IMAGE_MAX_PIXELS, 1, &im) != CNN_OK) {
+            cnn_error_clear();
+            free(p->data);
+            continue;
+        }
+        cnn_resample r = cnn_resample_eval(info.h, info.w, 256, CH, CW);
+        p->jpeg = info.format == CNN_IMAGE_JPEG;
+        p->job = (cnn_resample_job){.h = info.h, .w = info.w, .y0 = r.y0, .x0 = r.x0, .rh = r.rh, .rw = r.rw,
+                                    .out_h = r.out_h, .out_w = r.out_w, .wy = r.wy, .wx = r.wx, .flip = r.flip};
+        p->cpu = malloc(per);
+        if (cnn_image_resample(&im, &r, p->cpu) != CNN_OK) fatal("cnn_image_resample");
+        cnn_image_free(&im);
+        n++;
+    }
+    if (d) closedir(d);
+    /* one batch: JPEGs as file bytes, PNGs as the CPU's planes (uploaded beside them) */
+    cnn_jpeg_image *ji = calloc((size_t)(n ? n : 1), sizeof *ji);
+    for (int i = 0; i < n; i++)
+        ji[i] = ph[i].jpeg ? (cnn_jpeg_image){.data = ph[i].data, .len = ph[i].len, .job = ph[i].job}
+                           : (cnn_jpeg_image){.planes = ph[i].cpu};
+    void *dst;
+    if (t->gpu->alloc(t->gpu, per * (size_t)(n ? n : 1), "jpeg test", &dst) != CNN_OK) fatal("alloc");
+    uint8_t *ok = calloc((size_t)(n ? n : 1), 1), *g = malloc(per * (size_t)(n ? n : 1));
+    cnn_resample_batch rb = {.n = n, .ch = CH, .cw = CW};
+    if (n > 0) {
+        expect_ok(t->gpu->jpeg_decode(t->gpu, dec, 0, &rb, ji, dst, ok), "jpeg_decode.photos");
+        if (t->gpu->download(t->gpu, g, dst, per * (size_t)n) != CNN_OK) fatal("download");
+    }
+    int jpegs = 0, decoded = 0, png_exact = 0, pngs = 0, maxd = 0;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ph[i].jpeg) {
+            pngs++;
+            png_exact += ok[i] && memcmp(g + (size_t)i * per, ph[i].cpu, per) == 0;
+            continue;
+        }
+        jpegs++;
+        if (!ok[i]) {
+            printf("# %s: refused by nvJPEG (the pipeline decodes it on the CPU)\n", ph[i].name);
+            continue;
+        }
+        decoded++;
+        int mx = 0;
+        double sm = 0;
+        for (size_t k = 0; k < per; k++) {
+            int dd = abs((int)g[(size_t)i * per + k] - (int)ph[i].cpu[k]);
+            mx = dd > mx ? dd : mx;
+            sm += dd;
+        }
+        printf("# %s %dx%d: |nvJPEG + resample_images - libjpeg-turbo + PIL resample| max %d, mean %.3f levels\n",
+               ph[i].name, ph[i].job.w, ph[i].job.h, mx, sm / (double)per);
+        maxd = mx > maxd ? mx : maxd;
+        sum += sm;
+    }
+    double mean = decoded ? sum / ((double)per * decoded) : 0;
+    /* different IDCTs and chroma upsampling (libjpeg-turbo's fancy upsampling vs nvJPEG's), then a float
+     * resampler against PIL's fixed point: a few levels on average, more at sharp colour edges */
+    check(jpegs > 0 && decoded * 2 >= jpegs && mean <= 3.0, "jpeg_decode.parity_eval_224",
+          "%d of %d JPEGs decoded on the GPU; vs the CPU path: mean |diff| %.3f levels, max %d (gate: mean <= 3)",
+          decoded, jpegs, mean, maxd);
+    check(png_exact == pngs, "jpeg_decode.planes_uploaded", "%d of %d PNG planes placed exactly", png_exact, pngs);
+    /* a JPEG whose header is sound and whose data is not: refused or decoded, never a device error */
+    for (int i = 0; i < n; i++)
+        if (ph[i].jpeg && ph[i].len > 2048) {
+            uint8_t *bad = malloc(ph[i].len);
+            memcpy(bad, ph[i].data, ph[i].len);
+            for (size_t k = ph[i].len / 2; k < ph[i].len - 2; k++) bad[k] = (uint8_t)(k * 131u);
+            cnn_jpeg_image one = {.data = bad, .len = ph[i].len, .job = ph[i].job};
+            cnn_resample_batch rb1 = {.n = 1, .ch = CH, .cw = CW};
+            uint8_t ok1 = 0;
+            st = t->gpu->jpeg_decode(t->gpu, dec, 1, &rb1, &one, dst, &ok1);
+            check(st == CNN_OK, "jpeg_decode.corrupt_data", "%s (%s): %s", cnn_status_str(st), ok1 ? "decoded" : "refused",
+                  st == CNN_OK ? "" : cnn_error_msg());
+            free(bad);
+            break;
+        }
+    /* throughput of decode + resample alone: batches of 256 JPEGs cycled from the photos (not under the sanitizers) */
+    int nj = 0;
+    for (int i = 0; i < n; i++) nj += ph[i].jpeg && ok[i];
+    if (nj > 0 && !quick) {
+        void *big;
+        cnn_jpeg_image *bj = calloc(256, sizeof *bj);
+        uint8_t *bok = calloc(256, 1);
+        for (int i = 0, k = 0; i < 256; k = (k + 1) % n)
+            if (ph[k].jpeg && ok[k]) bj[i++] = ji[k];
+        if (t->gpu->alloc(t->gpu, per * 256, "jpeg bench", &big) != CNN_OK) fatal("alloc");
+        cnn_resample_batch r256 = {.n = 256, .ch = CH, .cw = CW};
+        expect_ok(t->gpu->jpeg_decode(t->gpu, dec, 0, &r256, bj, big, bok), "jpeg_decode.warmup");
+        double t0 = cnn_now();
+        for (int rep = 0; rep < 5; rep++) expect_ok(t->gpu->jpeg_decode(t->gpu, dec, rep & 1, &r256, bj, big, bok), "jpeg_decode.bench");
+        double dt = cnn_now() - t0;
+        printf("# jpeg_decode: %.0f images/s (batches of 256 photos of the folder, decode + resample to 224x224)\n",
+               5 * 256 / dt);
+        t->gpu->free(t->gpu, big);
+        free(bj), free(bok);
+    }
+    t->gpu->jpeg_free(t->gpu, dec);
+    t->gpu->free(t->gpu, dst);
+    for (int i = 0; i < n; i++) free(ph[i].data), free(ph[i].cpu);
+    free(ph), free(ji), free(ok), free(g);
+}
+
 /* ---- optimizers ----------------------------------------------------------------------------------------- */
 
 static void g_optim(ctx *t) {
@@ -2552,7 +2817,9 @@ static const group groups[] = {
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
     {"conv_dgrad", g_dgrad_fast, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
-    {"prep", g_prep, true, false},         {"optim", g_optim, false, false},
+    {"prep", g_prep, true, false},         {"resample", g_resample, false, false},
+    {"jpeg", g_jpeg, false, false},
+    {"optim", g_optim, false, false},
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
     {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},

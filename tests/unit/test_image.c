@@ -1,10 +1,12 @@
 /* test_image.c — the picture path below the CLI: torchvision's transform arithmetic (Resize's output size,
  * CenterCrop's rounding and padding, RandomResizedCrop's sampling bounds), the resampler on exact cases, header
- * checks, IDX and gzip parsing, and the input pipeline's determinism (1 vs 3 decode threads, prefetch restarts).
+ * checks, IDX and gzip parsing, and the input pipeline's determinism (1 vs 3 decode threads, prefetch restarts),
+ * also with a device JPEG decoder (a CPU stand-in that refuses some images: the fallback path).
  * PIL parity of the pixels themselves is tests/golden/test_image_parity.py; the bad-file battery is
  * tests/cli/test_data.sh. */
 #include "test.h"
 
+#include "cnn/backend.h"
 #include "cnn/data.h"
 #include "cnn/image.h"
 #include "core/pipeline.h"
@@ -194,6 +196,140 @@ static uint64_t run_pipeline(const cnn_dataset *ds, int threads, bool train, boo
     return hsh;
 }
 
+/* A stand-in for a device JPEG decoder on the CPU backend ("device" memory is host memory there): it decodes at full
+ * size with libjpeg-turbo and resamples with resample_images, refuses every image whose file length is odd (the
+ * pipeline must then decode it on the CPU and pass it back as planes), and checks that it is called by one
+ * thread at a time. */
+typedef struct fake_dec {
+    int busy, calls, refused, fences, slots;
+} fake_dec;
+
+static cnn_status fake_create(cnn_backend *be, int max_batch, int slots, void **dec) {
+    fake_dec *d = calloc(1, sizeof *d);
+    d->slots = slots;
+    *dec = d;
+    return CNN_OK;
+}
+
+static cnn_status fake_decode(cnn_backend *be, void *decv, int slot, const cnn_resample_batch *b,
+                              const cnn_jpeg_image *im, uint8_t *dst, uint8_t *ok) {
+    fake_dec *d = decv;
+    CNN_ASSERT(__atomic_exchange_n(&d->busy, 1, __ATOMIC_SEQ_CST) == 0 && slot >= 0 && slot < d->slots);
+    d->calls++;
+    size_t per = (size_t)3 * b->ch * b->cw;
+    for (int i = 0; i < b->n; i++) {
+        ok[i] = 0;
+        if (!im[i].data) {
+            if (im[i].planes) memcpy(dst + i * per, im[i].planes, per), ok[i] = 1;
+            continue;
+        }
+        if (im[i].len % 2) {
+            d->refused++;
+            continue;
+        }
+        cnn_image x;
+        CNN_ASSERT(cnn_image_decode(im[i].data, im[i].len, "fake", CNN_IMAGE_MAX_PIXELS, 1, &x) == CNN_OK);
+        cnn_resample_job j = im[i].job;
+        CNN_ASSERT(j.h == x.h && j.w == x.w);
+        j.src = 0;
+        j.pitch = 3 * x.w;
+        cnn_resample_batch one = {.n = 1, .ch = b->ch, .cw = b->cw};
+        CNN_ASSERT(be->resample_images(be, &one, &j, x.pix, dst + i * per) == CNN_OK);
+        cnn_image_free(&x);
+        ok[i] = 1;
+    }
+    __atomic_store_n(&d->busy, 0, __ATOMIC_SEQ_CST);
+    return CNN_OK;
+}
+
+static cnn_status fake_fence(cnn_backend *be, void *decv, int slot) {
+    ((fake_dec *)decv)->fences++;
+    return CNN_OK;
+}
+
+static fake_dec fake_last;
+static void fake_free(cnn_backend *be, void *decv) {
+    fake_last = *(fake_dec *)decv;
+    free(decv);
+}
+
+/* the batches of an epoch (eval: in order; train: epoch 1's), hashed; into all (n, 3, H, W) when given */
+static uint64_t device_epoch(const cnn_dataset *ds, cnn_backend *be, int threads, bool train, uint8_t *all,
+                             int32_t *all_idx) {
+    ds->files->threads = threads;
+    cnn_pipeline *p;
+    cnn_pipeline_opts po = {.ds = ds, .be = be, .max_batch = 4, .depth = 3, .train = train, .shuffle = train, .seed = 7};
+    CNN_ASSERT(cnn_pipeline_create(&po, &p) == CNN_OK);
+    size_t per = (size_t)3 * ds->h * ds->w;
+    uint64_t hsh = 1469598103934665603ULL;
+    for (int start = 0; start < ds->n; start += 4) {
+        int n = ds->n - start < 4 ? ds->n - start : 4;
+        const uint8_t *pix;
+        const int32_t *idx;
+        CNN_ASSERT(cnn_pipeline_get(p, train, start, n, &pix, &idx, NULL) == CNN_OK);
+        for (size_t i = 0; i < (size_t)n * per; i++) hsh = (hsh ^ pix[i]) * 1099511628211ULL;
+        if (all) memcpy(all + (size_t)start * per, pix, (size_t)n * per);
+        if (all_idx) memcpy(all_idx + start, idx, sizeof *idx * (size_t)n);
+    }
+    check(cnn_pipeline_on_device(p), "pipeline.device.on_device", "batches in device memory: %s",
+          cnn_pipeline_on_device(p) ? "yes" : "no");
+    cnn_pipeline_free(p);
+    return hsh;
+}
+
+static void test_device_pipeline(const cnn_dataset *ds) {
+    cnn_backend *be;
+    CNN_ASSERT(cnn_cpu_backend_create(1, &be) == CNN_OK);
+    be->jpeg_create = fake_create;
+    be->jpeg_decode = fake_decode;
+    be->jpeg_fence = fake_fence;
+    be->jpeg_free = fake_free;
+    size_t per = (size_t)3 * ds->h * ds->w;
+    uint8_t *dev = malloc(per * (size_t)ds->n), *cpu = malloc(per * (size_t)ds->n);
+    int32_t *dev_idx = malloc(sizeof(int32_t) * (size_t)ds->n);
+    ds->files->decode = CNN_DECODE_GPU;
+    uint64_t a = device_epoch(ds, be, 1, false, dev, dev_idx), b = device_epoch(ds, be, 3, false, NULL, NULL);
+    check(a == b, "pipeline.device.threads_eval", "hash %016llx vs %016llx", (unsigned long long)a,
+          (unsigned long long)b);
+    check(fake_last.refused > 0 && fake_last.calls > fake_last.refused / 4 && fake_last.fences > 0,
+          "pipeline.device.fallback", "%d decode calls, %d images refused (decoded on the CPU), %d fences",
+          fake_last.calls, fake_last.refused, fake_last.fences);
+    a = device_epoch(ds, be, 1, true, NULL, NULL), b = device_epoch(ds, be, 3, true, NULL, NULL);
+    check(a == b, "pipeline.device.threads_train", "hash %016llx vs %016llx", (unsigned long long)a,
+          (unsigned long long)b);
+    /* against the CPU path's evaluation transform (PIL's fixed-point resampler): the float resampler of the device
+     * path differs by rounding only */
+    int maxd = 0, same_idx = 1;
+    for (int i = 0; i < ds->n; i++) {
+        CNN_ASSERT(cnn_folder_image(ds->files, i, false, 7, 0, i, cpu + (size_t)i * per) == CNN_OK);
+        same_idx &= dev_idx[i] == i;
+    }
+    double sum = 0;
+    for (size_t k = 0; k < per * (size_t)ds->n; k++) {
+        int d = abs((int)dev[k] - (int)cpu[k]);
+        maxd = d > maxd ? d : maxd;
+        sum += d;
+    }
+    check(maxd <= 2 && same_idx, "pipeline.device.eval_vs_cpu", "max |device - cpu| %d levels, mean %.4f, indices %s",
+          maxd, sum / ((double)per * ds->n), same_idx ? "equal" : "DIFFER");
+    /* --decode gpu without a decoder is a clear error; auto falls back to the CPU */
+    cnn_backend *plain;
+    CNN_ASSERT(cnn_cpu_backend_create(1, &plain) == CNN_OK);
+    cnn_pipeline *p = NULL;
+    cnn_pipeline_opts po = {.ds = ds, .be = plain, .max_batch = 4, .depth = 3};
+    cnn_status st = cnn_pipeline_create(&po, &p);
+    check(st == CNN_E_UNSUPPORTED && strstr(cnn_error_msg(), "--decode gpu") && !p, "pipeline.device.gpu_required",
+          "%s: %s", cnn_status_str(st), cnn_error_msg());
+    cnn_error_clear();
+    ds->files->decode = CNN_DECODE_AUTO;
+    st = cnn_pipeline_create(&po, &p);
+    check(st == CNN_OK && !cnn_pipeline_on_device(p), "pipeline.device.auto_without", "%s", cnn_status_str(st));
+    cnn_pipeline_free(p);
+    cnn_backend_destroy(plain);
+    cnn_backend_destroy(be);
+    free(dev), free(cpu), free(dev_idx);
+}
+
 static void test_pipeline(void) {
     char root[] = "/tmp/cnn-test-image.XXXXXX";
     CNN_ASSERT(mkdtemp(root));
@@ -221,6 +357,7 @@ static void test_pipeline(void) {
     /* a request that is not the predicted batch restarts the ring; the batches stay the same */
     uint64_t a = run_pipeline(&ds, 2, true, true), b = run_pipeline(&ds, 1, true, true);
     check(a == b, "pipeline.restart", "hash %016llx vs %016llx", (unsigned long long)a, (unsigned long long)b);
+    test_device_pipeline(&ds);
     cnn_dataset_free(&ds);
     for (int c = 0; c < 2; c++) {
         for (int i = 0; i < 6; i++) {
