@@ -2006,13 +2006,14 @@ static void g_jpeg(ctx *t) {
     }
     if (d) closedir(d);
     /* one batch: JPEGs as file bytes, PNGs as the CPU's planes (uploaded beside them) */
-    cnn_jpeg_image *ji = calloc((size_t)(n ? n : 1), sizeof *ji);
+    const size_t nn = n > 0 ? (size_t)n : 1; /* n >= 0; at least one slot (gcc 13 checks the bound) */
+    cnn_jpeg_image *ji = calloc(nn, sizeof *ji);
     for (int i = 0; i < n; i++)
         ji[i] = ph[i].jpeg ? (cnn_jpeg_image){.data = ph[i].data, .len = ph[i].len, .job = ph[i].job}
                            : (cnn_jpeg_image){.planes = ph[i].cpu};
     void *dst;
-    if (t->gpu->alloc(t->gpu, per * (size_t)(n ? n : 1), "jpeg test", &dst) != CNN_OK) fatal("alloc");
-    uint8_t *ok = calloc((size_t)(n ? n : 1), 1), *g = malloc(per * (size_t)(n ? n : 1));
+    if (t->gpu->alloc(t->gpu, per * nn, "jpeg test", &dst) != CNN_OK) fatal("alloc");
+    uint8_t *ok = calloc(nn, 1), *g = malloc(per * nn);
     cnn_resample_batch rb = {.n = n, .ch = CH, .cw = CW};
     if (n > 0) {
         expect_ok(t->gpu->jpeg_decode(t->gpu, dec, 0, &rb, ji, dst, ok), "jpeg_decode.photos");
