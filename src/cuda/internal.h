@@ -53,6 +53,7 @@
     X(EventDestroy, cuEventDestroy, 4000, 0, "cuEventDestroy_v2")                                             \
     X(EventRecord, cuEventRecord, 2000, 0, "cuEventRecord")                                                   \
     X(EventSynchronize, cuEventSynchronize, 2000, 0, "cuEventSynchronize")                                    \
+    X(StreamWaitEvent, cuStreamWaitEvent, 3020, 0, "cuStreamWaitEvent")                                      \
     X(EventElapsedTime, cuEventElapsedTime, 2000, 12080, "cuEventElapsedTime")                                \
     X(ModuleLoadData, cuModuleLoadData, 2000, 0, "cuModuleLoadData")                                          \
     X(ModuleUnload, cuModuleUnload, 2000, 0, "cuModuleUnload")                                                \
@@ -298,6 +299,8 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
 /* ---- launch.c: below every launcher ------------------------------------------------------------------- */
 
 /* Make the backend's context current on this thread (cheap when it already is). */
+/* nccl.c: the comm_* entries of the backend table (NCCL, loaded on first use). */
+void cuda_comm_install(cnn_backend *be);
 void cuda_bind(cuda_be *cb);
 /* cuMemAlloc of bytes for `what` (named in the OOM error, with the free memory) */
 cnn_status cuda_dev_alloc(cuda_be *cb, size_t bytes, const char *what, CUdeviceptr *out);
