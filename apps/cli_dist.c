@@ -39,7 +39,7 @@ int cli_dist_prepare(const char *cmd, cli_dist *d, cli_common *c, int argc, char
     if (st != CNN_OK) return cli_usage_error(cmd, "%s", cnn_error_msg());
     if (e->set && d->gpus)
         return cli_usage_error(cmd, "--gpus in a worker (RANK is set: a launcher started this process already)");
-    if (!d->gpus && !e->set) return -1; /* one process */
+    if (!d->gpus && e->world == 1) return -1; /* one process */
     if (strcmp(c->device, "cpu") == 0)
         return cli_usage_error(cmd, "%s needs --device cuda (or auto): the CPU backend has no multi-GPU collectives",
                                d->gpus ? "--gpus" : "a worker of a multi-GPU run");

@@ -69,10 +69,12 @@ static int free_port(void) {
 }
 
 static const char *const OURS[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                                   "MASTER_PORT=", "CUDA_VISIBLE_DEVICES="};
+                                   "MASTER_PORT=", "CUDA_VISIBLE_DEVICES=", "NCCL_NVLS_ENABLE="};
 enum { N_OURS = sizeof OURS / sizeof OURS[0] };
 
-/* environ without our variables, then ours: (n_env + N_OURS + 1) pointers into vars (N_OURS x 320 bytes) */
+/* environ without our variables, then ours: (n_env + N_OURS + 1) pointers into vars (N_OURS x 320 bytes).
+ * NCCL_NVLS_ENABLE=0 unless the user set it: NCCL's NVLink SHARP (multicast objects) stays off by default, since
+ * a data-parallel gradient sum gains little from it and some machines forbid multicast memory. */
 static char **worker_env(const cnn_dist_launch *l, int rank, char *vars) {
     size_t n = 0;
     while (environ[n]) n++;
@@ -92,6 +94,8 @@ static char **worker_env(const cnn_dist_launch *l, int rank, char *vars) {
     snprintf(vars + 4 * cap, cap, "MASTER_ADDR=%.255s", l->addr ? l->addr : "127.0.0.1");
     snprintf(vars + 5 * cap, cap, "MASTER_PORT=%d", l->port);
     snprintf(vars + 6 * cap, cap, "CUDA_VISIBLE_DEVICES=%.255s", l->visible ? l->visible : "");
+    const char *nvls = getenv("NCCL_NVLS_ENABLE");
+    snprintf(vars + 7 * cap, cap, "NCCL_NVLS_ENABLE=%.255s", nvls ? nvls : "0");
     for (int j = 0; j < N_OURS; j++) {
         if (j == 6 && !l->visible) { /* leave CUDA_VISIBLE_DEVICES as it was */
             const char *v = getenv("CUDA_VISIBLE_DEVICES");

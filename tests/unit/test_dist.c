@@ -286,7 +286,8 @@ static void test_launcher(void) {
     /* every worker sees its place in the environment */
     char *ok_argv[] = {"/bin/sh", "-c",
                        "[ \"$WORLD_SIZE\" = 3 ] && [ \"$LOCAL_RANK\" = \"$RANK\" ] && [ -n \"$MASTER_PORT\" ] && "
-                       "[ \"$MASTER_ADDR\" = 127.0.0.1 ] && [ \"$CUDA_VISIBLE_DEVICES\" = 4,6,7 ]",
+                       "[ \"$MASTER_ADDR\" = 127.0.0.1 ] && [ \"$CUDA_VISIBLE_DEVICES\" = 4,6,7 ] && "
+                       "[ \"$NCCL_NVLS_ENABLE\" = 0 ]",
                        NULL};
     cnn_dist_launch l = {.argv = ok_argv, .world = 3, .addr = "127.0.0.1", .visible = "4,6,7", .grace_s = 1};
     check(cnn_dist_launch_run(&l) == 0, "launch_env", NULL);
