@@ -4,7 +4,8 @@
  * asynchronous error (comm_check) and the step heartbeat (no step finished for timeout_s). On any of them it
  * prints one line naming this rank and the peer where known, tells the others (rank 0 relays a peer's death),
  * aborts the communicator and ends the process with exit status 1 — from its own thread, since the main thread
- * may be blocked inside the device for good. An abort that itself hangs is cut short after 10 s. */
+ * may be blocked inside the device for good. An abort that itself hangs is cut short after 5 s. Before the
+ * first step has finished (kernels compile and tune) the heartbeat allows at least 15 minutes. */
 #include "cnn/dist.h"
 #include "cnn/train.h"
 
@@ -27,9 +28,12 @@ struct cnn_watchdog {
     pthread_t thread;
 };
 
+static atomic_bool aborted;
+
 static void *abort_thread(void *arg) {
     cnn_watchdog *w = arg;
     if (w->comm && w->be->comm_abort) w->be->comm_abort(w->comm);
+    atomic_store(&aborted, true);
     return NULL;
 }
 
@@ -39,7 +43,7 @@ static void fail(cnn_watchdog *w, const char *msg) {
     pthread_t t;
     if (pthread_create(&t, NULL, abort_thread, w) == 0) {
         pthread_detach(t);
-        for (int i = 0; i < 100; i++) cnn_sleep_ms(100); /* give the abort (and the message) time, then go */
+        for (int i = 0; i < 50 && !atomic_load(&aborted); i++) cnn_sleep_ms(100); /* the abort's time, at most 5 s */
     }
     _exit(1);
 }
@@ -61,11 +65,13 @@ static void *watch(void *arg) {
                      (long long)atomic_load(&w->step));
             fail(w, msg);
         }
+        /* before the first step has finished, kernels are still being compiled and tuned: at least 15 minutes */
         double idle = cnn_now() - (double)atomic_load(&w->beat_ms) / 1000.0;
-        if (idle > w->timeout_s) {
+        double limit = atomic_load(&w->step) > 0 || w->timeout_s > 900 ? w->timeout_s : 900;
+        if (idle > limit) {
             snprintf(msg, sizeof msg, "rank %d: no progress for %.0f s after step %lld (--dist-timeout %.0f): a peer "
                      "stalled or the interconnect failed; aborting", w->rank, idle, (long long)atomic_load(&w->step),
-                     w->timeout_s);
+                     limit);
             fail(w, msg);
         }
     }
