@@ -540,7 +540,11 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             if (lead && cnn_loader_skipped(&loader)) printf("  skipped %lld bad images", (long long)cnn_loader_skipped(&loader));
             if (test && o->eval_size > 0 && !interrupted) {
                 cnn_eval_result ev;
-                st = cnn_evaluate_dist(m, test, o->eval_size, o->batch, dist, &ev);
+                /* every rank evaluates with rank 0's BatchNorm statistics (as DDP's broadcast_buffers keeps them),
+                 * the ones rank 0's checkpoint and model hold */
+                if (dist) st = cnn_dist_broadcast_model(dist, m, NULL, 0);
+                if (st == CNN_OK && dist) st = be->copy(be, ts.stats_backup, cnn_model_buffers(m), stats_bytes);
+                if (st == CNN_OK) st = cnn_evaluate_dist(m, test, o->eval_size, o->batch, dist, &ev);
                 if (st != CNN_OK) break;
                 if (lead) printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%%", ev.loss, 100 * ev.top1, 100 * ev.top5);
                 if (lead && ev.nonfinite) printf("  (%d of %d non-finite)", ev.nonfinite, ev.n);
