@@ -82,6 +82,7 @@ typedef struct cnn_env {
     char cpu_isa[16];          /* CNN_CPU_ISA: the CPU GEMM micro-kernels (c, avx2, avx512)                      */
     /* torchrun's variables, as given (dist.c parses them): a worker of a multi-GPU run */
     char rank[16], world_size[16], local_rank[16], master_addr[256], master_port[16];
+    bool agent_store;          /* TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent holds MASTER_PORT            */
     char cuda_visible[256];    /* CUDA_VISIBLE_DEVICES: `--gpus 0,2` maps its ordinals through it                */
 } cnn_env;
 const cnn_env *cnn_env_get(void);

@@ -36,6 +36,8 @@ typedef struct cnn_dist_env {
     int local_rank;    /* LOCAL_RANK: the GPU of this process on its machine (default: rank) */
     char addr[256];    /* MASTER_ADDR (default 127.0.0.1) */
     int port;          /* MASTER_PORT (default 29500) */
+    int rdv_port;      /* where rank 0's rendezvous listens: port, or port + 1 where torchrun's agent holds port
+                        * (TORCHELASTIC_USE_AGENT_STORE) */
 } cnn_dist_env;
 
 /* Parse torchrun's variables (each NULL or "" = unset). Every value is a whole decimal number in range:

@@ -37,7 +37,7 @@ typedef struct cnn_dist_ctx {
 /* Join the run of e (rank, world) through init (dist.h's rendezvous; NULL = tcp://MASTER_ADDR:MASTER_PORT) within
  * timeout_s, make the communicator and start the watchdog (dist_run.c). world 1: nothing to join. */
 cnn_status cnn_dist_start(cnn_backend *be, const cnn_dist_env *e, const char *init, double timeout_s, cnn_dist_ctx *out);
-/* End it: ok = a normal end (the peers are told goodbye), else the peers see this rank fail. */
+/* End it: ok = a normal end (a barrier with every rank, then goodbye), else the peers see this rank fail. */
 void cnn_dist_finish(cnn_dist_ctx *d, bool ok);
 /* Sum n (<= 8) host doubles over the ranks, in place (a no-op for one rank). */
 cnn_status cnn_dist_sum(cnn_dist_ctx *d, double *v, int n);

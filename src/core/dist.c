@@ -37,7 +37,7 @@ static bool given(const char *s) { return s && *s; }
 
 cnn_status cnn_dist_env_parse(const char *rank, const char *world, const char *local_rank, const char *addr,
                               const char *port, cnn_dist_env *out) {
-    *out = (cnn_dist_env){.rank = 0, .world = 1, .local_rank = 0, .port = 29500};
+    *out = (cnn_dist_env){.rank = 0, .world = 1, .local_rank = 0, .port = 29500, .rdv_port = 29500};
     snprintf(out->addr, sizeof out->addr, "127.0.0.1");
     if (given(rank) != given(world))
         return cnn_fail(CNN_E_INVALID, "RANK and WORLD_SIZE must be set together (RANK=%s WORLD_SIZE=%s)",
@@ -60,11 +60,18 @@ cnn_status cnn_dist_env_parse(const char *rank, const char *world, const char *l
     }
     if (given(port) && !parse_int(port, 1, 65535, &out->port))
         return cnn_fail(CNN_E_INVALID, "MASTER_PORT=%s: expected a port number in [1, 65535]", port);
+    out->rdv_port = out->port;
     return CNN_OK;
 }
 
 cnn_status cnn_dist_env_from(const cnn_env *e, cnn_dist_env *out) {
-    return cnn_dist_env_parse(e->rank, e->world_size, e->local_rank, e->master_addr, e->master_port, out);
+    CNN_TRY(cnn_dist_env_parse(e->rank, e->world_size, e->local_rank, e->master_addr, e->master_port, out));
+    /* torchrun's agent may serve its own store on MASTER_PORT: our rendezvous takes the next port */
+    if (e->agent_store) {
+        if (out->port == 65535) return cnn_fail(CNN_E_INVALID, "MASTER_PORT=65535 is torchrun's: give --dist-init");
+        out->rdv_port = out->port + 1;
+    }
+    return CNN_OK;
 }
 
 /* ---- sharding ------------------------------------------------------------------------------------------ */
@@ -268,7 +275,8 @@ static cnn_status tcp_server(cnn_dist_links *l, const char *host, const char *po
         int e = errno;
         freeaddrinfo(res);
         if (ls >= 0) close(ls);
-        return cnn_fail(CNN_E_IO, "rendezvous: rank 0 cannot listen on port %s: %s", port, strerror(e));
+        return cnn_fail(CNN_E_IO, "rendezvous: rank 0 cannot listen on port %s: %s%s", port, strerror(e),
+                        e == EADDRINUSE ? " (give a free one: --dist-init tcp://HOST:PORT)" : "");
     }
     freeaddrinfo(res);
     cnn_status st = CNN_OK;

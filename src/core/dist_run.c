@@ -122,7 +122,7 @@ cnn_status cnn_dist_start(cnn_backend *be, const cnn_dist_env *e, const char *in
                         "and NCCL", be->name);
     char tcp[300];
     if (!init) {
-        snprintf(tcp, sizeof tcp, strchr(e->addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d", e->addr, e->port);
+        snprintf(tcp, sizeof tcp, strchr(e->addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d", e->addr, e->rdv_port);
         init = tcp;
     }
     uint8_t id[CNN_DIST_ID_BYTES] = {0};
@@ -146,6 +146,13 @@ cnn_status cnn_dist_start(cnn_backend *be, const cnn_dist_env *e, const char *in
 
 void cnn_dist_finish(cnn_dist_ctx *d, bool ok) {
     if (d->world <= 1) return;
+    /* a normal end waits for every rank's (rank 0 writes the model last), so that no rank tears its communicator
+     * down while another still works; a rank that failed instead leaves at once, which its peers see */
+    double one = 1;
+    if (ok && d->comm && cnn_dist_sum(d, &one, 1) != CNN_OK) {
+        cnn_log(1, "cnn: rank %d: the final barrier failed: %s", d->rank, cnn_error_msg());
+        ok = false;
+    }
     cnn_watchdog_stop(d->watchdog);
     d->watchdog = NULL;
     cnn_dist_links_close(&d->links, ok);

@@ -34,6 +34,8 @@ static void read_env(void) {
     copy(env.master_addr, sizeof env.master_addr, "MASTER_ADDR");
     copy(env.master_port, sizeof env.master_port, "MASTER_PORT");
     copy(env.cuda_visible, sizeof env.cuda_visible, "CUDA_VISIBLE_DEVICES");
+    const char *as = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    env.agent_store = as && (strcmp(as, "True") == 0 || strcmp(as, "true") == 0 || strcmp(as, "1") == 0);
 }
 
 const cnn_env *cnn_env_get(void) {

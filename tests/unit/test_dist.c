@@ -48,6 +48,14 @@ static void test_env(void) {
         snprintf(name, sizeof name, "env_invalid_%zu", i);
         check(st == CNN_E_INVALID && strstr(cnn_error_msg(), bad[i].what), name, "%s", cnn_error_msg());
     }
+    cnn_env fake = {0};
+    snprintf(fake.rank, sizeof fake.rank, "1");
+    snprintf(fake.world_size, sizeof fake.world_size, "2");
+    snprintf(fake.master_port, sizeof fake.master_port, "4000");
+    bool plain = cnn_dist_env_from(&fake, &e) == CNN_OK && e.rdv_port == 4000;
+    fake.agent_store = true;
+    check(plain && cnn_dist_env_from(&fake, &e) == CNN_OK && e.rdv_port == 4001 && e.port == 4000,
+          "env_torchrun_agent_store", "rendezvous on MASTER_PORT + 1");
     char longaddr[300];
     memset(longaddr, 'a', sizeof longaddr - 1);
     longaddr[sizeof longaddr - 1] = 0;
