@@ -28,6 +28,11 @@ def build(arch, num_classes, stem):
     return m
 
 
+def nccl_version():
+    v = torch.cuda.nccl.version()  # an int (2.x: 21805) or a tuple, by torch version
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
@@ -98,7 +103,7 @@ def main():
             "ms_median": med, "ms_min": min(ms), "ms_max": max(ms),
             "images_per_s": a.batch * world / (med / 1e3), "setup_s": setup_s,
             "repeat": a.repeat, "warmup": a.warmup, "torch": torch.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "nccl": nccl_version(),
             "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
         }), flush=True)
     dist.destroy_process_group()

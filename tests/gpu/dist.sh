@@ -5,9 +5,10 @@
 #     build         make (incremental) and the machine's GPUs, NCCL and torchrun
 #     scaling-r50   ResNet-50 bf16, batch 256 per GPU, 1 vs 2 GPUs: cnn bench --gpus N and PyTorch DDP (torchrun)
 #     scaling-r18   CIFAR ResNet-18 bf16, batch 512 per GPU, likewise
-#     equiv         fp32 --deterministic VGG-11 (no BatchNorm, no dropout): 2 GPUs x 32 follow 1 GPU x 64 for 50
+#     equiv-a       fp32 --deterministic VGG-11 (no BatchNorm, no dropout): 2 GPUs x 32 follow 1 GPU x 64 for 50
 #                   steps (each loss within 1e-5); CIFAR ResNet-18 3 epochs, 1 vs 2 GPUs: final top-1 within 0.5
-#                   points; a torchrun-started and a file://-initialised run complete
+#                   points
+#     equiv-b       a torchrun-started and a file://-initialised run complete; a checkpoint of 2 GPUs resumes on 1
 #     faults-a      trials 1-6, faults-b trials 7-12: trials 1-10 kill -9 one rank mid-run (rank 1, then rank 0,
 #                   alternating): the survivor exits non-zero naming the peer within --dist-timeout + 10 s, the
 #                   checkpoint loads and the run resumes to its end; trials 11-12 stall a rank (SIGSTOP): the
@@ -18,6 +19,7 @@
 # $LOGDIR/summary.txt and prints the summary last. LOGDIR defaults to $OUT/dist (the device tool's output folder)
 # or dist-logs. NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Exit status: 1 if any check failed.
 set -u
+[ $# -ge 1 ] || { sed -n '2,/^set -u$/p' "$0" | sed '$d'; exit 2; }
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0
 BUILD=${BUILD:-build}
@@ -107,14 +109,14 @@ print("steps %d, max |loss difference| %.3g (step 1: %.7f vs %.7f)" % (len(steps
 sys.exit(0 if len(steps) == n and d <= tol else 1)
 PY
 }
-last_top1() { grep -o 'top1 *[0-9.]*%' "$1" | tail -1 | grep -o '[0-9.]*'; }
+last_top1() { sed -n 's/.*top1 *\([0-9.]*\)%.*/\1/p' "$1" | tail -1; }
 
 stage_equiv() {
-    say "== equiv ($(date -u +%FT%TZ))"
+    say "== equiv-a ($(date -u +%FT%TZ))"
     local R=$LOGDIR/runs
     rm -rf "$R"; mkdir -p "$R"
     local V="--model vgg11 --input-size 32 --num-classes 10 --dropout 0 --data synthetic --train-size 6400 --steps 50
-             --lr 0.01 --dtype fp32 --deterministic --eval-size 0 --no-progress --no-augment"
+             --lr 0.002 --dtype fp32 --deterministic --eval-size 0 --no-progress --no-augment"
     step equiv-vgg1 280 "$CNN" train $V --batch 64 --gpus 1 --out "$R/vgg1"
     step equiv-vgg2 280 "$CNN" train $V --batch-global 64 --gpus 2 --out "$R/vgg2"
     if loss_match "$R/vgg1/metrics.jsonl" "$R/vgg2/metrics.jsonl" 50 1e-5 >"$LOGDIR/equiv-vgg-compare.log" 2>&1; then
@@ -133,18 +135,24 @@ stage_equiv() {
     else
         fail "equiv resnet18 top-1: 1 GPU ${a:-error}%, 2 GPUs ${b:-error}% (within 0.5 points needed)"
     fi
+}
+
+stage_equiv_runs() {
+    say "== equiv-b ($(date -u +%FT%TZ))"
+    local R=$LOGDIR/runs-b
+    rm -rf "$R"; mkdir -p "$R"
     local S="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 4096 --steps 20
-             --batch 64 --eval-size 1024 --no-progress"
+             --eval-size 1024 --no-progress"
     if [ -n "$PY" ]; then
-        step equiv-torchrun 280 "${TORCHRUN[@]}" --nproc_per_node 2 --no-python "$CNN" train $S --out "$R/torchrun"
+        step equiv-torchrun 280 "${TORCHRUN[@]}" --nproc_per_node 2 --no-python "$CNN" train $S --batch 64 --out "$R/torchrun"
         [ $RC -eq 0 ] && [ -f "$R/torchrun/model.safetensors" ] && pass "torchrun-started run" ||
             fail "torchrun-started run: exit $RC"
     fi
     rm -f "$R/rdv.id"
-    ( RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 "$CNN" train $S --dist-init "file://$R/rdv.id" --out "$R/file" \
+    ( RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 timeout 280 "$CNN" train $S --batch 64 --dist-init "file://$R/rdv.id" --dist-timeout 120 --out "$R/file" \
           >"$LOGDIR/equiv-file-rank1.log" 2>&1 ) &
     local p1=$!
-    step equiv-file-rank0 280 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$CNN" train $S --dist-init "file://$R/rdv.id" --out "$R/file"
+    step equiv-file-rank0 280 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$CNN" train $S --batch 64 --dist-init "file://$R/rdv.id" --dist-timeout 120 --out "$R/file"
     wait $p1
     local rc1=$?
     [ $RC -eq 0 ] && [ $rc1 -eq 0 ] && pass "file:// rendezvous run" || fail "file:// rendezvous run: exit $RC / $rc1"
@@ -224,18 +232,18 @@ stage_faults() {
     say "INFO fault trials: $ok of $n passed"
 }
 
-[ $# -ge 1 ] || { sed -n '2,22p' "$0"; exit 2; }
 for s in "$@"; do
     case $s in
     build) stage_build ;;
     scaling-r50) scaling r50 "--model resnet50" 256 1.9 "--model resnet50" ;;
     scaling-r18) scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 "--model resnet18 --stem cifar" ;;
-    equiv) stage_equiv ;;
+    equiv-a) stage_equiv ;;
+    equiv-b) stage_equiv_runs ;;
     faults-a) stage_faults 1 6 ;;
     faults-b) stage_faults 7 12 ;;
     all) stage_build; scaling r50 "--model resnet50" 256 1.9 "--model resnet50"
          scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 "--model resnet18 --stem cifar"
-         stage_equiv; stage_faults 1 12 ;;
+         stage_equiv; stage_equiv_runs; stage_faults 1 12 ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
     esac
 done
