@@ -159,13 +159,13 @@ demo: all
 # Unit tests, the same tests under ASan+UBSan, CLI error-path tests, and the PyTorch reference tests.
 test: all
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)-asan SAN=1 all
-	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) tests/run.sh
+	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) LDLIBS='$(LDLIBS)' tests/run.sh
 
 # the reliability battery in full (docs/RELIABILITY.md; `make test` runs a subset): about an hour on two cores
 reliability: all
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)-asan SAN=1 all
 	@BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) tests/gpu/emu/run.sh --libs
-	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) tests/reliability/run.sh
+	@BUILD=$(BUILD) ASAN_BUILD=$(BUILD)-asan PYTHON=$(PYTHON) LDLIBS='$(LDLIBS)' tests/reliability/run.sh
 
 test-gpu: all
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run_gpu.sh
@@ -175,8 +175,8 @@ bench-gpu: all
 
 fuzz:
 	@test -n "$(HAVE_CLANG)" || { echo "make fuzz needs clang"; exit 2; }
-	@BUILD=$(BUILD) tests/fuzz/build.sh
-	@BUILD=$(BUILD) tests/fuzz/build_data.sh
+	@BUILD=$(BUILD) LDLIBS='$(LDLIBS)' tests/fuzz/build.sh
+	@BUILD=$(BUILD) LDLIBS='$(LDLIBS)' tests/fuzz/build_data.sh
 
 clean:
 	rm -rf build build-*

@@ -203,7 +203,8 @@ void cli_add_model(cli_table *t, cli_model *m, bool weights) {
 int cli_backend(const cli_common *c, cnn_backend **be) {
     cnn_log_set_level(c->quiet ? 0 : c->verbose ? 2 : 1);
     cnn_backend_opts o = {.device = c->device, .threads = c->threads, .act_dtype = CNN_DTYPE_F32,
-                          .allow_tf32 = false, .deterministic = c->deterministic, .cache_dir = c->cache_dir};
+                          .allow_tf32 = false, .deterministic = c->deterministic, .cache_dir = c->cache_dir,
+                          .gpu_index = c->gpu_index};
     if (strcmp(c->dtype, "bf16") == 0) o.act_dtype = CNN_DTYPE_BF16;
     else if (strcmp(c->dtype, "fp16") == 0) o.act_dtype = CNN_DTYPE_F16;
     else if (strcmp(c->dtype, "tf32") == 0) o.allow_tf32 = true;

@@ -8,6 +8,7 @@
 #define CNN_CLI_H
 
 #include "cnn/data.h"
+#include "cnn/dist.h"
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_RUNTIME 1
@@ -58,6 +59,7 @@ typedef struct cli_common {
     bool quiet, verbose;
     const char *cache_dir;
     const char *tune;
+    int gpu_index;      /* not an option: a worker's GPU (cli_dist_prepare) */
 } cli_common;
 
 /* Options every subcommand with a model takes. */
@@ -80,6 +82,18 @@ int cli_backend(const cli_common *c, cnn_backend **be);
 /* Model options and input size. default_classes is used when --num-classes is absent. Returns -1 or an exit code. */
 int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int default_classes, cnn_model_opts *mo,
                    int *h, int *w);
+
+/* Multi-GPU options of train and bench (cli_dist.c). */
+typedef struct cli_dist {
+    const char *gpus, *init;
+    float timeout_s, bucket_mb;
+    cnn_dist_env env_out[1]; /* this process's place, set by cli_dist_prepare */
+} cli_dist;
+void cli_add_dist(cli_table *t, cli_dist *d);
+/* After parsing: -1 to go on in this process (one process, or a worker: d->env_out says which; c->gpu_index is
+ * its GPU), or an exit code: a usage error (--gpus on a machine without NCCL or with too few GPUs), or the
+ * launcher's result once its workers are done. argv: the subcommand's (argv[0] its name). */
+int cli_dist_prepare(const char *cmd, cli_dist *d, cli_common *c, int argc, char **argv);
 
 /* Data options of train and eval (cli_data.c). */
 typedef struct cli_data {

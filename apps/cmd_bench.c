@@ -13,6 +13,7 @@
  * schema is documented in docs/BENCH.md.
  */
 #include "bench.h"
+#include "cnn/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ typedef struct bench_layer {
 typedef struct bench_row {
     char model[32], dtype[8], mode[8], input[24];
     int batch, repeat, warmup;
+    int gpus;                /* data-parallel ranks (--gpus): batch is per GPU, images/s and TFLOP/s are totals */
     double ms_median, ms_min, ms_max, ms_p10, ms_p90, setup_s, images_per_s, gflop, tflops;
     double mem_mib;
     bench_layer *layers;     /* --layers: one per eval step */
@@ -229,10 +231,14 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
 }
 
 static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int w, int batch, bool train, bool layers,
-                          layer_protocol lp, int warmup, int repeat, bench_row *r) {
+                          layer_protocol lp, int warmup, int repeat, const cnn_dist_ctx *dist, size_t bucket_bytes,
+                          bench_row *r) {
     double t0 = cnn_now();
     cnn_model *m = NULL;
+    const int world = dist ? dist->world : 1;
+    r->gpus = world;
     cnn_status st = cnn_model_create(mo, be, h, w, batch, train, &m);
+    if (st == CNN_OK && world > 1) st = cnn_model_set_comm(m, dist->comm, bucket_bytes);
     float *x = NULL;
     int64_t *labels = NULL;
     double *ms = calloc((size_t)repeat, sizeof *ms);
@@ -257,7 +263,8 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
             float loss;
             st = cnn_model_forward(m, batch, CNN_MODE_TRAIN, (uint64_t)it);
             if (st == CNN_OK) st = cnn_model_backward(m, batch, labels, 0.0f, &loss);
-            if (st == CNN_OK) st = be->sgd_update(be, &sgd, net->n_trainable, cnn_model_params(m), cnn_model_grads(m), mom, 1.0f);
+            if (st == CNN_OK) st = be->sgd_update(be, &sgd, net->n_trainable, cnn_model_params(m), cnn_model_grads(m), mom,
+                                                    1.0f / (float)world);
             if (st == CNN_OK) st = cnn_model_params_changed(m);
             sgd.first_step = false;
             if (st == CNN_OK) st = be->sync(be);
@@ -282,8 +289,8 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
         r->ms_p10 = t.p10;
         r->ms_p90 = t.p90;
         r->gflop = (double)matmul_flops(net) * batch * (train ? 3.0 : 1.0) / 1e9;
-        r->images_per_s = batch / (r->ms_median / 1e3);
-        r->tflops = r->gflop / r->ms_median;  /* GFLOP per ms = TFLOP/s */
+        r->images_per_s = (double)batch * world / (r->ms_median / 1e3);
+        r->tflops = r->gflop * world / r->ms_median;  /* GFLOP per ms = TFLOP/s, over all GPUs */
         r->mem_mib = (double)(be->peak_bytes ? be->peak_bytes(be) : cnn_model_device_bytes(m)) / 1048576.0;
     }
     if (st == CNN_OK && layers && !train) st = time_layers(be, m, batch, warmup, repeat, lp, r);
@@ -364,8 +371,10 @@ static void print_md(const bench_row *rows, int nr, const bench_out *o) {
             printf("| %s | %s | %d | %s | %s | error: %s |||||\n", r->model, r->input, r->batch, r->dtype, r->mode, r->error);
             continue;
         }
+        char mode[24];
+        snprintf(mode, sizeof mode, r->gpus > 1 ? "%s x%d GPUs" : "%s", r->mode, r->gpus);
         printf("| %s | %s | %d | %s | %s | %.3f | %.3f..%.3f | %.1f | %.3f | %.0f | %.2f |\n", r->model, r->input,
-               r->batch, r->dtype, r->mode, r->ms_median, r->ms_min, r->ms_max, r->images_per_s, r->tflops,
+               r->batch, r->dtype, mode, r->ms_median, r->ms_min, r->ms_max, r->images_per_s, r->tflops,
                r->mem_mib, r->setup_s);
     }
     if (!o->layers) return;
@@ -441,6 +450,7 @@ static void print_json(const bench_row *rows, int nr, const bench_out *o, bool l
                r->images_per_s, r->tflops, r->gflop, r->mem_mib, r->setup_s, r->repeat, r->warmup, CNN_VERSION,
                CNN_COMMIT, o->date, cli_json_esc(r->error, err, sizeof err));
         if (o->runtime[0]) printf(",\"runtime\":\"%s\"", cli_json_esc(o->runtime, err, sizeof err));
+        printf(",\"gpus\":%d", r->gpus > 1 ? r->gpus : 1);
         if (nl) printf(",\"layer_steps\":%d,\"layers_ms_sum\":%.9g", nl, r->layers_ms_sum);
         if (nl && (o->lp.rest_ms > 0 || o->lp.min_ms > 0))
             printf(",\"layer_rest_ms\":%d,\"layer_min_ms\":%d", o->lp.rest_ms, o->lp.min_ms);
@@ -509,6 +519,8 @@ int cmd_bench(int argc, char **argv) {
                           "--layers: time each step over at least MS ms of runs, up to 20000 (0: --repeat runs)"});
     cli_add(&t, (cli_opt){"output", 'o', CLI_CHOICE, NULL, &format, 0, 0, "md|csv|json|jsonl", "output format"});
     cli_add(&t, (cli_opt){"dtypes", 0, CLI_STR, "D[,D...]", &dtypes, 0, 0, NULL, "several of fp32,tf32,bf16,fp16 (overrides --dtype)"});
+    cli_dist cdist;
+    cli_add_dist(&t, &cdist);
     cli_add_common(&t, &c);
     int rc = cli_parse(&t, "bench", "--model M[,M...] --batch B[,B...] [--mode infer|train] [--layers] [-o md|csv|json|jsonl]",
                        "Time the model: median (and min, p10, p90, max) of --repeat runs after --warmup runs; "
@@ -526,6 +538,12 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!mm.model) return cli_usage_error("bench", "--model is required");
     bool train = strcmp(mode, "train") == 0;
+    if (cli_seen(&t, "gpus") && (!train || layers || dtypes))
+        return cli_usage_error("bench", "--gpus times the data-parallel training step: --mode train, one --dtype, "
+                               "no --layers");
+    if (train && (rc = cli_dist_prepare("bench", &cdist, &c, argc, argv)) >= 0) return rc;
+    const cnn_dist_env *de = &cdist.env_out[0];
+    cnn_dist_ctx dctx = {.world = 1};
     char model_buf[512], batch_buf[256], dtype_buf[128];
     snprintf(model_buf, sizeof model_buf, "%s", mm.model);
     snprintf(batch_buf, sizeof batch_buf, "%s", batches);
@@ -553,6 +571,15 @@ int cmd_bench(int argc, char **argv) {
         cc.dtype = dl[di];
         cnn_backend *be = NULL;
         if ((rc = cli_backend(&cc, &be)) >= 0) break;
+        if (train && de->world > 1) { /* the first (only) dtype's backend carries the communicator */
+            cnn_status ds = be->comm_init ? cnn_dist_start(be, de, cdist.init, cdist.timeout_s, &dctx)
+                                          : cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no collectives", be->name);
+            if (ds != CNN_OK) {
+                rc = cli_fail(ds);
+                cnn_backend_destroy(be);
+                break;
+            }
+        }
         snprintf(device_name, sizeof device_name, "%s", be->device_name);
         snprintf(backend_name, sizeof backend_name, "%s", be->name);
         snprintf(runtime, sizeof runtime, "%s", be->runtime);
@@ -571,7 +598,8 @@ int cmd_bench(int argc, char **argv) {
                 r->batch = bvals[bi];
                 r->repeat = repeat;
                 r->warmup = warmup;
-                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, lp, warmup, repeat, r);
+                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, lp, warmup, repeat, &dctx,
+                                (size_t)((double)cdist.bucket_mb * (1 << 20)), r);
                 if (r->st != CNN_OK) {
                     snprintf(r->error, sizeof r->error, "%s", cnn_error_msg());
                     fprintf(stderr, "cnn: %s batch %d %s: %s\n", r->model, r->batch, r->dtype, r->error);
@@ -579,9 +607,12 @@ int cmd_bench(int argc, char **argv) {
                 }
             }
         }
+        cnn_dist_finish(&dctx, failures == 0);
         cnn_backend_destroy(be);
     }
-    if (rc < 0) {
+    if (rc < 0 && dctx.rank != 0) { /* only rank 0 reports */
+        rc = failures ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
+    } else if (rc < 0) {
         char date[32];
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));

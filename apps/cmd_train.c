@@ -47,6 +47,8 @@ int cmd_train(int argc, char **argv) {
     cli_common c = {0};
     cli_model mm = {0};
     cli_data cd;
+    cli_dist cdist;
+    int batch_global = 0;
     cnn_train_opts o = cnn_train_opts_default();
     const char *optim = "sgd", *sched = "cosine", *resume_from = NULL;
     int train_size = 0, epochs = 1;
@@ -57,6 +59,8 @@ int cmd_train(int argc, char **argv) {
     cli_add_model(&t, &mm, true);
     cli_add_data(&t, &cd, true);
     cli_add(&t, (cli_opt){"batch", 0, CLI_INT, "B", &o.batch, 1, 65536, NULL, "images per step"});
+    cli_add(&t, (cli_opt){"batch-global", 0, CLI_INT, "B", &batch_global, 0, 1 << 24, NULL,
+                          "images per step over all GPUs (instead of --batch per GPU; a multiple of the GPUs)"});
     cli_add(&t, (cli_opt){"epochs", 0, CLI_INT, "E", &epochs, 1, 100000, NULL, "passes over the training set"});
     cli_add(&t, (cli_opt){"steps", 0, CLI_I64, "S", &steps, 0, 1e12, NULL, "total steps (overrides --epochs; 0 = off)"});
     cli_add(&t, (cli_opt){"train-size", 0, CLI_INT, "N", &train_size, 0, 1 << 30, NULL,
@@ -92,6 +96,7 @@ int cmd_train(int argc, char **argv) {
                           "skip it (undone, counted)"});
     cli_add(&t, (cli_opt){"max-skipped", 0, CLI_I64, "N", &o.max_skipped, 0, 1e12, NULL,
                           "--on-nonfinite skip: stop when more than N steps were skipped"});
+    cli_add_dist(&t, &cdist);
     cli_add_common(&t, &c);
     int rc = cli_parse(&t, "train", "--model M --data D [options]",
                        "Train with softmax cross-entropy. Writes OUT/model.safetensors (torchvision names), "
@@ -99,6 +104,13 @@ int cmd_train(int argc, char **argv) {
                        "OUT/metrics.jsonl (one record per step). One line per epoch on stdout.",
                        argc, argv);
     if (rc >= 0) return rc;
+    if ((rc = cli_dist_prepare("train", &cdist, &c, argc, argv)) >= 0) return rc;
+    const cnn_dist_env *de = &cdist.env_out[0];
+    int global_batch;
+    if (cli_seen(&t, "batch-global") && cli_seen(&t, "batch"))
+        return cli_usage_error("train", "--batch (per GPU) and --batch-global: give one");
+    if (cnn_dist_batch(o.batch, batch_global, de->world, &o.batch, &global_batch) != CNN_OK)
+        return cli_usage_error("train", "%s", cnn_error_msg());
     o.optim = strcmp(optim, "adamw") == 0 ? CNN_OPTIM_ADAMW : CNN_OPTIM_SGD;
     o.sched = strcmp(sched, "constant") == 0 ? CNN_SCHED_CONSTANT
               : strcmp(sched, "step") == 0   ? CNN_SCHED_STEP
@@ -146,19 +158,35 @@ int cmd_train(int argc, char **argv) {
     if (!cli_seen(&t, "num-classes") && tensors) mo.num_classes = train.classes;
     cnn_backend *be = NULL;
     if ((rc = cli_backend(&c, &be)) >= 0) goto out;
+    cnn_dist_ctx dctx;
+    if (de->world > 1 && !be->comm_init) {
+        rc = cli_usage_error("train", "rank %d of %d: the %s backend has no multi-GPU collectives (--device cuda "
+                             "and NCCL are needed)", de->rank, de->world, be->name);
+        cnn_backend_destroy(be);
+        goto out;
+    }
+    st = cnn_dist_start(be, de, cdist.init, cdist.timeout_s, &dctx);
+    if (st != CNN_OK) {
+        rc = cli_fail(st);
+        cnn_backend_destroy(be);
+        goto out;
+    }
+    o.dist = &dctx;
     cnn_model *m = NULL;
     st = cnn_model_create(&mo, be, h, w, o.batch, true, &m);
+    if (st == CNN_OK) st = cnn_model_set_comm(m, dctx.comm, (size_t)((double)cdist.bucket_mb * (1 << 20)));
     if (st == CNN_OK) cnn_model_set_allow_nonfinite(m, mm.allow_nonfinite);
     if (st == CNN_OK && mm.weights && !o.resume) st = cnn_model_load(m, mm.weights);
     if (st == CNN_OK) {
         if (!c.quiet)
-            fprintf(stderr, "cnn: training %s (%s stem, %d classes) on %s: %d images of %dx%d, batch %d, %s, %s\n",
+            fprintf(stderr, "cnn: training %s (%s stem, %d classes) on %s: %d images of %dx%d, batch %d%s, %s, %s\n",
                     mo.arch, mo.stem == CNN_STEM_CIFAR ? "cifar" : "imagenet", mo.num_classes, data, train.n, h, w,
-                    o.batch, be->name, be->device_name);
+                    global_batch, de->world > 1 ? " (over all GPUs)" : "", be->name, be->device_name);
         catch_signals();
         st = cnn_train(m, &mo, &train, eval_size > 0 ? &test : NULL, &o);
     }
-    if (st == CNN_OK) { /* the curves as a picture; a run that trained is not failed by its plot */
+    cnn_dist_finish(&dctx, st == CNN_OK || st == CNN_E_INTERRUPTED);
+    if (st == CNN_OK && de->rank == 0) { /* the curves as a picture; a run that trained is not failed by its plot */
         char svg[4096];
         snprintf(svg, sizeof svg, "%s/curves.svg", o.out_dir);
         if (cnn_plot_runs(&o.out_dir, 1, svg) != CNN_OK) cnn_log(1, "cnn: no curves.svg: %s", cnn_error_msg());

@@ -184,6 +184,14 @@ typedef struct cnn_guard {
 
 typedef struct cnn_backend cnn_backend;
 
+/* The element type and reduction of a collective (comm_allreduce). */
+typedef enum cnn_comm_op {
+    CNN_COMM_SUM_F32 = 0, /* float32 sum                                          */
+    CNN_COMM_SUM_BF16,    /* bf16 sum (x holds bf16 elements)                       */
+    CNN_COMM_SUM_F64,     /* float64 sum (evaluation counts)                         */
+    CNN_COMM_MAX_U32,     /* uint32 maximum (flags every rank must agree on)          */
+} cnn_comm_op;
+
 struct cnn_backend {
     const char *name;        /* "cpu", "cuda" */
     char device_name[128];   /* "AMD EPYC (2 threads)", "NVIDIA H100 80GB HBM3" */
@@ -362,6 +370,25 @@ struct cnn_backend {
 
     /* Peak bytes allocated through alloc() since creation. */
     size_t (*peak_bytes)(cnn_backend *be);
+
+    /* ---- collectives across the processes of a multi-GPU run (dist.h); NULL where the backend has none ----
+     * The CUDA backend's are NCCL's (loaded at run time). A communicator is opaque; every rank makes the same
+     * calls in the same order. comm_id: rank 0's unique id (CNN_DIST_ID_BYTES), handed to the others by the
+     * rendezvous; comm_init: join (blocks until every rank has joined). */
+    cnn_status (*comm_id)(cnn_backend *be, uint8_t *id);
+    cnn_status (*comm_init)(cnn_backend *be, const uint8_t *id, int rank, int world, void **comm);
+    /* In place over all ranks, count elements of x (device). side = false: on the compute stream, in its order;
+     * side = true: on the communicator's own stream, after the compute stream's work so far, while the compute
+     * stream goes on (comm_join makes the compute stream wait for everything issued so). Either may be recorded
+     * into a graph. */
+    cnn_status (*comm_allreduce)(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side);
+    cnn_status (*comm_join)(cnn_backend *be, void *comm);
+    cnn_status (*comm_broadcast)(cnn_backend *be, void *comm, void *x, size_t bytes, int root);
+    /* From any thread, without blocking: CNN_OK, or the communicator's asynchronous error (recorded). */
+    cnn_status (*comm_check)(void *comm);
+    /* From any thread: abort every operation in flight on the communicator (the watchdog's last act). */
+    void (*comm_abort)(void *comm);
+    void (*comm_destroy)(cnn_backend *be, void *comm);
 };
 
 /* Backend selection. device: "cpu", "cuda" or "auto" (cuda when usable, else cpu with a notice). */
@@ -388,6 +415,9 @@ cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out);
 /* The CUDA backend: CNN_E_UNSUPPORTED when built without CUDA headers, CNN_E_DEVICE (with the reason) when
  * libcuda/libnvrtc cannot be loaded or no usable GPU is present. */
 cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **out);
+/* Whether this machine can run a multi-GPU job: *gpus = the GPUs the CUDA driver sees; CNN_E_UNSUPPORTED (with
+ * the reason) without CUDA headers at build time, a driver, a GPU, or NCCL (libnccl.so.2, 2.10+). */
+cnn_status cnn_cuda_dist_probe(int *gpus);
 
 /* Philox-4x32-10 counter-based generator: 4 words from (key, counter). Identical on every backend;
  * all engine randomness (init, augmentation, dropout, shuffling) derives from it, so state is a counter. */

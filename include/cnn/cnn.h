@@ -30,6 +30,7 @@ typedef enum cnn_status {
     CNN_E_COMPILE,     /* NVRTC could not compile a kernel                              */
     CNN_E_NONFINITE,   /* NaN or Inf where a finite value is required                  */
     CNN_E_INTERRUPTED, /* stopped by a signal (SIGINT/SIGTERM) after saving its state      */
+    CNN_E_DIST,        /* a peer process of a multi-GPU run failed, stalled or never came   */
     CNN_E_COUNT
 } cnn_status;
 
@@ -79,6 +80,10 @@ typedef struct cnn_env {
     char conv_skip[128];       /* CNN_CONV_SKIP=a,b: the A/B mechanism, conv rows whose names contain a or b are
                                 * left out of every choice                                                        */
     char cpu_isa[16];          /* CNN_CPU_ISA: the CPU GEMM micro-kernels (c, avx2, avx512)                      */
+    /* torchrun's variables, as given (dist.c parses them): a worker of a multi-GPU run */
+    char rank[16], world_size[16], local_rank[16], master_addr[256], master_port[16];
+    bool agent_store;          /* TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent holds MASTER_PORT            */
+    char cuda_visible[256];    /* CUDA_VISIBLE_DEVICES: `--gpus 0,2` maps its ordinals through it                */
 } cnn_env;
 const cnn_env *cnn_env_get(void);
 

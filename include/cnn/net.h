@@ -217,6 +217,13 @@ void cnn_model_set_loss_scale(cnn_model *m, float scale);
 /* Record device work into backend graphs and replay it (default on where the backend has graphs). */
 void cnn_model_set_graphs(cnn_model *m, bool on);
 
+/* Data-parallel training (dist.h): later cnn_model_backward calls sum the gradient arena over the ranks of comm
+ * (the backend's communicator, comm_init), in buckets of about bucket_bytes, each issued on the communicator's
+ * stream as soon as the backward has written all of its gradients (in graph replays too); bucket_bytes 0: one
+ * sum of the whole arena on the compute stream after the backward. The sum is not divided: the optimizer's
+ * grad_scale does it. comm NULL: off. */
+cnn_status cnn_model_set_comm(cnn_model *m, void *comm, size_t bucket_bytes);
+
 /* Device arenas, for the optimizer and checkpoints. */
 float *cnn_model_params(cnn_model *m);      /* (n_trainable) */
 float *cnn_model_grads(cnn_model *m);       /* (n_trainable) */

@@ -10,6 +10,7 @@
 #define CNN_TRAIN_H
 
 #include "cnn/data.h"
+#include "cnn/dist.h"
 
 #include <signal.h>
 
@@ -22,8 +23,34 @@ typedef enum cnn_optim { CNN_OPTIM_SGD = 0, CNN_OPTIM_ADAMW } cnn_optim;
 typedef enum cnn_nonfinite { CNN_NONFINITE_STOP = 0, CNN_NONFINITE_SKIP } cnn_nonfinite;
 typedef enum cnn_sched { CNN_SCHED_CONSTANT = 0, CNN_SCHED_STEP, CNN_SCHED_COSINE } cnn_sched;
 
+/* A rank of a multi-GPU run (dist.h): cnn_dist_start makes it, cnn_dist_finish ends it. */
+typedef struct cnn_watchdog cnn_watchdog;
+typedef struct cnn_dist_ctx {
+    int rank, world;
+    void *comm;              /* the backend's communicator (backend.h comm_*); NULL when world == 1 */
+    cnn_backend *be;
+    cnn_dist_links links;
+    cnn_watchdog *watchdog;  /* NULL when world == 1 */
+    double *host_sum;        /* device: (8) float64 scratch of cnn_dist_sum */
+} cnn_dist_ctx;
+
+/* Join the run of e (rank, world) through init (dist.h's rendezvous; NULL = tcp://MASTER_ADDR:MASTER_PORT) within
+ * timeout_s, make the communicator and start the watchdog (dist_run.c). world 1: nothing to join. */
+cnn_status cnn_dist_start(cnn_backend *be, const cnn_dist_env *e, const char *init, double timeout_s, cnn_dist_ctx *out);
+/* End it: ok = a normal end (a barrier with every rank, then goodbye), else the peers see this rank fail. */
+void cnn_dist_finish(cnn_dist_ctx *d, bool ok);
+/* Sum n (<= 8) host doubles over the ranks, in place (a no-op for one rank). */
+cnn_status cnn_dist_sum(cnn_dist_ctx *d, double *v, int n);
+/* Broadcast rank 0's parameters, BatchNorm statistics and nbytes of extra device memory (may be NULL). */
+cnn_status cnn_dist_broadcast_model(cnn_dist_ctx *d, cnn_model *m, void *extra, size_t nbytes);
+
+cnn_status cnn_watchdog_start(cnn_backend *be, void *comm, cnn_dist_links *links, double timeout_s, int rank,
+                              cnn_watchdog **out);
+void cnn_watchdog_beat(cnn_watchdog *w, int64_t step); /* a step finished */
+void cnn_watchdog_stop(cnn_watchdog *w);
+
 typedef struct cnn_train_opts {
-    int batch;
+    int batch;                /* images per step on this rank (the global batch is batch x world) */
     int epochs;               /* used when steps == 0 */
     int64_t steps;            /* total optimizer steps; 0 = epochs * steps_per_epoch */
     cnn_optim optim;
@@ -50,6 +77,7 @@ typedef struct cnn_train_opts {
     /* Set asynchronously (a signal handler) to a nonzero value: the run finishes the step in flight, writes a
      * checkpoint and returns CNN_E_INTERRUPTED. NULL = never. */
     const volatile sig_atomic_t *interrupt;
+    cnn_dist_ctx *dist;       /* a rank of a multi-GPU run; NULL = one process. Only rank 0 prints and writes. */
 } cnn_train_opts;
 
 cnn_train_opts cnn_train_opts_default(void);
@@ -64,8 +92,11 @@ typedef struct cnn_eval_result {
     int64_t skipped;          /* undecodable images replaced (folder data, on_bad = skip) */
 } cnn_eval_result;
 
-/* Evaluate a model (eval mode) on the first n images of a dataset (0 = all), batch by batch. */
+/* Evaluate a model (eval mode) on the first n images of a dataset (0 = all), batch by batch. With dist (NULL =
+ * one process) each rank evaluates its part of them and the sums are reduced: every rank gets the result. */
 cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_eval_result *out);
+cnn_status cnn_evaluate_dist(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_dist_ctx *dist,
+                             cnn_eval_result *out);
 
 /* Train m on train (and evaluate on test after each epoch when test != NULL and eval_size > 0). The output
  * directory is locked for the run (io.h, cnn_dir_lock) and cleared of temporary files that dead processes

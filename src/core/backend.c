@@ -9,6 +9,12 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     *out = NULL;
     return cnn_fail(CNN_E_UNSUPPORTED, "this build has no CUDA backend (CUDA headers were not found at build time)");
 }
+
+cnn_status cnn_cuda_dist_probe(int *gpus) {
+    *gpus = 0;
+    return cnn_fail(CNN_E_UNSUPPORTED, "this build has no CUDA backend (CUDA headers were not found at build time): "
+                    "multi-GPU training needs it and NCCL");
+}
 #endif
 
 static cnn_status create_cpu(const cnn_backend_opts *o, cnn_backend **out) {

@@ -28,6 +28,14 @@ static void read_env(void) {
     env.sync_debug = d && d[0] && strcmp(d, "0") != 0;
     copy(env.conv_skip, sizeof env.conv_skip, "CNN_CONV_SKIP");
     copy(env.cpu_isa, sizeof env.cpu_isa, "CNN_CPU_ISA");
+    copy(env.rank, sizeof env.rank, "RANK");
+    copy(env.world_size, sizeof env.world_size, "WORLD_SIZE");
+    copy(env.local_rank, sizeof env.local_rank, "LOCAL_RANK");
+    copy(env.master_addr, sizeof env.master_addr, "MASTER_ADDR");
+    copy(env.master_port, sizeof env.master_port, "MASTER_PORT");
+    copy(env.cuda_visible, sizeof env.cuda_visible, "CUDA_VISIBLE_DEVICES");
+    const char *as = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    env.agent_store = as && (strcmp(as, "True") == 0 || strcmp(as, "true") == 0 || strcmp(as, "1") == 0);
 }
 
 const cnn_env *cnn_env_get(void) {

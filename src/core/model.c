@@ -92,6 +92,7 @@ void cnn_model_free(cnn_model *m) {
     free(m->plan.value_of);
     free(m->plan.eval_off);
     free(m->counters);
+    free(m->buckets);
     free(m->host);
     cnn_net_free(m->net);
     free(m);
@@ -563,6 +564,8 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     CNN_TRY(check_loss_args(m, n, label_smoothing));
     CNN_TRY(upload_labels(m, n, labels));
     CNN_TRY(run_graphed(m, CNN_GRAPH_BACKWARD, n, label_smoothing, backward_ops));
+    if (m->comm && m->n_buckets == 0) /* unbucketed: one sum after the backward, on the compute stream */
+        CNN_TRY(m->be->comm_allreduce(m->be, m->comm, m->grads, m->net->n_trainable, CNN_COMM_SUM_F32, false));
     return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
@@ -574,7 +577,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
                    .grad_scale = m->loss_scale};
     CNN_TRY(be->xent_forward_backward(be, &xe, value_ptr(m, net->output, CNN_MODE_TRAIN), m->labels_dev, m->loss_dev,
                                       grad_ptr(m, net->output)));
-    int mark = m->plan.n_train_steps;
+    int mark = m->plan.n_train_steps, bucket = 0;
     CNN_TRY(profile_mark(m, &mark));
     for (int s = m->plan.n_train_steps - 1; s >= 0; s--) {
         const cnn_step *sp = &m->plan.train_steps[s];
@@ -651,7 +654,67 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         }
         if (st != CNN_OK) return cnn_error_prefix(st, "backward of layer %s (%s)", nd->name, cnn_op_name(nd->op));
         CNN_TRY(profile_mark(m, &mark));
+        for (; m->comm && bucket < m->n_buckets && m->buckets[bucket].step == s; bucket++) {
+            const cnn_grad_bucket *b = &m->buckets[bucket];
+            CNN_TRY(be->comm_allreduce(be, m->comm, m->grads + b->lo, b->hi - b->lo, CNN_COMM_SUM_F32, true));
+        }
     }
+    if (m->comm && m->n_buckets > 0) CNN_TRY(be->comm_join(be, m->comm));
+    return CNN_OK;
+}
+
+/* The parameters whose gradients backward train step s writes: conv, BN and linear nodes' trainable ones. */
+static int step_params(const cnn_model *m, int s, int out[2]) {
+    const cnn_node *nd = &m->net->nodes[m->plan.train_steps[s].node];
+    int k = 0;
+    if (nd->op != CNN_OP_CONV && nd->op != CNN_OP_BN && nd->op != CNN_OP_LINEAR) return 0;
+    for (int j = 0; j < 2; j++)
+        if (nd->param[j] >= 0 && m->net->params[nd->param[j]].kind == CNN_PARAM_TRAINABLE) out[k++] = nd->param[j];
+    return k;
+}
+
+/* Buckets by simulating the backward: after each step, the gradients at and above `frontier` (an arena offset)
+ * are all written; a bucket is cut whenever that complete suffix has grown by bucket_bytes since the last cut,
+ * and at the end. Every rank computes the same list, so they issue the same sums in the same order. */
+cnn_status cnn_model_set_comm(cnn_model *m, void *comm, size_t bucket_bytes) {
+    free(m->buckets);
+    m->buckets = NULL;
+    m->n_buckets = 0;
+    m->comm = comm;
+    if (!comm) return CNN_OK;
+    if (!m->train) return cnn_fail(CNN_E_INVALID, "data-parallel gradients on a model created for inference");
+    if (!m->be->comm_allreduce) return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no collectives", m->be->name);
+    cnn_model_set_graphs(m, m->use_graphs); /* recorded backwards hold no sums: record them again */
+    if (bucket_bytes == 0) return CNN_OK;
+    const cnn_net *net = m->net;
+    const int64_t total = net->n_trainable, per = (int64_t)(bucket_bytes / sizeof(float)) > 0
+                                                     ? (int64_t)(bucket_bytes / sizeof(float)) : 1;
+    bool *done = cnn_calloc((size_t)net->n_params, 1, "bucket plan");
+    m->buckets = cnn_calloc((size_t)net->n_params + 1, sizeof *m->buckets, "bucket plan");
+    if (!done || !m->buckets) {
+        free(done);
+        m->comm = NULL;
+        return CNN_E_OOM;
+    }
+    int64_t cut = total; /* [frontier, cut): complete, not yet issued */
+    for (int s = m->plan.n_train_steps - 1; s >= 0; s--) {
+        int ps[2], k = step_params(m, s, ps);
+        for (int j = 0; j < k; j++) done[ps[j]] = true;
+        /* the lowest offset with every trainable gradient at or above it written */
+        int64_t frontier = 0;
+        for (int p = 0; p < net->n_params; p++) {
+            const cnn_param *q = &net->params[p];
+            if (q->kind == CNN_PARAM_TRAINABLE && !done[p] && q->offset + q->count > frontier)
+                frontier = q->offset + q->count;
+        }
+        bool last = s == 0;
+        if (last) frontier = 0;
+        if (frontier < cut && (cut - frontier >= per || last)) {
+            m->buckets[m->n_buckets++] = (cnn_grad_bucket){.step = s, .lo = frontier, .hi = cut};
+            cut = frontier;
+        }
+    }
+    free(done);
     return CNN_OK;
 }
 

@@ -24,6 +24,12 @@ typedef struct cnn_graph_entry {
  * removes it). */
 typedef cnn_status (*cnn_node_check_fn)(void *ctx, cnn_model *m, int node, const void *value, int64_t count);
 
+/* Gradient elements [lo, hi) of the arena, complete once the backward has run train step `step`. */
+typedef struct cnn_grad_bucket {
+    int step;
+    int64_t lo, hi;
+} cnn_grad_bucket;
+
 /* Arenas (one device allocation per lifetime class):
  *   params   float32 trainable parameters, KRSC for conv filters        (n_trainable)
  *   grads    float32 gradients, same layout                            (n_trainable; training only)
@@ -67,6 +73,11 @@ struct cnn_model {
     cnn_node_check_fn node_check; /* called after each step of an eager train-mode forward (guard.c) */
     void *node_check_ctx;
     bool allow_nonfinite;    /* load weights holding NaN/Inf or negative variances */
+    /* data parallel (cnn_model_set_comm): the communicator and the gradient buckets, in the order the backward
+     * completes them; bucket b is summed right after backward train step buckets[b].step */
+    void *comm;
+    cnn_grad_bucket *buckets;
+    int n_buckets;
 };
 
 /* Host scratch of at least elems floats, owned by the model (NULL + a recorded CNN_E_OOM). */

@@ -25,6 +25,7 @@ const char *cnn_status_str(cnn_status s) {
     case CNN_E_COMPILE: return "kernel compilation failed";
     case CNN_E_NONFINITE: return "non-finite value";
     case CNN_E_INTERRUPTED: return "interrupted";
+    case CNN_E_DIST: return "distributed peer failure";
     default: return "unknown status";
     }
 }

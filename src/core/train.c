@@ -49,8 +49,15 @@ float cnn_lr_at(const cnn_train_opts *o, int64_t s, int64_t total, int64_t steps
 /* ---- evaluation --------------------------------------------------------------------------------------- */
 
 cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_eval_result *out) {
+    return cnn_evaluate_dist(m, ds, n, batch, NULL, out);
+}
+
+cnn_status cnn_evaluate_dist(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_dist_ctx *dist,
+                             cnn_eval_result *out) {
     memset(out, 0, sizeof *out);
     if (n <= 0 || n > ds->n) n = ds->n;
+    int64_t first = 0, mine = n; /* this rank's images: [first, first + mine) */
+    if (dist) cnn_dist_split(n, dist->rank, dist->world, &first, &mine);
     if (batch > cnn_model_max_batch(m)) batch = cnn_model_max_batch(m);
     int classes = cnn_model_net(m)->num_classes;
     cnn_loader l;
@@ -60,8 +67,8 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
     cnn_status st = logits && labels ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory evaluating");
     double loss_sum = 0;
     int64_t c1 = 0, c5 = 0, bad = 0;
-    for (int start = 0; start < n && st == CNN_OK; start += batch) {
-        int b = n - start < batch ? n - start : batch;
+    for (int64_t start = first; start < first + mine && st == CNN_OK; start += batch) {
+        int b = first + mine - start < batch ? (int)(first + mine - start) : batch;
         float loss;
         st = cnn_loader_batch(&l, m, 0, start, b, labels);
         if (st == CNN_OK) st = cnn_model_forward(m, b, CNN_MODE_EVAL, 0);
@@ -88,6 +95,10 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
     out->skipped = cnn_loader_skipped(&l);
     cnn_loader_free(&l);
     CNN_TRY(st);
+    double sums[5] = {loss_sum, (double)c1, (double)c5, (double)bad, (double)out->skipped};
+    CNN_TRY(cnn_dist_sum(dist, sums, 5));
+    loss_sum = sums[0], c1 = (int64_t)sums[1], c5 = (int64_t)sums[2], bad = (int64_t)sums[3];
+    out->skipped = (int64_t)sums[4];
     out->n = n;
     out->loss = loss_sum / n;
     out->top1 = (double)c1 / n;
@@ -98,7 +109,8 @@ cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, c
 
 /* ---- checkpoints -------------------------------------------------------------------------------------- */
 
-/* Everything that must be equal for a resumed run to continue the original exactly. */
+/* Everything that must be equal for a resumed run to continue the original exactly. The batch is the global one:
+ * a checkpoint resumes on any number of GPUs that keeps it. */
 static void options_string(const cnn_model *m, const cnn_train_opts *o, const cnn_dataset *ds, int64_t total,
                            char *buf, size_t cap) {
     const cnn_net *net = cnn_model_net(m);
@@ -106,7 +118,8 @@ static void options_string(const cnn_model *m, const cnn_train_opts *o, const cn
              "arch=%s classes=%d stem=%d input=%dx%d data=%s:%d batch=%d steps=%lld optim=%d lr=%.9g momentum=%.9g "
              "wd=%.9g nesterov=%d betas=%.9g,%.9g eps=%.9g sched=%d warmup=%lld step_size=%d gamma=%.9g ls=%.9g "
              "augment=%d shuffle=%d seed=%llu dtype=%s",
-             net->arch, net->num_classes, (int)net->stem, net->in_h, net->in_w, ds->source, ds->n, o->batch,
+             net->arch, net->num_classes, (int)net->stem, net->in_h, net->in_w, ds->source, ds->n,
+             o->batch * (o->dist ? o->dist->world : 1),
              (long long)total, (int)o->optim, (double)o->lr, (double)o->momentum, (double)o->weight_decay,
              (int)o->nesterov, (double)o->beta1, (double)o->beta2, (double)o->adam_eps, (int)o->sched,
              (long long)o->warmup, o->step_size, (double)o->gamma, (double)o->label_smoothing, (int)o->augment,
@@ -254,7 +267,7 @@ static void progress(const cnn_train_opts *o, int64_t step, int64_t total, doubl
     bar[width] = 0;
     fprintf(stderr, "\r[%s] %3d%% step %lld/%lld loss %.4f %.0f img/s data %.0f%% ETA %d:%02d ", bar,
             (int)(100 * step / (total ? total : 1)), (long long)step, (long long)total, (double)loss,
-            elapsed > 0 ? done * o->batch / elapsed : 0.0, elapsed > 0 ? 100 * data_s / elapsed : 0.0, (int)eta / 60,
+            elapsed > 0 ? done * o->batch * (o->dist ? o->dist->world : 1) / elapsed : 0.0, elapsed > 0 ? 100 * data_s / elapsed : 0.0, (int)eta / 60,
             (int)eta % 60);
     if (step == total) fputc('\n', stderr);
     fflush(stderr);
@@ -299,8 +312,10 @@ typedef struct run_ctx {
 
 /* Load the batch of 1-based step `step` into the model's input buffer (and its labels). */
 static cnn_status load_step_batch(run_ctx *c, int64_t step) {
-    int64_t epoch = (step - 1) / c->spe, pos = (step - 1) % c->spe;
-    return cnn_loader_batch(c->loader, c->m, epoch, pos * c->o->batch, c->o->batch, c->labels);
+    const cnn_dist_ctx *d = c->o->dist;
+    int world = d ? d->world : 1;
+    cnn_dist_shard sh = cnn_dist_step_shard(step, c->spe, c->o->batch * world, d ? d->rank : 0, world);
+    return cnn_loader_batch(c->loader, c->m, sh.epoch, sh.start, sh.count, c->labels);
 }
 
 static uint64_t dropout_seed(const cnn_train_opts *o, int64_t step) { return o->seed * 1000003ULL + (uint64_t)step; }
@@ -351,19 +366,23 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     if (train->classes > net->num_classes)
         return cnn_fail(CNN_E_MISMATCH, "the data has %d classes but the model only %d (--num-classes)", train->classes,
                         net->num_classes);
-    int64_t spe = train->n / o->batch; /* full batches only */
+    cnn_dist_ctx *dist = o->dist && o->dist->world > 1 ? o->dist : NULL;
+    const int world = dist ? dist->world : 1, global_batch = o->batch * world;
+    const bool lead = !dist || dist->rank == 0; /* prints, writes metrics, checkpoints and the model */
+    int64_t spe = train->n / global_batch; /* full batches only */
     if (spe < 1)
-        return cnn_fail(CNN_E_INVALID, "the training set (%d images) is smaller than one batch (%d)", train->n, o->batch);
+        return cnn_fail(CNN_E_INVALID, "the training set (%d images) is smaller than one batch (%d)", train->n,
+                        global_batch);
     int64_t total = o->steps > 0 ? o->steps : (int64_t)o->epochs * spe;
     if (total < 1) return cnn_fail(CNN_E_INVALID, "nothing to train: 0 steps");
     if (total > CNN_MAX_STEPS) return cnn_fail(CNN_E_INVALID, "%lld steps: at most %lld", (long long)total, CNN_MAX_STEPS);
 
     char options[1024], ckpt[4096], model_path[4096], metrics_path[4096];
     options_string(m, o, train, total, options, sizeof options);
-    CNN_TRY(cnn_mkdir_p(o->out_dir));
     int lock = -1;
-    CNN_TRY(cnn_dir_lock(o->out_dir, &lock));
-    int stale = cnn_remove_stale_tmp(o->out_dir);
+    if (lead) CNN_TRY(cnn_mkdir_p(o->out_dir));
+    if (lead) CNN_TRY(cnn_dir_lock(o->out_dir, &lock));
+    int stale = lead ? cnn_remove_stale_tmp(o->out_dir) : 0;
     if (stale) cnn_log(1, "cnn: removed %d temporary file%s left in %s by runs that died", stale, stale > 1 ? "s" : "",
                        o->out_dir);
     join_path(ckpt, sizeof ckpt, o->out_dir, "checkpoint.safetensors");
@@ -389,20 +408,25 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         if (st == CNN_OK && start_step > total)
             st = cnn_fail(CNN_E_MISMATCH, "%s: at step %lld, past the run's %lld steps", rp, (long long)start_step,
                           (long long)total);
-        if (st == CNN_OK) st = truncate_metrics(metrics_path, start_step);
-        if (st == CNN_OK) cnn_log(1, "cnn: resumed from %s at step %lld of %lld", rp, (long long)start_step, (long long)total);
-    } else if (st == CNN_OK) {
+        if (st == CNN_OK && lead) st = truncate_metrics(metrics_path, start_step);
+        if (st == CNN_OK && lead) cnn_log(1, "cnn: resumed from %s at step %lld of %lld", rp, (long long)start_step, (long long)total);
+    } else if (st == CNN_OK && lead) {
         /* a fresh run starts a fresh metrics file */
         FILE *f = fopen(metrics_path, "w");
         if (!f) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
         else if (fclose(f) != 0) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
     }
+    /* every rank starts from rank 0's weights, statistics and optimizer state (a fresh run's initialisation is
+     * seeded alike, a resumed one read the same file: this makes it so whatever happened) */
+    for (int k = 0; k < ts.n_opt && st == CNN_OK && dist; k++)
+        st = be->comm_broadcast(be, dist->comm, ts.opt[k], (size_t)ts.n_trainable * sizeof(float), 0);
+    if (st == CNN_OK) st = cnn_dist_broadcast_model(dist, m, NULL, 0);
     if (st == CNN_OK) st = be->copy(be, ts.stats_backup, cnn_model_buffers(m), stats_bytes);
     cnn_loader loader;
     memset(&loader, 0, sizeof loader);
     if (st == CNN_OK) st = cnn_loader_init(&loader, train, be, o->batch, o->augment, o->shuffle, o->seed);
-    FILE *metrics = st == CNN_OK ? fopen(metrics_path, "a") : NULL;
-    if (st == CNN_OK && !metrics) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
+    FILE *metrics = st == CNN_OK && lead ? fopen(metrics_path, "a") : NULL;
+    if (st == CNN_OK && lead && !metrics) st = cnn_fail(CNN_E_IO, "%s: %s", metrics_path, strerror(errno));
     int classes = net->num_classes;
     int64_t *labels = malloc((size_t)o->batch * sizeof *labels);
     if (st == CNN_OK && !labels) st = cnn_fail(CNN_E_OOM, "out of host memory for a batch");
@@ -418,6 +442,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     const size_t batch_logits = (size_t)o->batch * classes;
     int ring = (int)(((size_t)32 << 20) / (batch_logits * sizeof(float)));
     ring = ring < 1 ? 1 : ring > RESULTS_RING ? RESULTS_RING : ring;
+    if (dist) ring = 1; /* the ranks agree on every step's verdict before the next (cnn_dist_sum) */
     float *ring_logits_dev = NULL, *ring_logits = malloc((size_t)ring * batch_logits * sizeof *ring_logits);
     cnn_guard_state *ring_gs_dev = NULL, *ring_gs = malloc((size_t)ring * sizeof *ring_gs);
     int64_t *ring_labels = malloc((size_t)ring * o->batch * sizeof *ring_labels);
@@ -439,12 +464,18 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     for (int64_t step = start_step + 1; step <= total && st == CNN_OK; step++) {
         int64_t epoch = (step - 1) / spe, pos = (step - 1) % spe;
         float lr = cnn_lr_at(o, step, total, spe);
-        st = cnn_loader_batch(&loader, m, epoch, pos * o->batch, o->batch, labels);
+        st = load_step_batch(&rc, step);
         float used_scale = ts.loss_scale;
         cnn_model_set_loss_scale(m, used_scale);
         if (st == CNN_OK) st = cnn_model_forward(m, o->batch, CNN_MODE_TRAIN, dropout_seed(o, step));
         if (st == CNN_OK) st = cnn_model_backward(m, o->batch, labels, o->label_smoothing, NULL);
+        /* every rank must take the guard's verdict of the whole step: the loss is summed before it judges (a NaN
+         * anywhere is a NaN everywhere), and its skip word is or'ed after (a rank's own BN statistics) */
+        if (st == CNN_OK && dist)
+            st = be->comm_allreduce(be, dist->comm, cnn_model_loss_buffer(m), 1, CNN_COMM_SUM_F32, false);
         if (st == CNN_OK) st = be->guard_step(be, &guard, ts.guard);
+        if (st == CNN_OK && dist)
+            st = be->comm_allreduce(be, dist->comm, &ts.guard->skip, 1, CNN_COMM_MAX_U32, false);
         bool skip_step = false;
         if (st == CNN_OK && fp16) {
             int64_t bad = 0;
@@ -460,7 +491,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
                 ts.good_steps = 0;
             }
         }
-        if (st == CNN_OK && !skip_step) st = optimizer_step(&ts, o, step, lr, 1.0f / used_scale);
+        /* the gradients are summed over the ranks: dividing by world makes them the global batch's mean */
+        if (st == CNN_OK && !skip_step) st = optimizer_step(&ts, o, step, lr, 1.0f / (used_scale * (float)world));
         if (st == CNN_OK) st = cnn_model_copy_logits(m, o->batch, ring_logits_dev + (size_t)n_pend * batch_logits);
         if (st == CNN_OK) st = be->copy(be, ring_gs_dev + n_pend, ts.guard, sizeof(cnn_guard_state));
         if (st != CNN_OK) break;
@@ -471,7 +503,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         bool ckpt_now = step == total || epoch_end || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
                         step == o->stop_after;
         bool interrupted = o->interrupt && *o->interrupt;
-        if (n_pend < ring && !ckpt_now && !interrupted) continue;
+        if (n_pend < ring && !ckpt_now && !interrupted) continue; /* (several ranks: ring 1, every step read) */
 
         /* read the pending steps' results (the one wait for the device) and account for them in order */
         st = be->download(be, ring_logits, ring_logits_dev, (size_t)n_pend * batch_logits * sizeof(float));
@@ -481,12 +513,32 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             const cnn_guard_state *gs = &ring_gs[i];
             const float *logits_i = ring_logits + (size_t)i * batch_logits;
             const int64_t *labels_i = ring_labels + (size_t)i * o->batch;
-            loss = gs->loss;
-            bool bad_now = gs->bad_steps > bad_seen;
+            cnn_guard_state g = *gs;
+            loss = g.loss / (float)world;
+            bool bad_now = g.bad_steps > bad_seen;
+            int correct = 0;
+            for (int j = 0; j < o->batch; j++) {
+                const float *z = logits_i + (size_t)j * classes;
+                int best = 0;
+                for (int c = 1; c < classes; c++)
+                    if (z[c] > z[best]) best = c;
+                correct += best == labels_i[j];
+            }
+            if (dist) { /* the ranks agree on what the host does next: a bad step, an interrupt anywhere */
+                double agree[3] = {bad_now, interrupted, correct};
+                st = cnn_dist_sum(dist, agree, 3);
+                if (st != CNN_OK) break;
+                if (agree[0] > 0 && !bad_now && !g.first_bad) /* bad on another rank: name this step */
+                    g.first_bad = (uint64_t)(ps->step - start_step);
+                bad_now = agree[0] > 0;
+                interrupted = agree[1] > 0;
+                correct = (int)agree[2];
+            }
+            cnn_watchdog_beat(dist ? dist->watchdog : NULL, ps->step);
             if (bad_now) {
-                bad_seen = gs->bad_steps;
+                bad_seen = g.bad_steps;
                 if (o->on_nonfinite == CNN_NONFINITE_STOP) {
-                    st = nonfinite_failure(&rc, gs, start_step + (int64_t)gs->first_bad, ps->lr,
+                    st = nonfinite_failure(&rc, &g, start_step + (int64_t)g.first_bad, ps->lr,
                                            "stopped before its update (--on-nonfinite skip would skip such steps); no checkpoint holds it");
                     break;
                 }
@@ -494,20 +546,13 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
                 cnn_log(1, "cnn: step %lld: loss %g or BatchNorm statistics non-finite: step skipped (%lld of at most %lld)",
                         (long long)ps->step, (double)loss, (long long)skipped, (long long)o->max_skipped);
                 if (skipped > o->max_skipped) {
-                    st = nonfinite_failure(&rc, gs, ps->step, ps->lr, "more steps skipped than --max-skipped allows");
+                    st = nonfinite_failure(&rc, &g, ps->step, ps->lr, "more steps skipped than --max-skipped allows");
                     break;
                 }
-            }
-            int correct = 0;
-            for (int j = 0; j < o->batch && !bad_now; j++) {
-                const float *z = logits_i + (size_t)j * classes;
-                int best = 0;
-                for (int c = 1; c < classes; c++)
-                    if (z[c] > z[best]) best = c;
-                correct += best == labels_i[j];
+                correct = 0;
             }
             correct_epoch += correct;
-            seen_epoch += o->batch;
+            seen_epoch += global_batch;
             if (!bad_now) {
                 loss_epoch += loss;
                 finite_epoch++;
@@ -517,15 +562,15 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             snprintf(line, sizeof line,
                      "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%.9g,\"acc\":%.6f,\"time_s\":%.3f%s%s}\n",
                      (long long)ps->step, (long long)ps->epoch + 1, json_num(b1, sizeof b1, loss, "%.9g", &nf),
-                     (double)ps->lr, (double)correct / o->batch, now - t0,
+                     (double)ps->lr, (double)correct / global_batch, now - t0,
                      ps->skip_step || bad_now ? ",\"skipped\":true" : "", nf || bad_now ? ",\"nonfinite\":true" : "");
-            st = metrics_write(metrics, metrics_path, line);
+            if (lead) st = metrics_write(metrics, metrics_path, line);
             if (st != CNN_OK) break;
-            if (o->log_every > 0 && ps->step % o->log_every == 0)
+            if (lead && o->log_every > 0 && ps->step % o->log_every == 0)
                 printf("step %lld/%lld  epoch %lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s\n", (long long)ps->step,
-                       (long long)total, (long long)ps->epoch + 1, (double)loss, 100.0 * correct / o->batch,
-                       (double)ps->lr, (double)(ps->step - start_step) * o->batch / (now - t0));
-            progress(o, ps->step, total, now - t0, loss, ps->step - start_step, loader.wait_s);
+                       (long long)total, (long long)ps->epoch + 1, (double)loss, 100.0 * correct / global_batch,
+                       (double)ps->lr, (double)(ps->step - start_step) * global_batch / (now - t0));
+            if (lead) progress(o, ps->step, total, now - t0, loss, ps->step - start_step, loader.wait_s);
         }
         n_pend = 0;
         if (st != CNN_OK) break;
@@ -536,28 +581,33 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             /* the epoch's images/s and data share cover its steps only: the evaluation and the checkpoint after
              * them are timed and stated apart (with short epochs a checkpoint can cost as much as the steps) */
             double dt = now - t_epoch;
-            if (o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
-            printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s  data %.1f%%",
+            if (lead && o->progress && isatty(STDERR_FILENO)) fputc('\n', stderr);
+            if (lead) printf("epoch %lld  step %lld/%lld  loss %.4f  acc %5.1f%%  lr %.5f  %.0f img/s  data %.1f%%",
                    (long long)epoch + 1, (long long)step, (long long)total, loss_epoch / (finite_epoch ? finite_epoch : 1),
                    100.0 * correct_epoch / (seen_epoch ? seen_epoch : 1), (double)lr, seen_epoch / (dt > 0 ? dt : 1),
                    dt > 0 ? 100 * (loader.wait_s - data_epoch) / dt : 0.0);
             data_epoch = loader.wait_s;
-            if (cnn_loader_skipped(&loader)) printf("  skipped %lld bad images", (long long)cnn_loader_skipped(&loader));
+            if (lead && cnn_loader_skipped(&loader)) printf("  skipped %lld bad images", (long long)cnn_loader_skipped(&loader));
             if (test && o->eval_size > 0 && !interrupted) {
                 cnn_eval_result ev;
                 double te = cnn_now();
-                st = cnn_evaluate(m, test, o->eval_size, o->batch, &ev);
+                /* every rank evaluates with rank 0's BatchNorm statistics (as DDP's broadcast_buffers keeps them),
+                 * the ones rank 0's checkpoint and model hold */
+                if (dist) st = cnn_dist_broadcast_model(dist, m, NULL, 0);
+                if (st == CNN_OK && dist) st = be->copy(be, ts.stats_backup, cnn_model_buffers(m), stats_bytes);
+                if (st == CNN_OK) st = cnn_evaluate_dist(m, test, o->eval_size, o->batch, dist, &ev);
                 if (st != CNN_OK) break;
-                printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%% (%.1f s)", ev.loss, 100 * ev.top1, 100 * ev.top5,
-                       cnn_now() - te);
-                if (ev.nonfinite) printf("  (%d of %d non-finite)", ev.nonfinite, ev.n);
+                if (lead)
+                    printf("  | eval loss %.4f  top1 %5.1f%%  top5 %5.1f%% (%.1f s)", ev.loss, 100 * ev.top1,
+                           100 * ev.top5, cnn_now() - te);
+                if (lead && ev.nonfinite) printf("  (%d of %d non-finite)", ev.nonfinite, ev.n);
                 nf = false;
                 snprintf(line, sizeof line,
                          "{\"step\":%lld,\"epoch\":%lld,\"eval_loss\":%s,\"eval_top1\":%.6f,\"eval_top5\":%.6f,"
                          "\"eval_nonfinite\":%d%s}\n",
                          (long long)step, (long long)epoch + 1, json_num(b2, sizeof b2, ev.loss, "%.9g", &nf), ev.top1,
                          ev.top5, ev.nonfinite, nf || ev.nonfinite ? ",\"nonfinite\":true" : "");
-                st = metrics_write(metrics, metrics_path, line);
+                if (lead) st = metrics_write(metrics, metrics_path, line);
                 if (st == CNN_OK && ev.nonfinite && o->on_nonfinite == CNN_NONFINITE_STOP)
                     st = cnn_fail(CNN_E_NONFINITE, "evaluation after step %lld: %d of %d images give non-finite logits "
                                   "(the model diverged); stopped, no checkpoint of it is written", (long long)step,
@@ -566,19 +616,19 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             }
             if (ckpt_now || interrupted) {
                 double tc = cnn_now();
-                st = save_checkpoint(&ts, ckpt, step, options);
+                if (lead) st = save_checkpoint(&ts, ckpt, step, options);
                 saved = true;
-                if (st == CNN_OK) printf("  | checkpoint %.2f s", cnn_now() - tc);
+                if (st == CNN_OK && lead) printf("  | checkpoint %.2f s", cnn_now() - tc);
             }
-            printf("\n");
+            if (lead) printf("\n");
             fflush(stdout);
             t_epoch = cnn_now();
             loss_epoch = 0;
             correct_epoch = seen_epoch = finite_epoch = 0;
         }
         /* the last step ends the run: the model is written even when --stop-after names that step */
-        if (st == CNN_OK && (ckpt_now || interrupted) && !saved) st = save_checkpoint(&ts, ckpt, step, options);
-        if (st == CNN_OK && step == total) {
+        if (st == CNN_OK && lead && (ckpt_now || interrupted) && !saved) st = save_checkpoint(&ts, ckpt, step, options);
+        if (st == CNN_OK && step == total && lead) {
             st = write_final_model(&rc, step, model_path);
         }
         if (st == CNN_OK && interrupted && step < total) {
@@ -587,11 +637,11 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             break;
         }
         if (st == CNN_OK && o->stop_after > 0 && step == o->stop_after && step < total) {
-            cnn_log(1, "cnn: stopping after step %lld (--stop-after); resume with --resume", (long long)step);
+            if (lead) cnn_log(1, "cnn: stopping after step %lld (--stop-after); resume with --resume", (long long)step);
             break;
         }
     }
-    if (finished && st == CNN_OK) {
+    if (finished && st == CNN_OK && lead) {
         /* resumed at the end: the run died between its last checkpoint and the model (or the model was deleted) */
         struct stat sb;
         if (stat(model_path, &sb) == 0 && S_ISREG(sb.st_mode)) {

@@ -489,6 +489,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->graph_launch = be_graph_launch;
     be->graph_free = be_graph_free;
     be->peak_bytes = be_peak_bytes;
+    cuda_comm_install(be);
     int nv_major, nv_minor;
     cnn_cuda_nvrtc_version(&nv_major, &nv_minor);
     snprintf(be->runtime, sizeof be->runtime, "CUDA driver %d.%d, NVRTC %d.%d, %s, %d SMs", cb->driver_version / 1000,

@@ -53,6 +53,7 @@
     X(EventDestroy, cuEventDestroy, 4000, 0, "cuEventDestroy_v2")                                             \
     X(EventRecord, cuEventRecord, 2000, 0, "cuEventRecord")                                                   \
     X(EventSynchronize, cuEventSynchronize, 2000, 0, "cuEventSynchronize")                                    \
+    X(StreamWaitEvent, cuStreamWaitEvent, 3020, 0, "cuStreamWaitEvent")                                      \
     X(EventElapsedTime, cuEventElapsedTime, 2000, 12080, "cuEventElapsedTime")                                \
     X(ModuleLoadData, cuModuleLoadData, 2000, 0, "cuModuleLoadData")                                          \
     X(ModuleUnload, cuModuleUnload, 2000, 0, "cuModuleUnload")                                                \
@@ -71,12 +72,10 @@
       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 
 /* The same for symbols a driver may lack: NULL there, and what needs them is not used (the TMA rows of the conv
- * forward, which need a CUDA 12.0 driver; page-locked host memory, where plain malloc does instead; the stream wait of
- * the JPEG decoder, which is then not offered). */
+ * forward, which need a CUDA 12.0 driver; page-locked host memory, where plain malloc does instead). */
 #define CUDA_DRIVER_OPTIONAL(X)                                                                               \
     X(MemHostAlloc, cuMemHostAlloc, 2020, 0, "cuMemHostAlloc")                                                \
     X(MemFreeHost, cuMemFreeHost, 2000, 0, "cuMemFreeHost")                                                   \
-    X(StreamWaitEvent, cuStreamWaitEvent, 3020, 0, "cuStreamWaitEvent")                                       \
     X(TensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000, 0, "cuTensorMapEncodeTiled")                       \
     X(TensorMapEncodeIm2col, cuTensorMapEncodeIm2col, 12000, 0, "cuTensorMapEncodeIm2col")                   \
     X(LaunchKernelEx, cuLaunchKernelEx, 11060, 0, "cuLaunchKernelEx")
@@ -309,6 +308,8 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
 /* ---- launch.c: below every launcher ------------------------------------------------------------------- */
 
 /* Make the backend's context current on this thread (cheap when it already is). */
+/* nccl.c: the comm_* entries of the backend table (NCCL, loaded on first use). */
+void cuda_comm_install(cnn_backend *be);
 void cuda_bind(cuda_be *cb);
 /* cuMemAlloc of bytes for `what` (named in the OOM error, with the free memory) */
 cnn_status cuda_dev_alloc(cuda_be *cb, size_t bytes, const char *what, CUdeviceptr *out);

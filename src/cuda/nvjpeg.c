@@ -178,7 +178,6 @@ cnn_status cuda_jpeg_create(cnn_backend *be, int max_batch, int slots, void **ou
     CNN_ASSERT(max_batch > 0 && slots > 0);
     pthread_once(&nj_once, nj_load);
     if (!nj_ok) return cnn_fail(CNN_E_UNSUPPORTED, "%s", nj_error);
-    if (!cu.StreamWaitEvent) return cnn_fail(CNN_E_UNSUPPORTED, "the CUDA driver lacks cuStreamWaitEvent");
     cuda_bind(cb);
     CUfunction f;
     CNN_TRY(cuda_kernel(cb, &cuda_family_prep, be->act_dtype, 0, PREP_RESAMPLE, &f));

@@ -40,9 +40,9 @@ for t in "${TARGETS[@]}"; do
     extra=""
     [ "$t" = cli ] && extra="$LIB/apps/cli.o"
     # shellcheck disable=SC2086
-    $CC $FLAGS $SAN "$src" $extra "$LIB/libcnn.a" -lm -ldl -lpthread -o "$OUT/fuzz_$t"
+    $CC $FLAGS $SAN "$src" $extra "$LIB/libcnn.a" ${LDLIBS:--lm -ldl -lpthread} -o "$OUT/fuzz_$t"
     if [ "$t" = safetensors ] && [ ! -d "tests/fuzz/corpus/$t" ]; then # its seeds are written by the target itself
-        $CC $FLAGS -DFUZZ_MAKE_SEEDS "$src" "$LIB/libcnn.a" -fsanitize=address,undefined -lm -ldl -lpthread -o "$OUT/make_seeds"
+        $CC $FLAGS -DFUZZ_MAKE_SEEDS "$src" "$LIB/libcnn.a" -fsanitize=address,undefined ${LDLIBS:--lm -ldl -lpthread} -o "$OUT/make_seeds"
         mkdir -p "tests/fuzz/corpus/$t" && "$OUT/make_seeds" "tests/fuzz/corpus/$t"
     fi
     [ "$SECS" -gt 0 ] || continue

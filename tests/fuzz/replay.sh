@@ -2,7 +2,8 @@
 # tests/fuzz/replay.sh — `make test`'s fuzzing: every target of tests/fuzz run over its stored corpus
 # (tests/fuzz/corpus/<t>/: the minimised corpus of past long runs and every regression input), compiled with
 # $CC and the sanitizers against the ASan+UBSan library ($ASAN_BUILD), without libFuzzer; then, where clang and
-# FUZZ_SMOKE_SECONDS > 0, a short libFuzzer run of each (build.sh). One PASS/FAIL line per target.
+# FUZZ_SMOKE_SECONDS > 0, a short libFuzzer run of each (build.sh). One PASS/FAIL line per target. LDLIBS: the
+# libraries the library links (the Makefile's, passed by make test; default the system ones alone).
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

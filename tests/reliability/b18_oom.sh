@@ -9,7 +9,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$BUILD/libcnn.a" ] || { skip b18 "no $BUILD/libcnn.a"; finish; exit; }
 cc -std=c11 -O1 -g -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" -I"$ROOT/src" -I"$ROOT/tests/unit" \
     -DCNN_HAVE_CUDA -isystem "${CUDA_HOME:-/usr/local/cuda}/include" -fopenmp -o "$SHIM_DIR/b18_oom" \
-    "$REL/b18_oom.c" "$BUILD/libcnn.a" -lm -ldl -lpthread 2>"$TMP/cc.err" \
+    "$REL/b18_oom.c" "$BUILD/libcnn.a" ${LDLIBS:--lm -ldl -lpthread} 2>"$TMP/cc.err" \
     || { skip b18 "cannot build b18_oom (CUDA headers?): $(head -c 200 "$TMP/cc.err")"; finish; exit; }
 if [ -n "${B18_GPU:-}" ]; then
     ARGS=${B18_ARGS:---model resnet50 --input 224 --train}

@@ -475,6 +475,8 @@ static CUresult e_EventRecord(CUevent e, CUstream) {
     return sticky;
 }
 static CUresult e_EventSynchronize(CUevent) { FAULT(CUDA_ERROR_UNKNOWN); return sticky; }
+/* one stream, executed in order: a wait on an event is already satisfied */
+static CUresult e_StreamWaitEvent(CUstream, CUevent, unsigned) { FAULT(CUDA_ERROR_UNKNOWN); return sticky; }
 static CUresult e_EventElapsedTime(float *ms, CUevent a, CUevent b) {
     FAULT(CUDA_ERROR_UNKNOWN);
     *ms = (float)(*(double *)b - *(double *)a);
@@ -687,7 +689,7 @@ static const struct {
     E(DeviceGetName), E(DeviceGetAttribute), E(DeviceTotalMem), E(DevicePrimaryCtxRetain), E(DevicePrimaryCtxRelease),
     E(CtxSetCurrent), E(CtxGetCurrent), E(MemAlloc), E(MemFree), E(MemGetInfo), E(MemcpyHtoDAsync), E(MemcpyDtoHAsync),
     E(MemcpyDtoDAsync), E(MemsetD8Async), E(StreamCreate), E(StreamDestroy), E(StreamSynchronize), E(EventCreate),
-    E(EventDestroy), E(EventRecord), E(EventSynchronize), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
+    E(EventDestroy), E(EventRecord), E(EventSynchronize), E(StreamWaitEvent), E(EventElapsedTime), E(ModuleLoadData), E(ModuleUnload),
     E(ModuleGetFunction), E(FuncGetAttribute), E(FuncSetAttribute), E(LaunchKernel), E(StreamBeginCapture), E(StreamEndCapture),
     E(StreamIsCapturing), E(GraphInstantiateWithFlags), E(GraphLaunch), E(GraphExecDestroy), E(GraphDestroy),
     E(OccupancyMaxActiveBlocksPerMultiprocessor), E(TensorMapEncodeTiled), E(TensorMapEncodeIm2col), E(LaunchKernelEx),

@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# tests/gpu/dist.sh — multi-GPU data parallel on a machine with 2+ GPUs and NCCL (issue 29's acceptance):
+#
+#   tests/gpu/dist.sh STAGE...      stages, each under 10 minutes:
+#     build         make (incremental) and the machine's GPUs, NCCL and torchrun
+#     scaling-r50   ResNet-50 bf16, batch 256 per GPU, 1 vs 2 GPUs: cnn bench --gpus N and PyTorch DDP (torchrun)
+#     scaling-r18   CIFAR ResNet-18 bf16, batch 512 per GPU, likewise
+#     equiv-a       fp32 --deterministic VGG-11 (no BatchNorm, no dropout): 2 GPUs x 32 follow 1 GPU x 64 for 50
+#                   steps (each loss within 1e-5); CIFAR ResNet-18 3 epochs, 1 vs 2 GPUs: final top-1 within 0.5
+#                   points
+#     equiv-b       a torchrun-started and a file://-initialised run complete; a checkpoint of 2 GPUs resumes on 1
+#     faults-a      trials 1-6, faults-b trials 7-12: trials 1-10 kill -9 one rank mid-run (rank 1, then rank 0,
+#                   alternating): the survivor exits non-zero naming the peer within --dist-timeout + 10 s, the
+#                   checkpoint loads and the run resumes to its end; trials 11-12 stall a rank (SIGSTOP): the
+#                   heartbeat ends the survivor within the timeout + 10 s
+#     all           every stage above, in order (about 25 minutes: for one session, not for one command)
+#
+# Every step's output goes to $LOGDIR/<stage>-<step>.log; each stage appends PASS/FAIL/INFO lines to
+# $LOGDIR/summary.txt and prints the summary last. LOGDIR defaults to $OUT/dist (the device tool's output folder)
+# or dist-logs. NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Exit status: 1 if any check failed.
+set -u
+[ $# -ge 1 ] || { sed -n '2,/^set -u$/p' "$0" | sed '$d'; exit 2; }
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0
+BUILD=${BUILD:-build}
+CNN=$BUILD/cnn
+LOGDIR=${LOGDIR:-${OUT:-dist-logs}/dist}
+mkdir -p "$LOGDIR"
+SUM=$LOGDIR/summary.txt
+FAILED=0
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for p in python3 /usr/bin/python3; do
+        if $p -c 'import torch, torchvision; assert torch.cuda.is_available()' 2>/dev/null; then PY=$p; break; fi
+    done
+fi
+
+say() { echo "$*" | tee -a "$SUM"; }
+pass() { say "PASS $*"; }
+fail() { say "FAIL $*"; FAILED=1; }
+# step STAGE-NAME LIMIT_S CMD...: the command's output to its log, a time limit, the status in $RC
+step() {
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
+    RC=$?
+    echo "  [$name: exit $RC after $((SECONDS - t0)) s; log $LOGDIR/$name.log]" | tee -a "$SUM"
+}
+TORCHRUN=("${PY:-python3}" -m torch.distributed.run --standalone)
+# the images/s of the JSON line in a log (cnn bench -o jsonl or ddp_bench.py), or empty
+ips() { "${PY:-python3}" - "$1" <<'PY' 2>/dev/null
+import json, sys
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line.startswith("{") and '"images_per_s"' in line:
+        r = json.loads(line)
+        if r.get("ok", True): print("%.1f" % r["images_per_s"])
+PY
+}
+
+stage_build() {
+    say "== build ($(date -u +%FT%TZ))"
+    step build-make 590 make -j"$(nproc)" BUILD="$BUILD" "$CNN"
+    [ $RC -eq 0 ] && pass "build" || fail "build: make failed"
+    nvidia-smi -L >"$LOGDIR/build-gpus.log" 2>&1
+    local n
+    n=$(grep -c '^GPU' "$LOGDIR/build-gpus.log")
+    [ "$n" -ge 2 ] && pass "gpus: $n" || fail "gpus: $n (2 needed)"
+    ls /usr/local/cuda/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -3 >"$LOGDIR/build-nccl.log"
+    say "INFO nccl: $(tr '\n' ' ' <"$LOGDIR/build-nccl.log") torch python: ${PY:-none}"
+    [ -n "$PY" ] || fail "no Python with torch + CUDA: DDP rows and the torchrun check will not run"
+}
+
+# scaling NAME MODEL_ARGS BATCH MIN2: ours and DDP's images/s on 1 and 2 GPUs; ours' 2-GPU speedup >= MIN2
+scaling() {
+    local name=$1 margs=$2 batch=$3 min2=$4 ddpargs=$5
+    say "== scaling $name ($(date -u +%FT%TZ))"
+    local c1 c2 d1 d2
+    step "$name-cnn1" 280 "$CNN" bench --mode train $margs --dtype bf16 --batch "$batch" --gpus 1 --repeat 20 --warmup 5 -o jsonl
+    c1=$(ips "$LOGDIR/$name-cnn1.log")
+    step "$name-cnn2" 280 "$CNN" bench --mode train $margs --dtype bf16 --batch "$batch" --gpus 2 --repeat 20 --warmup 5 -o jsonl
+    c2=$(ips "$LOGDIR/$name-cnn2.log")
+    if [ -n "$PY" ]; then
+        step "$name-ddp1" 200 "${TORCHRUN[@]}" --nproc_per_node 1 bench/ddp_bench.py $ddpargs --batch "$batch" --dtype bf16
+        d1=$(ips "$LOGDIR/$name-ddp1.log")
+        step "$name-ddp2" 200 "${TORCHRUN[@]}" --nproc_per_node 2 bench/ddp_bench.py $ddpargs --batch "$batch" --dtype bf16
+        d2=$(ips "$LOGDIR/$name-ddp2.log")
+    fi
+    say "| $name b$batch/GPU bf16 | 1 GPU img/s | 2 GPUs img/s | speedup |"
+    say "| cnn | ${c1:-error} | ${c2:-error} | $("${PY:-python3}" -c "print('%.2fx' % ($c2 / $c1))" 2>/dev/null) |"
+    say "| pytorch DDP | ${d1:-n/a} | ${d2:-n/a} | $("${PY:-python3}" -c "print('%.2fx' % ($d2 / $d1))" 2>/dev/null) |"
+    if [ -n "${c1:-}" ] && [ -n "${c2:-}" ] && "${PY:-python3}" -c "import sys; sys.exit(0 if $c2 / $c1 >= $min2 else 1)"; then
+        pass "$name scaling >= ${min2}x"
+    else
+        fail "$name scaling: 1 GPU ${c1:-error}, 2 GPUs ${c2:-error} img/s (need >= ${min2}x)"
+    fi
+}
+
+# the losses of two metrics.jsonl files: max |difference| per step <= tol over the first n steps
+loss_match() {
+    "${PY:-python3}" - "$1" "$2" "$3" "$4" <<'PY'
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+a, b, n, tol = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+steps = [s for s in range(1, n + 1) if s in a and s in b]
+d = max((abs(a[s] - b[s]) for s in steps), default=float("inf"))
+print("steps %d, max |loss difference| %.3g (step 1: %.7f vs %.7f)" % (len(steps), d, a.get(1, float("nan")), b.get(1, float("nan"))))
+sys.exit(0 if len(steps) == n and d <= tol else 1)
+PY
+}
+last_top1() { sed -n 's/.*top1 *\([0-9.]*\)%.*/\1/p' "$1" | tail -1; }
+
+stage_equiv() {
+    say "== equiv-a ($(date -u +%FT%TZ))"
+    local R=$LOGDIR/runs
+    rm -rf "$R"; mkdir -p "$R"
+    local V="--model vgg11 --input-size 32 --num-classes 10 --dropout 0 --data synthetic --train-size 6400 --steps 50
+             --lr 0.002 --dtype fp32 --deterministic --eval-size 0 --no-progress --no-augment"
+    step equiv-vgg1 280 "$CNN" train $V --batch 64 --gpus 1 --out "$R/vgg1"
+    step equiv-vgg2 280 "$CNN" train $V --batch-global 64 --gpus 2 --out "$R/vgg2"
+    if loss_match "$R/vgg1/metrics.jsonl" "$R/vgg2/metrics.jsonl" 50 1e-5 >"$LOGDIR/equiv-vgg-compare.log" 2>&1; then
+        pass "equiv vgg11 fp32 2x32 vs 1x64: $(cat "$LOGDIR/equiv-vgg-compare.log")"
+    else
+        fail "equiv vgg11 fp32 2x32 vs 1x64: $(cat "$LOGDIR/equiv-vgg-compare.log")"
+    fi
+    local C="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 16384 --epochs 3
+             --eval-size 4096 --lr 0.1 --warmup 20 --dtype bf16 --no-progress"
+    step equiv-r18-1 280 "$CNN" train $C --batch 256 --gpus 1 --out "$R/r18-1"
+    step equiv-r18-2 280 "$CNN" train $C --batch-global 256 --gpus 2 --out "$R/r18-2"
+    local a b
+    a=$(last_top1 "$LOGDIR/equiv-r18-1.log"); b=$(last_top1 "$LOGDIR/equiv-r18-2.log")
+    if [ -n "$a" ] && [ -n "$b" ] && "${PY:-python3}" -c "import sys; sys.exit(0 if abs($a - $b) <= 0.5 else 1)"; then
+        pass "equiv resnet18 top-1: 1 GPU $a%, 2 GPUs $b%"
+    else
+        fail "equiv resnet18 top-1: 1 GPU ${a:-error}%, 2 GPUs ${b:-error}% (within 0.5 points needed)"
+    fi
+}
+
+stage_equiv_runs() {
+    say "== equiv-b ($(date -u +%FT%TZ))"
+    local R=$LOGDIR/runs-b
+    rm -rf "$R"; mkdir -p "$R"
+    local S="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 4096 --steps 20
+             --eval-size 1024 --no-progress"
+    if [ -n "$PY" ]; then
+        step equiv-torchrun 280 "${TORCHRUN[@]}" --nproc_per_node 2 --no-python "$CNN" train $S --batch 64 --out "$R/torchrun"
+        [ $RC -eq 0 ] && [ -f "$R/torchrun/model.safetensors" ] && pass "torchrun-started run" ||
+            fail "torchrun-started run: exit $RC"
+    fi
+    rm -f "$R/rdv.id"
+    ( RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 timeout 280 "$CNN" train $S --batch 64 --dist-init "file://$R/rdv.id" --dist-timeout 120 --out "$R/file" \
+          >"$LOGDIR/equiv-file-rank1.log" 2>&1 ) &
+    local p1=$!
+    step equiv-file-rank0 280 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$CNN" train $S --batch 64 --dist-init "file://$R/rdv.id" --dist-timeout 120 --out "$R/file"
+    wait $p1
+    local rc1=$?
+    [ $RC -eq 0 ] && [ $rc1 -eq 0 ] && pass "file:// rendezvous run" || fail "file:// rendezvous run: exit $RC / $rc1"
+    # resume with another number of GPUs at the same global batch (the position is in global steps)
+    step equiv-resume-2 280 "$CNN" train $S --batch 32 --gpus 2 --stop-after 10 --out "$R/resume"
+    step equiv-resume-1 280 "$CNN" train $S --batch 64 --gpus 1 --resume --out "$R/resume"
+    [ $RC -eq 0 ] && grep -q 'resumed from .* at step 10' "$LOGDIR/equiv-resume-1.log" && pass "resume 2 GPUs -> 1 GPU" ||
+        fail "resume 2 GPUs -> 1 GPU: exit $RC"
+}
+
+# the pid of rank R among the launcher L's children
+rank_pid() {
+    local p
+    for p in $(pgrep -P "$1"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2"; then echo "$p"; return; fi
+    done
+}
+
+stage_faults() {
+    local first=$1 last=$2
+    say "== faults, trials $first..$last ($(date -u +%FT%TZ))"
+    local R=$LOGDIR/faults TO=60 ok=0 n=0
+    mkdir -p "$R"
+    local F="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 16384 --steps 60 --batch 128
+             --checkpoint-every 5 --eval-size 0 --tune none --no-progress --dist-timeout $TO"
+    # the kernels compiled once beforehand, so that no trial's first step waits for NVRTC
+    step faults-warm 280 "$CNN" train $F --gpus 1 --steps 2 --out "$R/warm"
+    for trial in $(seq "$first" "$last"); do
+        local victim=$((trial % 2)) mode=kill
+        [ "$trial" -gt 10 ] && mode=stop
+        local out=$R/t$trial log=$LOGDIR/faults-t$trial.log
+        rm -rf "$out"
+        "$CNN" train $F --gpus 2 --out "$out" >"$log" 2>&1 &
+        local L=$! t=0
+        # wait for the first checkpoint and a few more steps (at most 120 s)
+        while [ $t -lt 1200 ] && ! { [ -f "$out/checkpoint.safetensors" ] && [ "$(wc -l <"$out/metrics.jsonl" 2>/dev/null || echo 0)" -ge $((6 + trial)) ]; }; do
+            sleep 0.1; t=$((t + 1))
+        done
+        local vp
+        vp=$(rank_pid $L $victim)
+        if [ -z "$vp" ]; then
+            fail "fault trial $trial: rank $victim not found (launcher exited? $(tail -2 "$log" | tr '\n' '|'))"
+            kill -9 $L 2>/dev/null; wait $L 2>/dev/null; continue
+        fi
+        local t0 t1 rc sp
+        sp=$(rank_pid $L $((1 - victim)))
+        t0=$(date +%s.%N)
+        if [ $mode = kill ]; then kill -9 "$vp"; else kill -STOP "$vp"; fi
+        ( sleep $((TO + 40)); kill -9 $L 2>/dev/null ) & local guard=$!
+        # the survivor's own exit (the launcher reaps it), then the launcher's
+        while [ -n "$sp" ] && kill -0 "$sp" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$sp/stat" 2>/dev/null)" != Z ]; do
+            sleep 0.05
+        done
+        t1=$(date +%s.%N)
+        wait $L; rc=$?
+        kill $guard 2>/dev/null; wait $guard 2>/dev/null
+        [ $mode = stop ] && kill -9 "$vp" 2>/dev/null
+        local dt
+        dt=$("${PY:-python3}" -c "print('%.1f' % ($t1 - $t0))")
+        local named=0
+        if [ $mode = kill ]; then grep -q "peer rank $victim" "$log" && named=1
+        else grep -q "no progress for" "$log" && named=1; fi
+        local in_time
+        in_time=$("${PY:-python3}" -c "print(1 if $dt <= $TO + 10 else 0)")
+        # the checkpoint resumes (on 2 GPUs) to the end of the run
+        timeout 280 "$CNN" train $F --gpus 2 --resume --out "$out" >"$log.resume" 2>&1
+        local rrc=$?
+        n=$((n + 1))
+        if [ $rc -ne 0 ] && [ $named = 1 ] && [ "$in_time" = 1 ] && [ $rrc -eq 0 ] && [ -f "$out/model.safetensors" ]; then
+            ok=$((ok + 1))
+            pass "fault trial $trial ($mode rank $victim): group exit $rc after $dt s, named; resumed"
+        else
+            fail "fault trial $trial ($mode rank $victim): exit $rc after $dt s, named $named, resume exit $rrc; $(grep -h 'cnn:' "$log" | head -3 | tr '\n' '|')"
+        fi
+        say "  survivor: $(grep -h 'peer rank\|no progress' "$log" | head -1)"
+    done
+    say "INFO fault trials: $ok of $n passed"
+}
+
+for s in "$@"; do
+    case $s in
+    build) stage_build ;;
+    scaling-r50) scaling r50 "--model resnet50" 256 1.9 "--model resnet50" ;;
+    scaling-r18) scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 "--model resnet18 --stem cifar" ;;
+    equiv-a) stage_equiv ;;
+    equiv-b) stage_equiv_runs ;;
+    faults-a) stage_faults 1 6 ;;
+    faults-b) stage_faults 7 12 ;;
+    all) stage_build; scaling r50 "--model resnet50" 256 1.9 "--model resnet50"
+         scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 "--model resnet18 --stem cifar"
+         stage_equiv; stage_equiv_runs; stage_faults 1 12 ;;
+    *) echo "unknown stage $s" >&2; exit 2 ;;
+    esac
+done
+echo "---- summary ($SUM)"
+cat "$SUM"
+exit $FAILED

@@ -1,0 +1,264 @@
+/* test_dist_train.c — the data-parallel training loop (train.c with a cnn_dist_ctx, model.c's gradient buckets) on
+ * the CPU: two ranks as two threads, each with its own CPU backend whose comm_* entries are a test double (sums in
+ * rank order through shared memory; the product's collectives are NCCL's, on the GPU). Checks: the bucket plan
+ * covers the gradient arena once; the backward sums every gradient exactly once per step; after a run of two ranks
+ * both hold the same weights bitwise, only rank 0 wrote the output directory, and its checkpoint resumes on one
+ * rank at the same global batch. */
+#include "test.h"
+#include "cnn/train.h"
+#include "core/model.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the test double of the collectives: ranks are threads of this process ---- */
+#define WORLD 2
+typedef struct shared {
+    pthread_barrier_t bar;
+    void *slot[WORLD];
+    int64_t calls;              /* allreduce calls of rank 0, F32 */
+    int64_t covered;            /* F32 elements rank 0 summed in its calls */
+} shared;
+typedef struct fake_comm {
+    shared *sh;
+    int rank;
+} fake_comm;
+
+static cnn_status fake_allreduce(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side) {
+    fake_comm *c = comm;
+    shared *sh = c->sh;
+    size_t esz = op == CNN_COMM_SUM_F64 ? 8 : 4;
+    void *tmp = malloc((size_t)count * esz);
+    CNN_ASSERT(tmp && op != CNN_COMM_SUM_BF16);
+    sh->slot[c->rank] = x;
+    pthread_barrier_wait(&sh->bar);
+    for (int64_t i = 0; i < count; i++) { /* in rank order, as a fixed-order reduction */
+        if (op == CNN_COMM_SUM_F32) {
+            float s = 0;
+            for (int r = 0; r < WORLD; r++) s += ((float *)sh->slot[r])[i];
+            ((float *)tmp)[i] = s;
+        } else if (op == CNN_COMM_SUM_F64) {
+            double s = 0;
+            for (int r = 0; r < WORLD; r++) s += ((double *)sh->slot[r])[i];
+            ((double *)tmp)[i] = s;
+        } else {
+            uint32_t s = 0;
+            for (int r = 0; r < WORLD; r++) s = ((uint32_t *)sh->slot[r])[i] > s ? ((uint32_t *)sh->slot[r])[i] : s;
+            ((uint32_t *)tmp)[i] = s;
+        }
+    }
+    pthread_barrier_wait(&sh->bar);
+    memcpy(x, tmp, (size_t)count * esz);
+    free(tmp);
+    if (c->rank == 0 && op == CNN_COMM_SUM_F32 && count > 1) sh->calls++, sh->covered += count;
+    pthread_barrier_wait(&sh->bar);
+    return CNN_OK;
+}
+
+static cnn_status fake_join(cnn_backend *be, void *comm) { return CNN_OK; }
+
+static cnn_status fake_broadcast(cnn_backend *be, void *comm, void *x, size_t bytes, int root) {
+    fake_comm *c = comm;
+    c->sh->slot[c->rank] = x;
+    pthread_barrier_wait(&c->sh->bar);
+    if (c->rank != root) memcpy(x, c->sh->slot[root], bytes);
+    pthread_barrier_wait(&c->sh->bar);
+    return CNN_OK;
+}
+
+static void install(cnn_backend *be) {
+    be->comm_allreduce = fake_allreduce;
+    be->comm_join = fake_join;
+    be->comm_broadcast = fake_broadcast;
+}
+
+/* ---- the ranks ---- */
+static shared sh;
+static cnn_dataset train_ds, test_ds;
+static char out_dir[256];
+
+typedef struct rank_run {
+    int rank, world, batch;
+    int64_t steps, stop_after;
+    bool resume;
+    size_t bucket_bytes;
+    cnn_status st;
+    char err[512];
+    float *params; /* (n_trainable) host copy after the run */
+    int64_t n;
+} rank_run;
+
+static void *run_rank(void *arg) {
+    rank_run *r = arg;
+    cnn_backend *be = NULL;
+    cnn_model *m = NULL;
+    fake_comm fc = {.sh = &sh, .rank = r->rank};
+    cnn_dist_ctx d = {.rank = r->rank, .world = r->world, .comm = &fc};
+    cnn_status st = cnn_cpu_backend_create(1, &be);
+    if (st == CNN_OK) {
+        install(be);
+        d.be = be;
+        st = be->alloc(be, 8 * sizeof(double), "scratch", (void **)&d.host_sum);
+    }
+    cnn_model_opts mo = cnn_model_opts_default();
+    mo.arch = "resnet18";
+    mo.stem = CNN_STEM_CIFAR;
+    mo.num_classes = 10;
+    mo.seed = 10 + (uint64_t)r->rank; /* unlike initial weights: the broadcast must make them equal */
+    if (st == CNN_OK) st = cnn_model_create(&mo, be, 32, 32, r->batch, true, &m);
+    if (st == CNN_OK && r->world > 1) st = cnn_model_set_comm(m, &fc, r->bucket_bytes);
+    cnn_train_opts o = cnn_train_opts_default();
+    o.batch = r->batch;
+    o.steps = r->steps;
+    o.out_dir = out_dir;
+    o.checkpoint_every = 2;
+    o.eval_size = 16;
+    o.progress = false;
+    o.resume = r->resume;
+    o.stop_after = r->stop_after;
+    o.seed = 3;
+    o.dist = r->world > 1 ? &d : NULL;
+    if (st == CNN_OK) st = cnn_train(m, &mo, &train_ds, &test_ds, &o);
+    r->st = st;
+    snprintf(r->err, sizeof r->err, "%s", st == CNN_OK ? "" : cnn_error_msg());
+    if (m) {
+        r->n = cnn_model_net(m)->n_trainable;
+        r->params = malloc((size_t)r->n * sizeof(float));
+        memcpy(r->params, cnn_model_params(m), (size_t)r->n * sizeof(float)); /* CPU: host memory */
+    }
+    if (d.host_sum) be->free(be, d.host_sum);
+    cnn_model_free(m);
+    cnn_backend_destroy(be);
+    return NULL;
+}
+
+static int count_lines(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+static void test_buckets(void) {
+    cnn_backend *be = NULL;
+    cnn_model *m = NULL;
+    cnn_model_opts mo = cnn_model_opts_default();
+    mo.arch = "resnet18";
+    mo.stem = CNN_STEM_CIFAR;
+    mo.num_classes = 10;
+    fake_comm fc = {.sh = &sh, .rank = 0};
+    bool ok = cnn_cpu_backend_create(1, &be) == CNN_OK && (install(be), cnn_model_create(&mo, be, 32, 32, 2, true, &m)) == CNN_OK;
+    ok = ok && cnn_model_set_comm(m, &fc, (size_t)1 << 20) == CNN_OK;
+    int64_t expect_hi = ok ? cnn_model_net(m)->n_trainable : 0;
+    int prev_step = 1 << 30;
+    for (int b = 0; ok && b < m->n_buckets; b++) { /* back to front, contiguous, in backward order */
+        ok &= m->buckets[b].hi == expect_hi && m->buckets[b].lo < m->buckets[b].hi && m->buckets[b].step < prev_step;
+        expect_hi = m->buckets[b].lo;
+        prev_step = m->buckets[b].step;
+    }
+    check(ok && expect_hi == 0 && m->n_buckets > 3, "bucket_plan", "%d buckets of about 1 MiB over %lld gradients",
+          m ? m->n_buckets : 0, m ? (long long)cnn_model_net(m)->n_trainable : 0LL);
+    cnn_model_free(m);
+    cnn_backend_destroy(be);
+}
+
+int main(void) {
+    cnn_log_set_level(0);
+    pthread_barrier_init(&sh.bar, NULL, WORLD);
+    test_buckets();
+    cnn_data_opts dopt = {.source = "synthetic", .split = CNN_SPLIT_TRAIN, .limit = 64, .seed = 3};
+    cnn_status st = cnn_dataset_load(&dopt, &train_ds);
+    dopt.split = CNN_SPLIT_TEST;
+    dopt.limit = 16;
+    if (st == CNN_OK) st = cnn_dataset_load(&dopt, &test_ds);
+    check(st == CNN_OK, "data", "%s", st == CNN_OK ? "" : cnn_error_msg());
+    snprintf(out_dir, sizeof out_dir, "/tmp/cnn_test_dist_train_%d", (int)getpid());
+
+    /* two ranks of 4 images each, small buckets: the sums happen during the backward */
+    rank_run rr[WORLD];
+    pthread_t th[WORLD];
+    for (int r = 0; r < WORLD; r++) {
+        rr[r] = (rank_run){.rank = r, .world = WORLD, .batch = 4, .steps = 4, .stop_after = 2, .bucket_bytes = 256 << 10};
+        pthread_create(&th[r], NULL, run_rank, &rr[r]);
+    }
+    for (int r = 0; r < WORLD; r++) pthread_join(th[r], NULL);
+    check(rr[0].st == CNN_OK && rr[1].st == CNN_OK, "dp_run", "%s %s", rr[0].err, rr[1].err);
+    bool same = rr[0].params && rr[1].params && rr[0].n == rr[1].n &&
+                memcmp(rr[0].params, rr[1].params, (size_t)rr[0].n * sizeof(float)) == 0;
+    check(same, "dp_same_weights", "%lld parameters, bitwise", (long long)rr[0].n);
+    /* every gradient summed once per step (plus the eval's and the step's scalar sums, which are not F32 arrays) */
+    check(sh.covered == 2 * rr[0].n, "dp_each_gradient_once", "%lld elements in %lld calls over 2 steps",
+          (long long)sh.covered, (long long)sh.calls);
+    char path[400];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    int steps = count_lines(path, "\"loss\"");
+    check(steps == 2, "dp_rank0_metrics", "%d step records", steps);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out_dir);
+    struct stat sb;
+    check(stat(path, &sb) == 0, "dp_checkpoint_written", NULL);
+
+    /* the checkpoint of the 2-rank run (global batch 8) resumes on one rank at batch 8 and runs to the end,
+     * with the epoch's evaluation */
+    rank_run one = {.rank = 0, .world = 1, .batch = 8, .steps = 4, .resume = true};
+    run_rank(&one);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    steps = count_lines(path, "\"loss\"");
+    int evals = count_lines(path, "eval_top1");
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    check(one.st == CNN_OK && steps == 4 && evals == 1 && stat(path, &sb) == 0, "resume_one_rank",
+          "%s; %d step records, %d eval", one.err, steps, evals);
+    free(one.params);
+    rank_run more = {.rank = 0, .world = 1, .batch = 8, .steps = 4, .resume = true};
+    /* a different global batch does not resume */
+    more.batch = 4;
+    run_rank(&more);
+    check(more.st == CNN_E_MISMATCH, "resume_other_global_batch_refused", "%s", more.err);
+    free(more.params);
+    for (int r = 0; r < WORLD; r++) free(rr[r].params);
+
+    /* a 2-rank run to its end: the evaluation split over the ranks and summed equals one process's evaluation of
+     * the model rank 0 wrote (rank 0's BatchNorm statistics on every rank) */
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", out_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", out_dir);
+    for (int r = 0; r < WORLD; r++) {
+        rr[r] = (rank_run){.rank = r, .world = WORLD, .batch = 4, .steps = 3, .bucket_bytes = 0};
+        pthread_create(&th[r], NULL, run_rank, &rr[r]);
+    }
+    for (int r = 0; r < WORLD; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < WORLD; r++) free(rr[r].params);
+    double logged = NAN;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        const char *e = strstr(line, "\"eval_loss\":");
+        if (e) logged = atof(e + 12);
+    }
+    if (f) fclose(f);
+    cnn_backend *be = NULL;
+    cnn_model *m = NULL;
+    cnn_model_opts mo = cnn_model_opts_default();
+    mo.arch = "resnet18";
+    mo.stem = CNN_STEM_CIFAR;
+    mo.num_classes = 10;
+    cnn_eval_result ev = {0};
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    st = cnn_cpu_backend_create(1, &be);
+    if (st == CNN_OK) st = cnn_model_create(&mo, be, 32, 32, 4, false, &m);
+    if (st == CNN_OK) st = cnn_model_load(m, path);
+    if (st == CNN_OK) st = cnn_evaluate(m, &test_ds, 16, 4, &ev);
+    check(rr[0].st == CNN_OK && rr[1].st == CNN_OK && st == CNN_OK && fabs(ev.loss - logged) <= 1e-5 * fabs(ev.loss),
+          "dp_eval_split", "%s %s; logged %.7f, one process %.7f", rr[0].err, rr[1].err, logged, ev.loss);
+    cnn_model_free(m);
+    cnn_backend_destroy(be);
+    cnn_dataset_free(&train_ds);
+    cnn_dataset_free(&test_ds);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", out_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", out_dir);
+    return test_finish();
+}
