@@ -185,6 +185,10 @@ int cmd_train(int argc, char **argv) {
         catch_signals();
         st = cnn_train(m, &mo, &train, eval_size > 0 ? &test : NULL, &o);
     }
+    /* the model first: its recorded graphs hold the gradient sums, and NCCL waits for such graphs to go before it
+     * lets its communicator go (cnn train --gpus 2 hung at its end otherwise; cnn bench frees each model first too) */
+    cnn_model_free(m);
+    m = NULL;
     cnn_dist_finish(&dctx, st == CNN_OK || st == CNN_E_INTERRUPTED);
     if (st == CNN_OK && de->rank == 0) { /* the curves as a picture; a run that trained is not failed by its plot */
         char svg[4096];
@@ -193,7 +197,6 @@ int cmd_train(int argc, char **argv) {
     }
     rc = st == CNN_OK ? CLI_EXIT_OK : cli_fail(st);
     if (st == CNN_E_INTERRUPTED) rc = 128 + (int)interrupted; /* 130 SIGINT, 143 SIGTERM, as the shell reports */
-    cnn_model_free(m);
     cnn_backend_destroy(be);
 out:
     cnn_dataset_free(&train);

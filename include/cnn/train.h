@@ -48,6 +48,9 @@ cnn_status cnn_watchdog_start(cnn_backend *be, void *comm, cnn_dist_links *links
                               cnn_watchdog **out);
 void cnn_watchdog_beat(cnn_watchdog *w, int64_t step); /* a step finished */
 void cnn_watchdog_stop(cnn_watchdog *w);
+/* CNN_E_DIST once a watchdog has found a peer dead or stalled: this process ends within seconds, and until then the
+ * training loop writes no checkpoint, model or metrics record (it would hold a step taken without the peer) */
+cnn_status cnn_dist_check(void);
 
 typedef struct cnn_train_opts {
     int batch;                /* images per step on this rank (the global batch is batch x world) */

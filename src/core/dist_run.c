@@ -29,6 +29,12 @@ struct cnn_watchdog {
 };
 
 static atomic_bool aborted;
+static atomic_bool failing; /* a watchdog decided to end the process (cnn_dist_check) */
+
+cnn_status cnn_dist_check(void) {
+    if (!atomic_load(&failing)) return CNN_OK;
+    return cnn_fail(CNN_E_DIST, "a peer of this multi-GPU run failed: nothing more is written");
+}
 
 static void *abort_thread(void *arg) {
     cnn_watchdog *w = arg;
@@ -38,6 +44,7 @@ static void *abort_thread(void *arg) {
 }
 
 static void fail(cnn_watchdog *w, const char *msg) {
+    atomic_store(&failing, true);
     fprintf(stderr, "cnn: %s\n", msg);
     fflush(stderr);
     pthread_t t;

@@ -507,6 +507,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
 
         /* read the pending steps' results (the one wait for the device) and account for them in order */
         st = be->download(be, ring_logits, ring_logits_dev, (size_t)n_pend * batch_logits * sizeof(float));
+        if (st == CNN_OK && dist) st = cnn_dist_check();
         if (st == CNN_OK) st = be->download(be, ring_gs, ring_gs_dev, (size_t)n_pend * sizeof(cnn_guard_state));
         for (int i = 0; i < n_pend && st == CNN_OK; i++) {
             const pending_step *ps = &pend[i];
@@ -616,7 +617,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             }
             if (ckpt_now || interrupted) {
                 double tc = cnn_now();
-                if (lead) st = save_checkpoint(&ts, ckpt, step, options);
+                if (lead && (st = cnn_dist_check()) == CNN_OK) st = save_checkpoint(&ts, ckpt, step, options);
                 saved = true;
                 if (st == CNN_OK && lead) printf("  | checkpoint %.2f s", cnn_now() - tc);
             }
@@ -627,6 +628,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             correct_epoch = seen_epoch = finite_epoch = 0;
         }
         /* the last step ends the run: the model is written even when --stop-after names that step */
+        if (st == CNN_OK && dist) st = cnn_dist_check();
         if (st == CNN_OK && lead && (ckpt_now || interrupted) && !saved) st = save_checkpoint(&ts, ckpt, step, options);
         if (st == CNN_OK && step == total && lead) {
             st = write_final_model(&rc, step, model_path);
