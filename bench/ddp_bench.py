@@ -12,20 +12,14 @@ TF32 off). Each step ends with its loss on the host (`loss.item()`), as cnn benc
 `cnn bench -o jsonl` (docs/BENCH.md) with impl "pytorch-ddp", the per-GPU batch in "batch", "gpus", and
 images_per_s over all GPUs.
 """
-import argparse, datetime, json, os, statistics, time
+import argparse, datetime, json, os, statistics, sys, time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torchvision
 
-
-def build(arch, num_classes, stem):
-    m = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
-    if stem == "cifar":
-        m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-        m.maxpool = nn.Identity()
-    return m
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_bench import build  # noqa: E402  (the same torchvision model and CIFAR stem as the other baselines)
 
 
 def nccl_version():

@@ -407,8 +407,8 @@ cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
      * of its speed on data already on the GPU, nvJPEG sharing the GPU at 0.84: perf-log step 64) */
     cnn_backend *be = o->be;
     cnn_decode mode = p->f->decode;
-    int decoders = p->f->threads > 0 ? p->f->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (mode == CNN_DECODE_AUTO && decoders >= AUTO_CPU_DECODERS) mode = CNN_DECODE_CPU;
+    int want = p->f->threads > 0 ? p->f->threads : (int)sysconf(_SC_NPROCESSORS_ONLN); /* decode threads */
+    if (mode == CNN_DECODE_AUTO && want >= AUTO_CPU_DECODERS) mode = CNN_DECODE_CPU;
     if (st == CNN_OK && mode != CNN_DECODE_CPU && be && be->jpeg_create) {
         cnn_status sd = be->jpeg_create(be, o->max_batch, p->depth, &p->dec);
         if (sd != CNN_OK && mode == CNN_DECODE_GPU) {
@@ -435,7 +435,6 @@ cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
         else
             p->dev_started = true;
     }
-    int want = p->f->threads > 0 ? p->f->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     want = want < 1 ? 1 : want > MAX_THREADS ? MAX_THREADS : want;
     for (int i = 0; st == CNN_OK && i < want; i++) {
         if (pthread_create(&p->threads[i], NULL, worker, p) != 0) {

@@ -144,9 +144,7 @@ typedef struct bn_consts {
 enum { MASK_NONE, MASK_Y };
 
 /* the gradient reaching the BN's output at row element j: dy, where the ReLU after it passed */
-static inline __attribute__((always_inline)) double bn_grad(int mask, const float *dyr, const float *yr,
-                                                            const float *xr, const bn_consts *k, int j) {
-    (void)xr, (void)k;
+static inline __attribute__((always_inline)) double bn_grad(int mask, const float *dyr, const float *yr, int j) {
     if (mask == MASK_NONE) return dyr[j];
     return yr[j] > 0.0f ? (double)dyr[j] : 0.0;
 }
@@ -160,7 +158,7 @@ static inline __attribute__((always_inline)) void rows_gsums_m(int mask, const f
         const float *xr = x + r * C, *yr = y ? y + r * C : NULL, *dyr = dy + r * C;
 #pragma omp simd
         for (int j = 0; j < C; j++) {
-            double g = bn_grad(mask, dyr, yr, xr, k, j);
+            double g = bn_grad(mask, dyr, yr, j);
             p0[j] += g;
             p1[j] += g * (((double)xr[j] - k->mean[j]) * k->invstd[j]);
         }
@@ -186,14 +184,14 @@ static inline __attribute__((always_inline)) void rows_dx_m(int mask, const floa
 #pragma omp simd
             for (int j = 0; j < C; j++) {
                 double xhat = ((double)xr[j] - k->mean[j]) * k->invstd[j];
-                double g = k_scale[j] * (bn_grad(mask, dyr, yr, xr, k, j) - mean_g[j] - xhat * k_proj[j]);
+                double g = k_scale[j] * (bn_grad(mask, dyr, yr, j) - mean_g[j] - xhat * k_proj[j]);
                 dxr[j] = accumulate ? (float)((double)dxr[j] + g) : (float)g;
             }
         }
         if (dresr) {
 #pragma omp simd
             for (int j = 0; j < C; j++) {
-                double g = bn_grad(mask, dyr, yr, xr, k, j);
+                double g = bn_grad(mask, dyr, yr, j);
                 dresr[j] = dres_accumulate ? (float)((double)dresr[j] + g) : (float)g;
             }
         }
