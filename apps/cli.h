@@ -85,11 +85,14 @@ int cli_model_opts(const char *cmd, const cli_table *t, const cli_model *m, int 
 
 /* Multi-GPU options of train and bench (cli_dist.c). */
 typedef struct cli_dist {
-    const char *gpus, *init;
+    const char *gpus, *init, *allreduce;
     float timeout_s, bucket_mb;
+    bool sync_bn;
     cnn_dist_env env_out[1]; /* this process's place, set by cli_dist_prepare */
 } cli_dist;
 void cli_add_dist(cli_table *t, cli_dist *d);
+/* The model's data-parallel options from them, for `world` ranks (cnn_model_set_comm). */
+cnn_dp_opts cli_dist_dp_opts(const cli_dist *d, int world);
 /* After parsing: -1 to go on in this process (one process, or a worker: d->env_out says which; c->gpu_index is
  * its GPU), or an exit code: a usage error (--gpus on a machine without NCCL or with too few GPUs), or the
  * launcher's result once its workers are done. argv: the subcommand's (argv[0] its name). */

@@ -22,6 +22,18 @@ void cli_add_dist(cli_table *t, cli_dist *d) {
                          "a worker that waits this long for its peers (to meet, or for a step) stops the run"});
     cli_add(t, (cli_opt){"bucket-mb", 0, CLI_FLOAT, "MB", &d->bucket_mb, 0, 4096, NULL,
                          "gradients summed in buckets of MB while the backward runs (0 = all at once after it)"});
+    d->allreduce = "fp32";
+    cli_add(t, (cli_opt){"allreduce", 0, CLI_CHOICE, NULL, &d->allreduce, 0, 0, "fp32|bf16",
+                         "the precision gradients are summed in across GPUs (bf16: half the bytes, each GPU's "
+                         "gradients rounded to bfloat16 first)"});
+    cli_add(t, (cli_opt){"sync-bn", 0, CLI_FLAG, NULL, &d->sync_bn, 0, 0, NULL,
+                         "BatchNorm statistics over the whole global batch (all GPUs), as PyTorch's SyncBatchNorm; "
+                         "default: per GPU, as DDP"});
+}
+
+cnn_dp_opts cli_dist_dp_opts(const cli_dist *d, int world) {
+    return (cnn_dp_opts){.bucket_bytes = (size_t)((double)d->bucket_mb * (1 << 20)), .world = world,
+                         .sync_bn = d->sync_bn, .bf16_sums = strcmp(d->allreduce, "bf16") == 0};
 }
 
 /* this program's path, for the workers */

@@ -231,14 +231,14 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
 }
 
 static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int w, int batch, bool train, bool layers,
-                          layer_protocol lp, int warmup, int repeat, const cnn_dist_ctx *dist, size_t bucket_bytes,
+                          layer_protocol lp, int warmup, int repeat, const cnn_dist_ctx *dist, const cnn_dp_opts *dp,
                           bench_row *r) {
     double t0 = cnn_now();
     cnn_model *m = NULL;
     const int world = dist ? dist->world : 1;
     r->gpus = world;
     cnn_status st = cnn_model_create(mo, be, h, w, batch, train, &m);
-    if (st == CNN_OK && world > 1) st = cnn_model_set_comm(m, dist->comm, bucket_bytes);
+    if (st == CNN_OK && world > 1) st = cnn_model_set_comm(m, dist->comm, dp);
     float *x = NULL;
     int64_t *labels = NULL;
     double *ms = calloc((size_t)repeat, sizeof *ms);
@@ -598,8 +598,8 @@ int cmd_bench(int argc, char **argv) {
                 r->batch = bvals[bi];
                 r->repeat = repeat;
                 r->warmup = warmup;
-                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, lp, warmup, repeat, &dctx,
-                                (size_t)((double)cdist.bucket_mb * (1 << 20)), r);
+                cnn_dp_opts dp = cli_dist_dp_opts(&cdist, dctx.world);
+                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, lp, warmup, repeat, &dctx, &dp, r);
                 if (r->st != CNN_OK) {
                     snprintf(r->error, sizeof r->error, "%s", cnn_error_msg());
                     fprintf(stderr, "cnn: %s batch %d %s: %s\n", r->model, r->batch, r->dtype, r->error);

@@ -174,7 +174,8 @@ int cmd_train(int argc, char **argv) {
     o.dist = &dctx;
     cnn_model *m = NULL;
     st = cnn_model_create(&mo, be, h, w, o.batch, true, &m);
-    if (st == CNN_OK) st = cnn_model_set_comm(m, dctx.comm, (size_t)((double)cdist.bucket_mb * (1 << 20)));
+    cnn_dp_opts dp = cli_dist_dp_opts(&cdist, de->world);
+    if (st == CNN_OK) st = cnn_model_set_comm(m, dctx.comm, &dp);
     if (st == CNN_OK) cnn_model_set_allow_nonfinite(m, mm.allow_nonfinite);
     if (st == CNN_OK && mm.weights && !o.resume) st = cnn_model_load(m, mm.weights);
     if (st == CNN_OK) {

@@ -96,6 +96,17 @@ extern "C" __global__ void chan_sum_finalize(const red_args a) {
     if (FIN_WRITES(c)) a.fout[c] = (float)t;
 }
 
+/* Synchronised BatchNorm: totals[w][c] = the sum of array w's chunks (w < sums). The launcher sums them over the
+ * group's ranks, then a finalize kernel reads them as one chunk of all the ranks' rows. */
+extern "C" __global__ void bn_chunk_totals(const red_args a) {
+    pdl_enter();
+    const int c = FIN_CHANNEL;
+    for (int w = 0; w < a.sums; w++) {
+        const double t = chunk_sum(a, w, c);
+        if (FIN_WRITES(c)) a.totals[(long long)w * a.c + c] = t;
+    }
+}
+
 /* mean[c] = sum x / M (mode 0 partials) */
 extern "C" __global__ void bn_mean_finalize(const red_args a) {
     pdl_enter();

@@ -106,7 +106,7 @@ typedef struct red_args {
     int accumulate;          /* bn backward: dx += result */
     int relu;                /* scale_shift, bn forward (y = relu(...)) and backward (g = dy * (y > 0)) */
     int dres_accumulate;     /* bn backward: dres += g */
-    int pad1;
+    int sums;                /* bn_chunk_totals: how many of partial's arrays (1 or 2) */
     float eps, momentum;
     int pad0;
     const void *x;           /* (M, C) act */
@@ -123,6 +123,7 @@ typedef struct red_args {
     float *mean, *invstd;            /* save_mean / save_invstd (C) */
     float *running_mean, *running_var;
     float *dgamma, *dbeta;           /* (C) or NULL */
+    double *totals;                  /* bn_chunk_totals: (sums, C) workspace, summed over a sync group's ranks */
 } red_args;
 
 /* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */

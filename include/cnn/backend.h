@@ -79,6 +79,12 @@ typedef struct cnn_bn {
     int c;
     float eps;        /* 1e-5 in torchvision      */
     float momentum;   /* 0.1: running = (1-momentum)*running + momentum*batch; the variance is unbiased */
+    /* Synchronised BatchNorm (--sync-bn): the batch statistics and the backward's sums over the `world` ranks of
+     * comm (the backend's communicator, comm_allreduce), each holding m rows; comm NULL = this rank's rows only.
+     * dgamma and dbeta stay this rank's sums: the gradient sum over the ranks adds them, as PyTorch's
+     * SyncBatchNorm under DDP does. */
+    void *comm;
+    int world;
 } cnn_bn;
 
 /* y (N, OUT) = x (N, IN) · w(OUT, IN)^T + b */
@@ -187,7 +193,6 @@ typedef struct cnn_backend cnn_backend;
 /* The element type and reduction of a collective (comm_allreduce). */
 typedef enum cnn_comm_op {
     CNN_COMM_SUM_F32 = 0, /* float32 sum                                          */
-    CNN_COMM_SUM_BF16,    /* bf16 sum (x holds bf16 elements)                       */
     CNN_COMM_SUM_F64,     /* float64 sum (evaluation counts)                         */
     CNN_COMM_MAX_U32,     /* uint32 maximum (flags every rank must agree on)          */
 } cnn_comm_op;
@@ -382,6 +387,9 @@ struct cnn_backend {
      * stream goes on (comm_join makes the compute stream wait for everything issued so). Either may be recorded
      * into a graph. */
     cnn_status (*comm_allreduce)(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side);
+    /* Optional: x (count float32, device) summed in bfloat16: rounded to nearest into scratch (count bf16 elements
+     * of device memory), summed over the ranks there, widened back into x; side as comm_allreduce. */
+    cnn_status (*comm_allreduce_bf16)(cnn_backend *be, void *comm, float *x, void *scratch, int64_t count, bool side);
     cnn_status (*comm_join)(cnn_backend *be, void *comm);
     cnn_status (*comm_broadcast)(cnn_backend *be, void *comm, void *x, size_t bytes, int root);
     /* From any thread, without blocking: CNN_OK, or the communicator's asynchronous error (recorded). */

@@ -222,7 +222,13 @@ void cnn_model_set_graphs(cnn_model *m, bool on);
  * stream as soon as the backward has written all of its gradients (in graph replays too); bucket_bytes 0: one
  * sum of the whole arena on the compute stream after the backward. The sum is not divided: the optimizer's
  * grad_scale does it. comm NULL: off. */
-cnn_status cnn_model_set_comm(cnn_model *m, void *comm, size_t bucket_bytes);
+typedef struct cnn_dp_opts {
+    size_t bucket_bytes;
+    int world;       /* the ranks of comm */
+    bool sync_bn;    /* BatchNorm's batch statistics over all the ranks (PyTorch's SyncBatchNorm) */
+    bool bf16_sums;  /* gradients summed in bfloat16 (half the bytes; each rank's rounded first) */
+} cnn_dp_opts;
+cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o);
 
 /* Device arenas, for the optimizer and checkpoints. */
 float *cnn_model_params(cnn_model *m);      /* (n_trainable) */

@@ -80,7 +80,7 @@ void cnn_model_free(cnn_model *m) {
     cnn_backend *be = m->be;
     cnn_model_set_graphs(m, false);
     void *dev[] = {m->params, m->grads, m->buffers, m->bn, m->wact, m->pairw, m->arena, m->input, m->staging,
-                   m->labels_dev, m->loss_dev};
+                   m->labels_dev, m->loss_dev, m->sum_scratch};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) be->free(be, dev[i]);
     free(m->bn_off);
@@ -325,6 +325,23 @@ static cnn_linear linear_problem(const cnn_model *m, const cnn_node *nd, int n) 
  * differ only where a node means something else: BN normalises by the batch's statistics in training and is its
  * folded scale/shift in eval; an add is add_forward in training and scale_shift (the add with a fused ReLU) in
  * eval; dropout runs only in training (the eval plan aliases it). A train step fuses nothing (cnn_step_alone). */
+/* The BatchNorm problem of node nd at batch n: over all the ranks' rows with --sync-bn (cnn_dp_opts). Not while
+ * a node check runs (a diagnosis, guard.c): it may stop each rank's forward at another layer, and a collective that
+ * one rank never reaches would hang the others. */
+static cnn_bn bn_problem(const cnn_model *m, const cnn_node *nd, int n) {
+    const bool sync = m->comm && m->dp.sync_bn && !m->node_check;
+    return (cnn_bn){.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f,
+                    .comm = sync ? m->comm : NULL, .world = sync ? m->dp.world : 1};
+}
+
+/* Gradient elements [lo, hi) summed over the ranks, in float32 or bfloat16 (cnn_dp_opts); side as comm_allreduce. */
+static cnn_status grad_sum(cnn_model *m, int64_t lo, int64_t hi, bool side) {
+    cnn_backend *be = m->be;
+    if (m->dp.bf16_sums)
+        return be->comm_allreduce_bf16(be, m->comm, m->grads + lo, (char *)m->sum_scratch + 2 * lo, hi - lo, side);
+    return be->comm_allreduce(be, m->comm, m->grads + lo, hi - lo, CNN_COMM_SUM_F32, side);
+}
+
 static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_step *sp) {
     const cnn_net *net = m->net;
     cnn_backend *be = m->be;
@@ -367,7 +384,7 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
     }
     case CNN_OP_BN:
         if (mode == CNN_MODE_TRAIN) {
-            cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
+            cnn_bn bn = bn_problem(m, nd, n);
             float *stats = m->bn + m->bn_off[i];
             st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
                                       (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
@@ -565,7 +582,7 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     CNN_TRY(upload_labels(m, n, labels));
     CNN_TRY(run_graphed(m, CNN_GRAPH_BACKWARD, n, label_smoothing, backward_ops));
     if (m->comm && m->n_buckets == 0) /* unbucketed: one sum after the backward, on the compute stream */
-        CNN_TRY(m->be->comm_allreduce(m->be, m->comm, m->grads, m->net->n_trainable, CNN_COMM_SUM_F32, false));
+        CNN_TRY(grad_sum(m, 0, m->net->n_trainable, false));
     return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
@@ -606,7 +623,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         }
         case CNN_OP_BN: { /* with what its step fused: the ReLU's mask from the step's output, the residual's gradient */
             CNN_ASSERT(dx);
-            cnn_bn bn = {.m = (int64_t)n * nd->h * nd->w, .c = nd->c, .eps = 1e-5f, .momentum = 0.1f};
+            cnn_bn bn = bn_problem(m, nd, n);
             const float *stats = m->bn + m->bn_off[i];
             void *dres = sp->has_residual && sp->residual >= 0 ? grad_ptr(m, sp->residual) : NULL;
             st = be->bn_backward(be, &bn, x, sp->relu ? value_ptr(m, sp->out, CNN_MODE_TRAIN) : NULL, dy,
@@ -656,7 +673,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         CNN_TRY(profile_mark(m, &mark));
         for (; m->comm && bucket < m->n_buckets && m->buckets[bucket].step == s; bucket++) {
             const cnn_grad_bucket *b = &m->buckets[bucket];
-            CNN_TRY(be->comm_allreduce(be, m->comm, m->grads + b->lo, b->hi - b->lo, CNN_COMM_SUM_F32, true));
+            CNN_TRY(grad_sum(m, b->lo, b->hi, true));
         }
     }
     if (m->comm && m->n_buckets > 0) CNN_TRY(be->comm_join(be, m->comm));
@@ -676,15 +693,27 @@ static int step_params(const cnn_model *m, int s, int out[2]) {
 /* Buckets by simulating the backward: after each step, the gradients at and above `frontier` (an arena offset)
  * are all written; a bucket is cut whenever that complete suffix has grown by bucket_bytes since the last cut,
  * and at the end. Every rank computes the same list, so they issue the same sums in the same order. */
-cnn_status cnn_model_set_comm(cnn_model *m, void *comm, size_t bucket_bytes) {
+cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o) {
     free(m->buckets);
     m->buckets = NULL;
     m->n_buckets = 0;
-    m->comm = comm;
+    m->comm = NULL;
+    m->dp = (cnn_dp_opts){.world = 1};
+    if (m->sum_scratch) m->be->free(m->be, m->sum_scratch);
+    m->sum_scratch = NULL;
+    cnn_model_set_graphs(m, m->use_graphs); /* recorded passes hold the sums or not: record them again */
     if (!comm) return CNN_OK;
     if (!m->train) return cnn_fail(CNN_E_INVALID, "data-parallel gradients on a model created for inference");
     if (!m->be->comm_allreduce) return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no collectives", m->be->name);
-    cnn_model_set_graphs(m, m->use_graphs); /* recorded backwards hold no sums: record them again */
+    if (o->world < 1) return cnn_fail(CNN_E_INVALID, "data parallel over %d ranks", o->world);
+    if (o->bf16_sums && !m->be->comm_allreduce_bf16)
+        return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no bfloat16 gradient sums", m->be->name);
+    if (o->bf16_sums)
+        CNN_TRY(m->be->alloc(m->be, (size_t)(m->net->n_trainable > 0 ? m->net->n_trainable : 1) * 2,
+                             "bf16 gradient sums", &m->sum_scratch));
+    m->comm = comm;
+    m->dp = *o;
+    const size_t bucket_bytes = o->bucket_bytes;
     if (bucket_bytes == 0) return CNN_OK;
     const cnn_net *net = m->net;
     const int64_t total = net->n_trainable, per = (int64_t)(bucket_bytes / sizeof(float)) > 0

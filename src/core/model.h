@@ -76,6 +76,8 @@ struct cnn_model {
     /* data parallel (cnn_model_set_comm): the communicator and the gradient buckets, in the order the backward
      * completes them; bucket b is summed right after backward train step buckets[b].step */
     void *comm;
+    cnn_dp_opts dp;          /* world, sync_bn, bf16_sums as set */
+    void *sum_scratch;       /* bf16_sums: (n_trainable) bf16 device memory the sums run in */
     cnn_grad_bucket *buckets;
     int n_buckets;
 };

@@ -10,7 +10,8 @@
  *     dbeta = sum g,   dgamma = sum g * xhat,   dx (+)= gamma * invstd / M * (M * g - dbeta - xhat * dgamma),
  *     dres (+)= g (the residual's gradient)
  * Statistics are two-pass sums in double over fixed row chunks reduced in chunk order, so results do not
- * depend on the thread count.
+ * depend on the thread count. Synchronised BatchNorm (cnn_bn.comm): each per-channel sum is summed over the ranks
+ * (comm_allreduce) and M is all the ranks' rows.
  */
 #include "cpu/cpu.h"
 
@@ -29,6 +30,13 @@ static void reduce_chunks(int threads, const double *part, int64_t nch, int c, d
         for (int64_t ch = 0; ch < nch; ch++) t += part[ch * c + j];
         total[j] = t;
     }
+}
+
+/* Synchronised BatchNorm (cnn_bn.comm): n per-channel sums summed over the ranks, in place. */
+static cnn_status group_sum(cnn_backend *be, const cnn_bn *bn, double *v, int n) {
+    if (!bn->comm) return CNN_OK;
+    CNN_ASSERT(bn->world >= 1 && be->comm_allreduce);
+    return be->comm_allreduce(be, bn->comm, v, n, CNN_COMM_SUM_F64, false);
 }
 
 /* The row loops below run over rows [r0, r1) of an (M, C) view with channels innermost, so the compiler turns
@@ -104,26 +112,33 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
         return cnn_fail(CNN_E_OOM, "out of host memory for batch norm statistics (%lld x %d)", (long long)nch, C);
     }
     double *mean = stat, *var = stat + C;
+    const double rows = (double)M * (bn->comm ? bn->world : 1); /* the statistics' rows: the group's when synchronised */
     /* pass 1: mean */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)
         rows_sum(x, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, part + ch * C);
     reduce_chunks(threads, part, nch, C, mean);
-    for (int j = 0; j < C; j++) mean[j] /= (double)M;
+    cnn_status st = group_sum(be, bn, mean, C);
+    for (int j = 0; j < C; j++) mean[j] /= rows;
     /* pass 2: biased variance around the mean */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)
         rows_sqdev(x, mean, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, part + ch * C);
     reduce_chunks(threads, part, nch, C, var);
+    if (st == CNN_OK) st = group_sum(be, bn, var, C);
+    if (st != CNN_OK) {
+        free(part), free(stat), free(coef);
+        return st;
+    }
     double *a = coef, *b = coef + C;
     const double mom = bn->momentum;
     for (int j = 0; j < C; j++) {
-        var[j] /= (double)M;
+        var[j] /= rows;
         double invstd = 1.0 / sqrt(var[j] + (double)bn->eps);
         save_mean[j] = (float)mean[j];
         save_invstd[j] = (float)invstd;
         running_mean[j] = (float)(mom * mean[j] + (1.0 - mom) * running_mean[j]);
-        running_var[j] = (float)(mom * var[j] * (double)M / (double)(M - 1) + (1.0 - mom) * running_var[j]);
+        running_var[j] = (float)(mom * var[j] * rows / (rows - 1.0) + (1.0 - mom) * running_var[j]);
         /* y = (x - mean) * a + b with a = invstd * gamma, in double: a large mean cancels exactly */
         a[j] = invstd * (gamma ? gamma[j] : 1.0);
         b[j] = beta ? beta[j] : 0.0;
@@ -248,9 +263,18 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
     for (int j = 0; j < C; j++) {
         if (dbeta) dbeta[j] = (float)sum_dy[j];
         if (dgamma) dgamma[j] = (float)sum_dyx[j];
+    }
+    /* dgamma, dbeta are this rank's sums; dx takes the group's (sum_dy and sum_dyx are adjacent) */
+    cnn_status st = group_sum(be, bn, sum_dy, 2 * C);
+    if (st != CNN_OK) {
+        free(part), free(stat);
+        return st;
+    }
+    const double rows = (double)M * (bn->comm ? bn->world : 1);
+    for (int j = 0; j < C; j++) {
         k_scale[j] = k.gamma[j] * save_invstd[j];
-        k_proj[j] = sum_dyx[j] / (double)M;
-        sum_dy[j] /= (double)M; /* now the mean of g */
+        k_proj[j] = sum_dyx[j] / rows;
+        sum_dy[j] /= rows; /* now the mean of g */
     }
     /* dx = gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)); dres = g */
     if (dx || dres) {

@@ -6,7 +6,8 @@
  * chunking depends only on (M, C) and the SM count. Where C % 8 == 0 and the tensors are 16-byte aligned (every
  * BN of the zoo) the vector kernels run: one pass of sums of x and x^2 (the variance from them in double, exact
  * enough for |mean| / std up to ~1e6), one apply pass, each thread 8 channels; elsewhere the scalar ones: the
- * mean, then the centred variance, then apply.
+ * mean, then the centred variance, then apply. Synchronised BatchNorm (cnn_bn.comm) adds each sum's chunks into
+ * per-channel totals, sums those over the ranks, and finalizes from them.
  */
 #include "cuda/internal.h"
 
@@ -82,6 +83,28 @@ static cnn_status run_elementwise(cuda_be *cb, red_args *a, int entry, const cha
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, (a->m * a->c + per - 1) / per, 256), 1, 1, 256, 1, a);
 }
 
+/* Synchronised BatchNorm: the first `sums` arrays of a's partials added over the chunks into a->totals, then over
+ * the ranks of bn->comm (on the compute stream, in order: recorded graphs hold the sum). */
+static cnn_status group_totals(cnn_backend *be, const cnn_bn *bn, red_args *a, int sums, const char *what) {
+    a->sums = sums;
+    CNN_TRY(run_per_channel(cuda_impl(be), a, BN_CHUNK_TOTALS, what));
+    CNN_TRY(be->comm_allreduce(be, bn->comm, a->totals, (int64_t)sums * a->c, CNN_COMM_SUM_F64, false));
+    return CNN_OK;
+}
+
+/* a's finalize over the group's totals: one chunk of the rows of all the ranks */
+static red_args group_view(const red_args *a, const cnn_bn *bn) {
+    red_args g = *a;
+    g.partial = a->totals;
+    g.chunks = 1;
+    g.m = a->m * bn->world;
+    return g;
+}
+
+static void check_group(cnn_backend *be, const cnn_bn *bn) {
+    CNN_ASSERT(!bn->comm || (bn->world >= 1 && be->comm_allreduce));
+}
+
 static void check_mc(int64_t m, int c) {
     CNN_ASSERT(m > 0 && c > 0);
     CNN_ASSERT(m <= INT64_MAX / c);
@@ -118,23 +141,32 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     a.m = bn->m, a.c = bn->c, a.eps = bn->eps, a.momentum = bn->momentum;
     a.x = x, a.out = y, a.gamma = gamma, a.beta = beta, a.residual = residual, a.relu = relu;
     a.mean = save_mean, a.invstd = save_invstd, a.running_mean = running_mean, a.running_var = running_var;
+    check_group(be, bn);
     const bool vec = vec_ok(&a);
     vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
     void *ws;
-    CNN_TRY(cuda_workspace(cb, (size_t)2 * a.chunks * a.c * sizeof(double), &ws));
+    const size_t part = (size_t)2 * a.chunks * a.c;
+    CNN_TRY(cuda_workspace(cb, (part + (bn->comm ? 2 * (size_t)a.c : 0)) * sizeof(double), &ws));
     a.partial = ws;
+    a.totals = (double *)ws + part;
     char what[112];
-    snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
-             a.c, residual ? " +residual" : "", relu ? " relu" : "");
+    snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype),
+             (long long)a.m, a.c, residual ? " +residual" : "", relu ? " relu" : "", bn->comm ? " sync" : "");
+    /* synchronised: each finalize reads the group's totals instead of this rank's chunks */
+    red_args g = group_view(&a, bn);
+    red_args *fin = bn->comm ? &g : &a;
     if (vec) {
         CNN_TRY(run_partial_vec(cb, &a, 0, what));
-        CNN_TRY(run_per_channel(cb, &a, BN_STATS_FIN, what));
+        if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 2, what));
+        CNN_TRY(run_per_channel(cb, fin, BN_STATS_FIN, what));
         return run_elementwise(cb, &a, BN_APPLY_VEC, what);
     }
     CNN_TRY(run_partial(cb, &a, 0, what));
-    CNN_TRY(run_per_channel(cb, &a, BN_MEAN_FIN, what));
+    if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 1, what));
+    CNN_TRY(run_per_channel(cb, fin, BN_MEAN_FIN, what));
     CNN_TRY(run_partial(cb, &a, 1, what));
-    CNN_TRY(run_per_channel(cb, &a, BN_VAR_FIN, what));
+    if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 1, what));
+    CNN_TRY(run_per_channel(cb, fin, BN_VAR_FIN, what));
     return run_elementwise(cb, &a, BN_APPLY, what);
 }
 
@@ -151,18 +183,26 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     a.mean = (float *)save_mean, a.invstd = (float *)save_invstd; /* read only in these kernels */
     a.dgamma = dgamma, a.dbeta = dbeta;
     a.accumulate = accumulate, a.dres_accumulate = dres_accumulate;
+    check_group(be, bn);
     const bool vec = vec_ok(&a);
     vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
     void *ws;
     size_t part = (size_t)2 * a.chunks * a.c;
-    CNN_TRY(cuda_workspace(cb, (part + 3 * (size_t)a.c) * sizeof(double), &ws));
+    CNN_TRY(cuda_workspace(cb, (part + 5 * (size_t)a.c) * sizeof(double), &ws));
     a.partial = ws;
     a.coef = (double *)ws + part;
+    a.totals = a.coef + 3 * (size_t)a.c;
     char what[112];
-    snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m, a.c,
-             relu ? " relu" : "", dres ? " +residual" : "");
+    snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
+             a.c, relu ? " relu" : "", dres ? " +residual" : "", bn->comm ? " sync" : "");
     CNN_TRY(vec ? run_partial_vec(cb, &a, 2, what) : run_partial(cb, &a, 2, what));
-    CNN_TRY(run_per_channel(cb, &a, BN_BWD_FIN, what));
+    CNN_TRY(run_per_channel(cb, &a, BN_BWD_FIN, what)); /* dgamma, dbeta: this rank's sums */
+    if (bn->comm) { /* dx's coefficients from the group's sums */
+        CNN_TRY(group_totals(be, bn, &a, 2, what));
+        red_args g = group_view(&a, bn);
+        g.dgamma = g.dbeta = NULL;
+        CNN_TRY(run_per_channel(cb, &g, BN_BWD_FIN, what));
+    }
     if (!dx && !dres) return CNN_OK;
     return run_elementwise(cb, &a, vec ? BN_BWD_APPLY_VEC : BN_BWD_APPLY, what);
 }

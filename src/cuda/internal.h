@@ -148,7 +148,7 @@ cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap);
 
 /* ---- the kernel registry (registry.c) ------------------------------------------------------------------- */
 
-#define CUDA_MAX_ENTRIES 12
+#define CUDA_MAX_ENTRIES 16
 
 /* A family: one kernel file compiled with one set of -D defines per (dtype, config). The configs (the
  * search space) are declared next to their launcher; `defines` writes config cfg's options. */
@@ -179,7 +179,7 @@ enum {
 enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
 enum {
     BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
-    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_N
+    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_N
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
@@ -321,6 +321,9 @@ cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx,
  * fails cleanly (CNN_E_UNSUPPORTED) where the GPU has less per block. */
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args);
+/* A 1-D launch on another stream than the backend's (the communicator's), without PDL. */
+cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char *what, unsigned gx, unsigned bx,
+                          void *args);
 /* How many blocks of f (`threads` threads, `smem` bytes of dynamic shared memory) fit on one SM at once, at
  * least 1 (the driver's occupancy calculator, after raising f's shared-memory limit as a launch would). */
 cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem, int *out);

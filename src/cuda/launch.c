@@ -93,6 +93,21 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
     return CNN_OK;
 }
 
+cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char *what, unsigned gx, unsigned bx,
+                          void *args) {
+    CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && bx >= 1 && bx <= 1024);
+    void *params[1] = {args};
+    CUresult r = cu.LaunchKernel(f, gx, 1, 1, bx, 1, 1, 0, stream, params, NULL);
+    if (r == CUDA_SUCCESS) cb->stats.launches++;
+    if (r == CUDA_SUCCESS && cb->sync_debug && !cb->capturing) r = cu.StreamSynchronize(stream);
+    if (r != CUDA_SUCCESS) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "kernel %s (grid %u, block %u, on a side stream)", what, gx, bx);
+        return cuda_fail(r, msg);
+    }
+    return CNN_OK;
+}
+
 /* ---- memory ------------------------------------------------------------------------------------------- */
 
 static cnn_status oom(cuda_be *cb, size_t bytes, const char *what) {

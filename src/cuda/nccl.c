@@ -168,7 +168,6 @@ static cnn_status comm_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
     int dt = NCCL_FLOAT32, red = NCCL_SUM;
     switch (op) {
     case CNN_COMM_SUM_F32: break;
-    case CNN_COMM_SUM_BF16: dt = NCCL_BFLOAT16; break;
     case CNN_COMM_SUM_F64: dt = NCCL_FLOAT64; break;
     case CNN_COMM_MAX_U32: dt = NCCL_UINT32, red = NCCL_MAX; break;
     }
@@ -180,6 +179,37 @@ static cnn_status comm_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
     }
     NCCL_TRY(nc.AllReduce(x, x, (size_t)count, dt, red, c->c, s), "ncclAllReduce");
     return CNN_OK;
+}
+
+/* x (count float32) rounded to bfloat16 into scratch, or widened back (to_act / from_act of the bf16 pointwise
+ * kernels, whatever the backend's own dtype), on stream s */
+static cnn_status bf16_convert(cuda_be *cb, CUstream s, bool narrow, float *x, void *scratch, int64_t count) {
+    const bool vec = ((uintptr_t)x & 15) == 0 && ((uintptr_t)scratch & 15) == 0;
+    CUfunction f;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_pointwise, CNN_DTYPE_BF16, vec ? PW_CFG_VEC16 : PW_CFG_SCALAR,
+                        narrow ? PW_TO_ACT : PW_FROM_ACT, &f));
+    pw_args a = {.count = count, .a = narrow ? (const void *)x : scratch, .out = narrow ? scratch : (void *)x};
+    const int per = vec ? 8 : 1;
+    return cuda_launch_on(cb, s, f, narrow ? "gradient sum: float32 -> bf16" : "gradient sum: bf16 -> float32",
+                          cuda_grid_1d(cb, (count + per - 1) / per, 256), 256, &a);
+}
+
+/* bfloat16 sums: half the bytes on the wire; the rounding and widening run on the collective's stream */
+static cnn_status comm_allreduce_bf16(cnn_backend *be, void *comm, float *x, void *scratch, int64_t count,
+                                      bool side) {
+    nccl_comm *c = comm;
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    if (count == 0) return CNN_OK;
+    CUstream s = cb->stream;
+    if (side) {
+        CU_TRY(cu.EventRecord(c->fork, cb->stream), "cuEventRecord (gradient bucket)");
+        CU_TRY(cu.StreamWaitEvent(c->side, c->fork, 0), "cuStreamWaitEvent (gradient bucket)");
+        s = c->side;
+    }
+    CNN_TRY(bf16_convert(cb, s, true, x, scratch, count));
+    NCCL_TRY(nc.AllReduce(scratch, scratch, (size_t)count, NCCL_BFLOAT16, NCCL_SUM, c->c, s), "ncclAllReduce (bf16)");
+    return bf16_convert(cb, s, false, x, scratch, count);
 }
 
 static cnn_status comm_join(cnn_backend *be, void *comm) {
@@ -228,6 +258,7 @@ void cuda_comm_install(cnn_backend *be) {
     be->comm_id = comm_id;
     be->comm_init = comm_init;
     be->comm_allreduce = comm_allreduce;
+    be->comm_allreduce_bf16 = comm_allreduce_bf16;
     be->comm_join = comm_join;
     be->comm_broadcast = comm_broadcast;
     be->comm_check = comm_check;

@@ -3,11 +3,12 @@
 #
 #   tests/gpu/dist.sh STAGE...      stages, each under 10 minutes:
 #     build         make (incremental) and the machine's GPUs, NCCL and torchrun
-#     scaling-r50   ResNet-50 bf16, batch 256 per GPU, 1 vs 2 GPUs: cnn bench --gpus N and PyTorch DDP (torchrun)
+#     scaling-r50   ResNet-50 bf16, batch 256 per GPU, 1 vs 2 (and 4, where the machine has them) GPUs: cnn bench
+#                   --gpus N and PyTorch DDP (torchrun); and cnn with --allreduce bf16 on the most GPUs
 #     scaling-r18   CIFAR ResNet-18 bf16, batch 512 per GPU, likewise
-#     equiv-a       fp32 --deterministic VGG-11 (no BatchNorm, no dropout): 2 GPUs x 32 follow 1 GPU x 64 for 50
-#                   steps (each loss within 1e-5); CIFAR ResNet-18 3 epochs, 1 vs 2 GPUs: final top-1 within 0.5
-#                   points
+#     equiv-a       fp32 --deterministic: VGG-11 (no BatchNorm, no dropout) and CIFAR ResNet-18 with --sync-bn,
+#                   2 GPUs x 32 (and 4 x 16) follow 1 GPU x 64 for 50 steps (each loss within 1e-5); CIFAR
+#                   ResNet-18 3 epochs (BatchNorm per GPU), 1 vs 2 GPUs: final top-1 within 0.5 points
 #     equiv-b       a torchrun-started and a file://-initialised run complete; a checkpoint of 2 GPUs resumes on 1
 #     faults-a      trials 1-6, faults-b trials 7-12: trials 1-10 kill -9 one rank mid-run (rank 1, then rank 0,
 #                   alternating): the survivor exits non-zero naming the peer within --dist-timeout + 10 s, the
@@ -71,29 +72,54 @@ stage_build() {
     [ -n "$PY" ] || fail "no Python with torch + CUDA: DDP rows and the torchrun check will not run"
 }
 
-# scaling NAME MODEL_ARGS BATCH MIN2: ours and DDP's images/s on 1 and 2 GPUs; ours' 2-GPU speedup >= MIN2
+# the machine's GPU count
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+ratio() { "${PY:-python3}" -c "print('%.2fx' % ($2 / $1))" 2>/dev/null; }
+
+# scaling NAME MODEL_ARGS BATCH MIN2 MIN4 DDP_ARGS: ours and DDP's images/s on 1, 2 and (where there are 4 GPUs)
+# 4 GPUs; ours' speedups >= MIN2 and MIN4; ours with bf16 gradient sums on the most GPUs
 scaling() {
-    local name=$1 margs=$2 batch=$3 min2=$4 ddpargs=$5
+    local name=$1 margs=$2 batch=$3 min2=$4 min4=$5 ddpargs=$6
     say "== scaling $name ($(date -u +%FT%TZ))"
-    local c1 c2 d1 d2
-    step "$name-cnn1" 280 "$CNN" bench --mode train $margs --dtype bf16 --batch "$batch" --gpus 1 --repeat 20 --warmup 5 -o jsonl
-    c1=$(ips "$LOGDIR/$name-cnn1.log")
-    step "$name-cnn2" 280 "$CNN" bench --mode train $margs --dtype bf16 --batch "$batch" --gpus 2 --repeat 20 --warmup 5 -o jsonl
-    c2=$(ips "$LOGDIR/$name-cnn2.log")
+    local counts="1 2" g top
+    [ "$NGPU" -ge 4 ] && counts="1 2 4"
+    declare -A C D
+    for g in $counts; do
+        step "$name-cnn$g" 280 "$CNN" bench --mode train $margs --dtype bf16 --batch "$batch" --gpus "$g" --repeat 20 --warmup 5 -o jsonl
+        C[$g]=$(ips "$LOGDIR/$name-cnn$g.log")
+        top=$g
+    done
+    step "$name-cnn${top}-bf16sums" 280 "$CNN" bench --mode train $margs --dtype bf16 --batch "$batch" --gpus "$top" --allreduce bf16 --repeat 20 --warmup 5 -o jsonl
+    local cb
+    cb=$(ips "$LOGDIR/$name-cnn${top}-bf16sums.log")
     if [ -n "$PY" ]; then
-        step "$name-ddp1" 200 "${TORCHRUN[@]}" --nproc_per_node 1 bench/ddp_bench.py $ddpargs --batch "$batch" --dtype bf16
-        d1=$(ips "$LOGDIR/$name-ddp1.log")
-        step "$name-ddp2" 200 "${TORCHRUN[@]}" --nproc_per_node 2 bench/ddp_bench.py $ddpargs --batch "$batch" --dtype bf16
-        d2=$(ips "$LOGDIR/$name-ddp2.log")
+        for g in $counts; do
+            step "$name-ddp$g" 200 "${TORCHRUN[@]}" --nproc_per_node "$g" bench/ddp_bench.py $ddpargs --batch "$batch" --dtype bf16
+            D[$g]=$(ips "$LOGDIR/$name-ddp$g.log")
+        done
     fi
-    say "| $name b$batch/GPU bf16 | 1 GPU img/s | 2 GPUs img/s | speedup |"
-    say "| cnn | ${c1:-error} | ${c2:-error} | $("${PY:-python3}" -c "print('%.2fx' % ($c2 / $c1))" 2>/dev/null) |"
-    say "| pytorch DDP | ${d1:-n/a} | ${d2:-n/a} | $("${PY:-python3}" -c "print('%.2fx' % ($d2 / $d1))" 2>/dev/null) |"
-    if [ -n "${c1:-}" ] && [ -n "${c2:-}" ] && "${PY:-python3}" -c "import sys; sys.exit(0 if $c2 / $c1 >= $min2 else 1)"; then
-        pass "$name scaling >= ${min2}x"
-    else
-        fail "$name scaling: 1 GPU ${c1:-error}, 2 GPUs ${c2:-error} img/s (need >= ${min2}x)"
-    fi
+    local hdr="| $name b$batch/GPU bf16 |" sep="|---|" row_c="| cnn |" row_d="| pytorch DDP |"
+    for g in $counts; do
+        hdr="$hdr $g GPU img/s |"; sep="$sep---|"
+        row_c="$row_c ${C[$g]:-error} |"; row_d="$row_d ${D[$g]:-n/a} |"
+    done
+    for g in $counts; do
+        [ "$g" = 1 ] && continue
+        hdr="$hdr ${g}x speedup |"; sep="$sep---|"
+        row_c="$row_c $(ratio "${C[1]:-0}" "${C[$g]:-0}") |"; row_d="$row_d $(ratio "${D[1]:-0}" "${D[$g]:-0}") |"
+    done
+    say "$hdr"; say "$sep"; say "$row_c"; say "$row_d"
+    say "INFO $name cnn on $top GPUs with --allreduce bf16: ${cb:-error} img/s (fp32 sums: ${C[$top]:-error})"
+    for g in $counts; do
+        [ "$g" = 1 ] && continue
+        local min=$min2
+        [ "$g" = 4 ] && min=$min4
+        if [ -n "${C[1]:-}" ] && [ -n "${C[$g]:-}" ] && "${PY:-python3}" -c "import sys; sys.exit(0 if ${C[$g]} / ${C[1]} >= $min else 1)"; then
+            pass "$name scaling on $g GPUs >= ${min}x"
+        else
+            fail "$name scaling: 1 GPU ${C[1]:-error}, $g GPUs ${C[$g]:-error} img/s (need >= ${min}x)"
+        fi
+    done
 }
 
 # the losses of two metrics.jsonl files: max |difference| per step <= tol over the first n steps
@@ -124,6 +150,20 @@ stage_equiv() {
     else
         fail "equiv vgg11 fp32 2x32 vs 1x64: $(cat "$LOGDIR/equiv-vgg-compare.log")"
     fi
+    # BatchNorm over the whole global batch: the same steps as one GPU's
+    local B="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 6400 --steps 50
+             --lr 0.002 --dtype fp32 --deterministic --eval-size 0 --no-progress --no-augment"
+    local g
+    step equiv-syncbn1 280 "$CNN" train $B --batch 64 --gpus 1 --out "$R/sbn1"
+    for g in 2 4; do
+        [ "$NGPU" -ge $g ] || continue
+        step equiv-syncbn$g 280 "$CNN" train $B --batch-global 64 --gpus $g --sync-bn --out "$R/sbn$g"
+        if loss_match "$R/sbn1/metrics.jsonl" "$R/sbn$g/metrics.jsonl" 50 1e-5 >"$LOGDIR/equiv-syncbn$g-compare.log" 2>&1; then
+            pass "equiv resnet18 --sync-bn fp32 ${g}x$((64 / g)) vs 1x64: $(cat "$LOGDIR/equiv-syncbn$g-compare.log")"
+        else
+            fail "equiv resnet18 --sync-bn fp32 ${g}x$((64 / g)) vs 1x64: $(cat "$LOGDIR/equiv-syncbn$g-compare.log")"
+        fi
+    done
     local C="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 16384 --epochs 3
              --eval-size 4096 --lr 0.1 --warmup 20 --dtype bf16 --no-progress"
     step equiv-r18-1 280 "$CNN" train $C --batch 256 --gpus 1 --out "$R/r18-1"
@@ -176,10 +216,11 @@ stage_faults() {
     say "== faults, trials $first..$last ($(date -u +%FT%TZ))"
     local R=$LOGDIR/faults TO=60 ok=0 n=0
     mkdir -p "$R"
-    local F="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 16384 --steps 60 --batch 128
+    local F="--model resnet18 --stem cifar --num-classes 10 --data synthetic --train-size 16384 --batch 128
              --checkpoint-every 5 --eval-size 0 --tune none --no-progress --dist-timeout $TO"
     # the kernels compiled once beforehand, so that no trial's first step waits for NVRTC
     step faults-warm 280 "$CNN" train $F --gpus 1 --steps 2 --out "$R/warm"
+    F="$F --steps 60"
     for trial in $(seq "$first" "$last"); do
         local victim=$((trial % 2)) mode=kill
         [ "$trial" -gt 10 ] && mode=stop
@@ -235,14 +276,14 @@ stage_faults() {
 for s in "$@"; do
     case $s in
     build) stage_build ;;
-    scaling-r50) scaling r50 "--model resnet50" 256 1.9 "--model resnet50" ;;
-    scaling-r18) scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 "--model resnet18 --stem cifar" ;;
+    scaling-r50) scaling r50 "--model resnet50" 256 1.9 3.7 "--model resnet50" ;;
+    scaling-r18) scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 3.4 "--model resnet18 --stem cifar" ;;
     equiv-a) stage_equiv ;;
     equiv-b) stage_equiv_runs ;;
     faults-a) stage_faults 1 6 ;;
     faults-b) stage_faults 7 12 ;;
-    all) stage_build; scaling r50 "--model resnet50" 256 1.9 "--model resnet50"
-         scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 "--model resnet18 --stem cifar"
+    all) stage_build; scaling r50 "--model resnet50" 256 1.9 3.7 "--model resnet50"
+         scaling r18 "--model resnet18 --stem cifar --input-size 32 --num-classes 10" 512 1.8 3.4 "--model resnet18 --stem cifar"
          stage_equiv; stage_equiv_runs; stage_faults 1 12 ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
     esac

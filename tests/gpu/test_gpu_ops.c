@@ -660,26 +660,56 @@ static void g_channel_sum(ctx *t) {
 
 /* ---- batch norm ----------------------------------------------------------------------------------------- */
 
+/* Synchronised BatchNorm's collective, as SYNC_WORLD ranks holding the same rows would sum: each float64 sum
+ * times SYNC_WORLD. The statistics and dx then equal one rank's; the running variance takes the group's count
+ * (M * SYNC_WORLD - 1); dgamma and dbeta stay this rank's. Every call is counted. */
+#define SYNC_WORLD 2
+static int64_t replica_sums;
+static cnn_status replica_allreduce(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side) {
+    CNN_ASSERT(op == CNN_COMM_SUM_F64 && !side && count > 0);
+    double *h = malloc((size_t)count * sizeof *h);
+    if (!h) return CNN_E_OOM;
+    cnn_status st = be->download(be, h, x, (size_t)count * sizeof *h);
+    for (int64_t i = 0; i < count; i++) h[i] *= SYNC_WORLD;
+    if (st == CNN_OK) st = be->upload(be, x, h, (size_t)count * sizeof *h);
+    free(h);
+    replica_sums++;
+    return st;
+}
+
 /* BatchNorm in training, alone and with what follows it fused (y = relu?(bn(x) + residual)), forward and backward
  * (from y's ReLU mask, the residual's gradient accumulated onto what was there), against float64 and the CPU
- * backend; C % 8 == 0 runs the vector kernels (16-byte aligned operands), other C the scalar ones. */
+ * backend; C % 8 == 0 runs the vector kernels (16-byte aligned operands), other C the scalar ones. The sync
+ * cases synchronise over SYNC_WORLD replicas (replica_allreduce): the sums must go through the collective. */
 static void g_bn(ctx *t) {
     const struct {
         int64_t m;
         int c;
         float offset;
-    } cases[] = {{3 * 5 * 7, 13, 0}, {2, 3, 0} /* M = 2: dx cancels almost completely */, {2 * 16 * 16, 64, 0.5f},
-                 {4096, 7, 10.0f}, {1 * 7 * 7, 136, -3}, {9 * 11, 2056, 0.25f} /* two groups of channel vectors */};
+        bool sync;
+    } cases[] = {{3 * 5 * 7, 13, 0, false}, {2, 3, 0, false} /* M = 2: dx cancels almost completely */,
+                 {2 * 16 * 16, 64, 0.5f, false}, {5 * 6, 24, 1.0f, true}, {4096, 7, 10.0f, false},
+                 {1 * 7 * 7, 136, -3, false}, {9 * 11, 2056, 0.25f, false} /* two groups of channel vectors */,
+                 {3 * 5 * 7, 13, 0, true}};
+    cnn_status (*const gpu_allreduce)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) =
+        t->gpu->comm_allreduce;
+    cnn_status (*const cpu_allreduce)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) =
+        t->cpu ? t->cpu->comm_allreduce : NULL;
+    t->gpu->comm_allreduce = replica_allreduce;
+    if (t->cpu) t->cpu->comm_allreduce = replica_allreduce;
     static const struct {
         bool residual, relu;
         const char *tag;
     } fused[] = {{false, false, ""}, {false, true, ".relu"}, {true, true, ".residual_relu"}, {true, false, ".residual"}};
-    for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++)
+    static int sync_token; /* the communicator replica_allreduce is handed */
+    for (size_t k = 0; k < (quick ? 4 : sizeof cases / sizeof cases[0]); k++)
         for (size_t f = 0; f < (quick ? 3 : sizeof fused / sizeof fused[0]); f++) {
-            const bool use_res = fused[f].residual, relu = fused[f].relu;
+            const bool use_res = fused[f].residual, relu = fused[f].relu, sync = cases[k].sync;
             int64_t m = cases[k].m;
             int c = cases[k].c;
-            cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f};
+            const int64_t mm = sync ? m * SYNC_WORLD : m; /* the running variance's count */
+            cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .comm = sync ? &sync_token : NULL,
+                         .world = sync ? SYNC_WORLD : 1};
             char name[128];
             arr x = arr_in(t, m * c, true, 1300 + k, cases[k].offset - 1.5f, cases[k].offset + 2.0f, 0);
             arr gamma = arr_in(t, c, false, 1310 + k, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, 1320 + k, -0.5f, 0.5f, 0);
@@ -698,17 +728,21 @@ static void g_bn(ctx *t) {
                 var[j] = v / m;
                 inv[j] = 1.0 / sqrt(var[j] + 1e-5);
                 rrm[j] = 0.9 * rm.h[j] + 0.1 * mean[j];
-                rrv[j] = 0.9 * rv.h[j] + 0.1 * (m > 1 ? var[j] * m / (m - 1) : var[j]);
+                rrv[j] = 0.9 * rv.h[j] + 0.1 * (mm > 1 ? var[j] * mm / (mm - 1) : var[j]);
                 for (int64_t r = 0; r < m; r++) {
                     double v2 = (x.h[r * c + j] - mean[j]) * inv[j] * gamma.h[j] + beta.h[j] + (use_res ? res.h[r * c + j] : 0);
                     ry[r * c + j] = relu && v2 < 0 ? 0 : v2;
                 }
             }
-            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s", t->dts, (long long)m, c,
-                     (double)cases[k].offset, fused[f].tag);
+            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s%s", t->dts, (long long)m, c,
+                     (double)cases[k].offset, fused[f].tag, sync ? ".sync" : "");
+            int64_t sums0 = replica_sums;
             expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, x.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p,
                                                use_res ? res.g.p : NULL, relu, y.g.p),
                       name);
+            if (sync) /* the vector kernels sum x and x^2 in one pass; the scalar ones the mean, then the variance */
+                check(replica_sums - sums0 == (c % 8 == 0 ? 1 : 2), name, "%lld collective sums",
+                      (long long)(replica_sums - sums0));
             if (t->cpu)
                 cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &bn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c,
                                                    use_res ? res.c : NULL, relu, y.c), name);
@@ -757,11 +791,13 @@ static void g_bn(ctx *t) {
                         rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) + gamma.h[j] * (double)sinv.h[j] / m * (m * g - sdy - xh * sdyx);
                     }
                 }
-                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s", t->dts, (long long)m, c, fused[f].tag,
-                         acc ? ".acc" : "");
+                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s%s", t->dts, (long long)m, c, fused[f].tag,
+                         acc ? ".acc" : "", sync ? ".sync" : "");
+                sums0 = replica_sums;
                 expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, yin.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, relu,
                                               dx.g.p, acc, use_res ? dres.g.p : NULL, true, dg.g.p, db.g.p),
                           name);
+                if (sync) check(replica_sums - sums0 == 1, name, "%lld collective sums", (long long)(replica_sums - sums0));
                 if (t->cpu)
                     cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
                                                   use_res ? dres.c : NULL, true, dg.c, db.c),
@@ -786,6 +822,8 @@ static void g_bn(ctx *t) {
             arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
             arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
         }
+    t->gpu->comm_allreduce = gpu_allreduce;
+    if (t->cpu) t->cpu->comm_allreduce = cpu_allreduce;
 }
 
 /* ---- scale_shift ---------------------------------------------------------------------------------------- */

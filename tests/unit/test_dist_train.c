@@ -30,7 +30,7 @@ static cnn_status fake_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
     shared *sh = c->sh;
     size_t esz = op == CNN_COMM_SUM_F64 ? 8 : 4;
     void *tmp = malloc((size_t)count * esz);
-    CNN_ASSERT(tmp && op != CNN_COMM_SUM_BF16);
+    CNN_ASSERT(tmp);
     sh->slot[c->rank] = x;
     pthread_barrier_wait(&sh->bar);
     for (int64_t i = 0; i < count; i++) { /* in rank order, as a fixed-order reduction */
@@ -67,8 +67,41 @@ static cnn_status fake_broadcast(cnn_backend *be, void *comm, void *x, size_t by
     return CNN_OK;
 }
 
+/* bfloat16 sums as NCCL does them: each rank's values rounded to bf16 (to nearest even), added in rank order with
+ * each partial sum rounded to bf16, widened back */
+static float bf16_round(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static int64_t bf16_calls; /* rank 0's */
+
+static cnn_status fake_allreduce_bf16(cnn_backend *be, void *comm, float *x, void *scratch, int64_t count, bool side) {
+    fake_comm *c = comm;
+    shared *sh = c->sh;
+    float *tmp = malloc((size_t)count * sizeof *tmp);
+    CNN_ASSERT(tmp && scratch);
+    sh->slot[c->rank] = x;
+    pthread_barrier_wait(&sh->bar);
+    for (int64_t i = 0; i < count; i++) {
+        float s = bf16_round(((float *)sh->slot[0])[i]);
+        for (int r = 1; r < WORLD; r++) s = bf16_round(s + bf16_round(((float *)sh->slot[r])[i]));
+        tmp[i] = s;
+    }
+    pthread_barrier_wait(&sh->bar);
+    memcpy(x, tmp, (size_t)count * sizeof *tmp);
+    free(tmp);
+    if (c->rank == 0) bf16_calls++;
+    pthread_barrier_wait(&sh->bar);
+    return CNN_OK;
+}
+
 static void install(cnn_backend *be) {
     be->comm_allreduce = fake_allreduce;
+    be->comm_allreduce_bf16 = fake_allreduce_bf16;
     be->comm_join = fake_join;
     be->comm_broadcast = fake_broadcast;
 }
@@ -83,6 +116,9 @@ typedef struct rank_run {
     int64_t steps, stop_after;
     bool resume;
     size_t bucket_bytes;
+    bool sync_bn, bf16_sums;
+    float lr;           /* 0: the default */
+    const char *dir;    /* the run's output directory; NULL: out_dir */
     cnn_status st;
     char err[512];
     float *params; /* (n_trainable) host copy after the run */
@@ -107,17 +143,20 @@ static void *run_rank(void *arg) {
     mo.num_classes = 10;
     mo.seed = 10 + (uint64_t)r->rank; /* unlike initial weights: the broadcast must make them equal */
     if (st == CNN_OK) st = cnn_model_create(&mo, be, 32, 32, r->batch, true, &m);
-    if (st == CNN_OK && r->world > 1) st = cnn_model_set_comm(m, &fc, r->bucket_bytes);
+    cnn_dp_opts dp = {.bucket_bytes = r->bucket_bytes, .world = r->world, .sync_bn = r->sync_bn,
+                      .bf16_sums = r->bf16_sums};
+    if (st == CNN_OK && r->world > 1) st = cnn_model_set_comm(m, &fc, &dp);
     cnn_train_opts o = cnn_train_opts_default();
     o.batch = r->batch;
     o.steps = r->steps;
-    o.out_dir = out_dir;
+    o.out_dir = r->dir ? r->dir : out_dir;
     o.checkpoint_every = 2;
     o.eval_size = 16;
     o.progress = false;
     o.resume = r->resume;
     o.stop_after = r->stop_after;
     o.seed = 3;
+    if (r->lr > 0) o.lr = r->lr;
     o.dist = r->world > 1 ? &d : NULL;
     if (st == CNN_OK) st = cnn_train(m, &mo, &train_ds, &test_ds, &o);
     r->st = st;
@@ -152,7 +191,8 @@ static void test_buckets(void) {
     mo.num_classes = 10;
     fake_comm fc = {.sh = &sh, .rank = 0};
     bool ok = cnn_cpu_backend_create(1, &be) == CNN_OK && (install(be), cnn_model_create(&mo, be, 32, 32, 2, true, &m)) == CNN_OK;
-    ok = ok && cnn_model_set_comm(m, &fc, (size_t)1 << 20) == CNN_OK;
+    cnn_dp_opts dp = {.bucket_bytes = (size_t)1 << 20, .world = WORLD};
+    ok = ok && cnn_model_set_comm(m, &fc, &dp) == CNN_OK;
     int64_t expect_hi = ok ? cnn_model_net(m)->n_trainable : 0;
     int prev_step = 1 << 30;
     for (int b = 0; ok && b < m->n_buckets; b++) { /* back to front, contiguous, in backward order */
@@ -166,6 +206,86 @@ static void test_buckets(void) {
     cnn_backend_destroy(be);
 }
 
+/* the per-step losses of a run's metrics.jsonl, in order; returns how many (at most cap) */
+static int read_losses(const char *dir, double *loss, int cap) {
+    char path[400], line[1024];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && n < cap && fgets(line, sizeof line, f)) {
+        const char *e = strstr(line, "\"loss\":");
+        if (e) loss[n++] = atof(e + 7);
+    }
+    if (f) fclose(f);
+    return n;
+}
+
+/* A run of `world` ranks (threads) of `batch` images each into dir; the ranks' statuses and errors joined. */
+static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, bool bf16_sums, const char *dir,
+                            char *err, size_t cap) {
+    rank_run rr[WORLD];
+    pthread_t th[WORLD];
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    for (int r = 0; r < world; r++) {
+        rr[r] = (rank_run){.rank = r, .world = world, .batch = batch, .steps = steps, .bucket_bytes = 256 << 10,
+                           .sync_bn = sync_bn, .bf16_sums = bf16_sums, .dir = dir,
+                           .lr = 0.01f}; /* a stable regime: rounding differences stay rounding-sized */
+        if (world > 1) pthread_create(&th[r], NULL, run_rank, &rr[r]);
+        else run_rank(&rr[r]);
+    }
+    cnn_status st = CNN_OK;
+    err[0] = 0;
+    for (int r = 0; r < world; r++) {
+        if (world > 1) pthread_join(th[r], NULL);
+        if (rr[r].st != CNN_OK) st = rr[r].st, snprintf(err, cap, "rank %d: %s", r, rr[r].err);
+        free(rr[r].params);
+    }
+    return st;
+}
+
+/* --sync-bn: two ranks of 4 images follow one rank of 8 step for step (the BatchNorm statistics and the backward's
+ * sums over both ranks; fp32, CPU); without it they do not (each rank's statistics over its own 4). And bf16
+ * gradient sums train, close to the float32 ones but not equal to them. */
+static void test_sync_bn_and_bf16(void) {
+    enum { STEPS = 4 };
+    char d1[300], dsync[300], dlocal[300], dbf[300], e1[512], e2[512], e3[512], e4[512];
+    snprintf(d1, sizeof d1, "%s_one", out_dir);
+    snprintf(dsync, sizeof dsync, "%s_sync", out_dir);
+    snprintf(dlocal, sizeof dlocal, "%s_local", out_dir);
+    snprintf(dbf, sizeof dbf, "%s_bf16", out_dir);
+    cnn_status s1 = run_ranks(1, 8, STEPS, false, false, d1, e1, sizeof e1);
+    cnn_status s2 = run_ranks(WORLD, 4, STEPS, true, false, dsync, e2, sizeof e2);
+    cnn_status s3 = run_ranks(WORLD, 4, STEPS, false, false, dlocal, e3, sizeof e3);
+    int64_t calls0 = bf16_calls;
+    cnn_status s4 = run_ranks(WORLD, 4, STEPS, true, true, dbf, e4, sizeof e4);
+    double l1[STEPS], ls[STEPS], ll[STEPS], lb[STEPS];
+    int n1 = read_losses(d1, l1, STEPS), ns = read_losses(dsync, ls, STEPS), nl = read_losses(dlocal, ll, STEPS),
+        nb = read_losses(dbf, lb, STEPS);
+    double worst_sync = 0, worst_local = 0, worst_bf = 0;
+    for (int i = 0; i < STEPS && n1 == STEPS && ns == STEPS && nl == STEPS && nb == STEPS; i++) {
+        worst_sync = fmax(worst_sync, fabs(ls[i] - l1[i]) / fabs(l1[i]));
+        worst_local = fmax(worst_local, fabs(ll[i] - l1[i]) / fabs(l1[i]));
+        worst_bf = fmax(worst_bf, fabs(lb[i] - ls[i]) / fabs(ls[i]));
+    }
+    bool ran = s1 == CNN_OK && s2 == CNN_OK && s3 == CNN_OK && n1 == STEPS && ns == STEPS && nl == STEPS;
+    check(ran && worst_sync <= 1e-5 && isfinite(l1[STEPS - 1]), "sync_bn_follows_one_rank",
+          "%s%s%s; %d/%d/%d steps; worst relative loss difference %.2e over %d steps (<= 1e-5)", e1, e2, e3, n1, ns,
+          nl, worst_sync, STEPS);
+    check(ran && worst_local > 100 * worst_sync && worst_local > 1e-5, "per_rank_bn_differs",
+          "without --sync-bn: %.2e", worst_local);
+    check(s4 == CNN_OK && nb == STEPS && bf16_calls > calls0 && worst_bf > 0 && worst_bf < 0.05, "bf16_sums_train",
+          "%s; %lld bf16 sums; loss differs from the float32 sums' by %.2e (0 < d < 0.05)", e4,
+          (long long)(bf16_calls - calls0), worst_bf);
+    const char *dirs[] = {d1, dsync, dlocal, dbf};
+    for (int i = 0; i < 4; i++) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dirs[i]);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dirs[i]);
+    }
+}
+
 int main(void) {
     cnn_log_set_level(0);
     pthread_barrier_init(&sh.bar, NULL, WORLD);
@@ -177,6 +297,9 @@ int main(void) {
     if (st == CNN_OK) st = cnn_dataset_load(&dopt, &test_ds);
     check(st == CNN_OK, "data", "%s", st == CNN_OK ? "" : cnn_error_msg());
     snprintf(out_dir, sizeof out_dir, "/tmp/cnn_test_dist_train_%d", (int)getpid());
+
+    test_sync_bn_and_bf16();
+    sh.calls = sh.covered = 0; /* the runs above summed too */
 
     /* two ranks of 4 images each, small buckets: the sums happen during the backward */
     rank_run rr[WORLD];
