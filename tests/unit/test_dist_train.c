@@ -220,6 +220,10 @@ static int read_losses(const char *dir, double *loss, int cap) {
     return n;
 }
 
+/* The runs' learning rate: a small one with a small batch, where the rounding differences between 1 and 2 ranks
+ * stay rounding-sized for the test's few steps (they grow with steps and rate: --trajectory shows how). */
+static float run_lr = 0.01f;
+
 /* A run of `world` ranks (threads) of `batch` images each into dir; the ranks' statuses and errors joined. */
 static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, bool bf16_sums, const char *dir,
                             char *err, size_t cap) {
@@ -231,7 +235,7 @@ static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, b
     for (int r = 0; r < world; r++) {
         rr[r] = (rank_run){.rank = r, .world = world, .batch = batch, .steps = steps, .bucket_bytes = 256 << 10,
                            .sync_bn = sync_bn, .bf16_sums = bf16_sums, .dir = dir,
-                           .lr = 0.01f}; /* a stable regime: rounding differences stay rounding-sized */
+                           .lr = run_lr};
         if (world > 1) pthread_create(&th[r], NULL, run_rank, &rr[r]);
         else run_rank(&rr[r]);
     }
@@ -286,9 +290,40 @@ static void test_sync_bn_and_bf16(void) {
     }
 }
 
-int main(void) {
+/* build/test_dist_train --trajectory STEPS BATCH LR IMAGES: not a test (make test does not run it) but the
+ * measurement behind the GPU equivalence check's reading: 2 ranks of BATCH/2 with --sync-bn against 1 rank of
+ * BATCH over STEPS steps, each step's loss difference printed. On the CPU the two compute the same sums in another
+ * order only, so the growth of the difference is fp32 rounding carried through training. */
+static int trajectory(int steps, int batch, float lr, int images) {
+    cnn_data_opts dopt = {.source = "synthetic", .split = CNN_SPLIT_TRAIN, .limit = images, .seed = 3};
+    if (steps < 1 || steps > 1000 || batch < 2 || batch % WORLD || !(lr > 0) || images < batch ||
+        cnn_dataset_load(&dopt, &train_ds) != CNN_OK)
+        return fprintf(stderr, "usage: test_dist_train --trajectory STEPS BATCH LR IMAGES\n"), 2;
+    dopt.split = CNN_SPLIT_TEST;
+    dopt.limit = 16;
+    if (cnn_dataset_load(&dopt, &test_ds) != CNN_OK) return 1;
+    run_lr = lr;
+    char d1[300], d2[300], e1[512], e2[512];
+    snprintf(d1, sizeof d1, "%s_one", out_dir);
+    snprintf(d2, sizeof d2, "%s_sync", out_dir);
+    cnn_status s1 = run_ranks(1, batch, steps, false, false, d1, e1, sizeof e1);
+    cnn_status s2 = run_ranks(WORLD, batch / WORLD, steps, true, false, d2, e2, sizeof e2);
+    double *l1 = calloc((size_t)steps, sizeof *l1), *l2 = calloc((size_t)steps, sizeof *l2);
+    int n1 = read_losses(d1, l1, steps), n2 = read_losses(d2, l2, steps);
+    if (s1 != CNN_OK || s2 != CNN_OK || n1 != steps || n2 != steps)
+        return fprintf(stderr, "runs failed: %s %s\n", e1, e2), 1;
+    printf("step  1 rank x %d          %d ranks x %d --sync-bn  difference\n", batch, WORLD, batch / WORLD);
+    for (int i = 0; i < steps; i++) printf("%4d  %.9f  %.9f  %+.2e\n", i + 1, l1[i], l2[i], l2[i] - l1[i]);
+    free(l1), free(l2);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     cnn_log_set_level(0);
     pthread_barrier_init(&sh.bar, NULL, WORLD);
+    snprintf(out_dir, sizeof out_dir, "/tmp/cnn_test_dist_train_%d", (int)getpid());
+    if (argc == 6 && strcmp(argv[1], "--trajectory") == 0)
+        return trajectory(atoi(argv[2]), atoi(argv[3]), (float)atof(argv[4]), atoi(argv[5]));
     test_buckets();
     cnn_data_opts dopt = {.source = "synthetic", .split = CNN_SPLIT_TRAIN, .limit = 64, .seed = 3};
     cnn_status st = cnn_dataset_load(&dopt, &train_ds);
@@ -296,7 +331,6 @@ int main(void) {
     dopt.limit = 16;
     if (st == CNN_OK) st = cnn_dataset_load(&dopt, &test_ds);
     check(st == CNN_OK, "data", "%s", st == CNN_OK ? "" : cnn_error_msg());
-    snprintf(out_dir, sizeof out_dir, "/tmp/cnn_test_dist_train_%d", (int)getpid());
 
     test_sync_bn_and_bf16();
     sh.calls = sh.covered = 0; /* the runs above summed too */
