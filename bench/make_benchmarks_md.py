@@ -17,6 +17,7 @@ SUMMARIES = (
     ("training", "Training against PyTorch eager", "`bench/train_passes.py` (saved by `bench/training_md.sh`)"),
     ("fashion-mnist", "Accuracy on real data: Fashion-MNIST", "`bench/fashion_mnist.sh`"),
     ("input-pipeline", "Input pipeline", "`bench/data_pipeline.sh`"),
+    ("multi-gpu", "Data parallel on several GPUs", "`tests/gpu/dist.sh scaling-r50 scaling-r18`"),
 )
 
 

@@ -18,6 +18,7 @@
 #                   heartbeat ends the survivor within the timeout + 10 s
 #     all           every stage above, in order (about 25 minutes: for one session, not for one command)
 #
+# The scaling stages also write their tables to $LOGDIR/multi-gpu.md, for bench/results/DATE-MACHINE-multi-gpu.md.
 # Every step's output goes to $LOGDIR/<stage>-<step>.log; each stage appends PASS/FAIL/INFO lines to
 # $LOGDIR/summary.txt and prints the summary last. LOGDIR defaults to $OUT/dist (the device tool's output folder)
 # or dist-logs. NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Exit status: 1 if any check failed.
@@ -112,6 +113,8 @@ scaling() {
     done
     say "$hdr"; say "$sep"; say "$row_c"; say "$row_d"
     say "INFO $name cnn on $top GPUs with --allreduce bf16: ${cb:-error} img/s (fp32 sums: ${C[$top]:-error})"
+    # the tables again for bench/results/DATE-MACHINE-multi-gpu.md (BENCHMARKS.md's section)
+    printf '%s\n' "$hdr" "$sep" "$row_c" "$row_d" "" "$name on $top GPUs with \`--allreduce bf16\`: ${cb:-error} img/s (fp32 sums: ${C[$top]:-error})." "" >>"$LOGDIR/multi-gpu.md"
     for g in $counts; do
         [ "$g" = 1 ] && continue
         local min=$min2
