@@ -70,14 +70,17 @@ CNN_ROWS_CLONES static void rows_sqdev(const float *x, const double *mean, int C
 }
 
 /* y = relu?((x - mean) * a + b + res) for one row; relu and res known at each call site, so the loop has no
- * branch left (a select keeps NaN: NaN < 0 is false) */
+ * branch left (a select keeps NaN: NaN < 0 is false). Both sides of each select are computed first: gcc vectorizes
+ * a select of ready values, not a conversion done on one side only (which would raise FP flags conditionally),
+ * and a branch per element mispredicts on real signs (perf-log step 67). */
 static inline __attribute__((always_inline)) void row_apply(const float *xr, const float *rr, const double *mean,
                                                             const double *a, const double *b, bool relu, int C,
                                                             float *yr) {
 #pragma omp simd
     for (int j = 0; j < C; j++) {
         double v = ((double)xr[j] - mean[j]) * a[j] + b[j] + (rr ? (double)rr[j] : 0.0);
-        yr[j] = relu && v < 0 ? 0.0f : (float)v;
+        float f = (float)v;
+        yr[j] = relu && v < 0 ? 0.0f : f;
     }
 }
 
@@ -160,14 +163,16 @@ enum { MASK_NONE, MASK_Y };
 
 /* the gradient reaching the BN's output at row element j: dy, where the ReLU after it passed */
 static inline __attribute__((always_inline)) double bn_grad(int mask, const float *dyr, const float *yr, int j) {
-    if (mask == MASK_NONE) return dyr[j];
-    return yr[j] > 0.0f ? (double)dyr[j] : 0.0;
+    const double d = dyr[j]; /* both sides ready: a vector select (row_apply) */
+    if (mask == MASK_NONE) return d;
+    return yr[j] > 0.0f ? d : 0.0;
 }
 
 /* p0[j] = sum of g, p1[j] = sum of g * xhat over the rows (mask fixed at each call site: no branch in the loop) */
 static inline __attribute__((always_inline)) void rows_gsums_m(int mask, const float *x, const float *y,
                                                                const float *dy, const bn_consts *k, int C, int64_t r0,
                                                                int64_t r1, double *p0, double *p1) {
+    const double *mean = k->mean, *invstd = k->invstd; /* locals: loads through k would not vectorize */
     for (int j = 0; j < C; j++) p0[j] = p1[j] = 0;
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * C, *yr = y ? y + r * C : NULL, *dyr = dy + r * C;
@@ -175,7 +180,7 @@ static inline __attribute__((always_inline)) void rows_gsums_m(int mask, const f
         for (int j = 0; j < C; j++) {
             double g = bn_grad(mask, dyr, yr, j);
             p0[j] += g;
-            p1[j] += g * (((double)xr[j] - k->mean[j]) * k->invstd[j]);
+            p1[j] += g * (((double)xr[j] - mean[j]) * invstd[j]);
         }
     }
 }
@@ -192,23 +197,26 @@ static inline __attribute__((always_inline)) void rows_dx_m(int mask, const floa
                                                             const double *mean_g, const double *k_proj, int C,
                                                             int64_t r0, int64_t r1, float *dx, bool accumulate,
                                                             float *dres, bool dres_accumulate) {
+    const double *mean = k->mean, *invstd = k->invstd; /* locals: loads through k would not vectorize */
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * C, *yr = y ? y + r * C : NULL, *dyr = dy + r * C;
         float *dxr = dx ? dx + r * C : NULL, *dresr = dres ? dres + r * C : NULL;
-        if (dxr) {
+        /* one loop per case: a select on `accumulate` would read dx even where it is overwritten */
+#define DX_TERM(j) (k_scale[j] * (bn_grad(mask, dyr, yr, j) - mean_g[j] - ((double)xr[j] - mean[j]) * invstd[j] * k_proj[j]))
+        if (dxr && accumulate) {
 #pragma omp simd
-            for (int j = 0; j < C; j++) {
-                double xhat = ((double)xr[j] - k->mean[j]) * k->invstd[j];
-                double g = k_scale[j] * (bn_grad(mask, dyr, yr, j) - mean_g[j] - xhat * k_proj[j]);
-                dxr[j] = accumulate ? (float)((double)dxr[j] + g) : (float)g;
-            }
+            for (int j = 0; j < C; j++) dxr[j] = (float)((double)dxr[j] + DX_TERM(j));
+        } else if (dxr) {
+#pragma omp simd
+            for (int j = 0; j < C; j++) dxr[j] = (float)DX_TERM(j);
         }
-        if (dresr) {
+#undef DX_TERM
+        if (dresr && dres_accumulate) {
 #pragma omp simd
-            for (int j = 0; j < C; j++) {
-                double g = bn_grad(mask, dyr, yr, j);
-                dresr[j] = dres_accumulate ? (float)((double)dresr[j] + g) : (float)g;
-            }
+            for (int j = 0; j < C; j++) dresr[j] = (float)((double)dresr[j] + bn_grad(mask, dyr, yr, j));
+        } else if (dresr) {
+#pragma omp simd
+            for (int j = 0; j < C; j++) dresr[j] = (float)bn_grad(mask, dyr, yr, j);
         }
     }
 }
