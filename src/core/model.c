@@ -325,10 +325,6 @@ static cnn_linear linear_problem(const cnn_model *m, const cnn_node *nd, int n) 
     return ln;
 }
 
-/* One step of either plan for n images: the op dispatch the train forward and the eval plan share. The modes
- * differ only where a node means something else: BN normalises by the batch's statistics in training and is its
- * folded scale/shift in eval; an add is add_forward in training and scale_shift (the add with a fused ReLU) in
- * eval; dropout runs only in training (the eval plan aliases it). A train step fuses nothing (cnn_step_alone). */
 /* The BatchNorm problem of node nd at batch n: over all the ranks' rows with --sync-bn (cnn_dp_opts). Not while
  * a node check runs (a diagnosis, guard.c): it may stop each rank's forward at another layer, and a collective that
  * one rank never reaches would hang the others. */
@@ -346,6 +342,10 @@ static cnn_status grad_sum(cnn_model *m, int64_t lo, int64_t hi, bool side) {
     return be->comm_allreduce(be, m->comm, m->grads + lo, hi - lo, CNN_COMM_SUM_F32, side);
 }
 
+/* One step of either plan for n images: the op dispatch the train forward and the eval plan share. The modes
+ * differ only where a node means something else: BN normalises by the batch's statistics in training and is its
+ * folded scale/shift in eval; an add is add_forward in training and scale_shift (the add with a fused ReLU) in
+ * eval; dropout runs only in training (the eval plan aliases it). A train step fuses nothing (cnn_step_alone). */
 static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_step *sp) {
     const cnn_net *net = m->net;
     cnn_backend *be = m->be;
