@@ -70,9 +70,9 @@ CNN_ROWS_CLONES static void rows_sqdev(const float *x, const double *mean, int C
 }
 
 /* y = relu?((x - mean) * a + b + res) for one row; relu and res known at each call site, so the loop has no
- * branch left (a select keeps NaN: NaN < 0 is false). Both sides of each select are computed first: gcc vectorizes
- * a select of ready values, not a conversion done on one side only (which would raise FP flags conditionally),
- * and a branch per element mispredicts on real signs (perf-log step 67). */
+ * branch left (a select keeps NaN: NaN < 0 is false). The select must become a vector blend, not a branch per
+ * element (which mispredicts on real signs: perf-log step 67): both of its sides are computed first, and the
+ * Makefile's -fno-trapping-math lets gcc if-convert it. */
 static inline __attribute__((always_inline)) void row_apply(const float *xr, const float *rr, const double *mean,
                                                             const double *a, const double *b, bool relu, int C,
                                                             float *yr) {
@@ -163,7 +163,7 @@ enum { MASK_NONE, MASK_Y };
 
 /* the gradient reaching the BN's output at row element j: dy, where the ReLU after it passed */
 static inline __attribute__((always_inline)) double bn_grad(int mask, const float *dyr, const float *yr, int j) {
-    const double d = dyr[j]; /* both sides ready: a vector select (row_apply) */
+    const double d = dyr[j]; /* both sides ready: a vector blend (row_apply) */
     if (mask == MASK_NONE) return d;
     return yr[j] > 0.0f ? d : 0.0;
 }
