@@ -221,7 +221,7 @@ void cnn_model_set_graphs(cnn_model *m, bool on);
  * (the backend's communicator, comm_init), in buckets of about bucket_bytes, each issued on the communicator's
  * stream as soon as the backward has written all of its gradients (in graph replays too); bucket_bytes 0: one
  * sum of the whole arena on the compute stream after the backward. The sum is not divided: the optimizer's
- * grad_scale does it. comm NULL: off. */
+ * grad_scale does it. comm NULL: off (o is not read). */
 typedef struct cnn_dp_opts {
     size_t bucket_bytes;
     int world;       /* the ranks of comm */

@@ -153,8 +153,8 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype),
              (long long)a.m, a.c, residual ? " +residual" : "", relu ? " relu" : "", bn->comm ? " sync" : "");
     /* synchronised: each finalize reads the group's totals instead of this rank's chunks */
-    red_args g = group_view(&a, bn);
-    red_args *fin = bn->comm ? &g : &a;
+    red_args g, *fin = &a;
+    if (bn->comm) g = group_view(&a, bn), fin = &g;
     if (vec) {
         CNN_TRY(run_partial_vec(cb, &a, 0, what));
         if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 2, what));

@@ -125,6 +125,21 @@ typedef struct rank_run {
     int64_t n;
 } rank_run;
 
+/* the model every run here trains: CIFAR ResNet-18, 10 classes */
+static cnn_model_opts r18_opts(void) {
+    cnn_model_opts mo = cnn_model_opts_default();
+    mo.arch = "resnet18";
+    mo.stem = CNN_STEM_CIFAR;
+    mo.num_classes = 10;
+    return mo;
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static void *run_rank(void *arg) {
     rank_run *r = arg;
     cnn_backend *be = NULL;
@@ -137,10 +152,7 @@ static void *run_rank(void *arg) {
         d.be = be;
         st = be->alloc(be, 8 * sizeof(double), "scratch", (void **)&d.host_sum);
     }
-    cnn_model_opts mo = cnn_model_opts_default();
-    mo.arch = "resnet18";
-    mo.stem = CNN_STEM_CIFAR;
-    mo.num_classes = 10;
+    cnn_model_opts mo = r18_opts();
     mo.seed = 10 + (uint64_t)r->rank; /* unlike initial weights: the broadcast must make them equal */
     if (st == CNN_OK) st = cnn_model_create(&mo, be, 32, 32, r->batch, true, &m);
     cnn_dp_opts dp = {.bucket_bytes = r->bucket_bytes, .world = r->world, .sync_bn = r->sync_bn,
@@ -185,10 +197,7 @@ static int count_lines(const char *path, const char *needle) {
 static void test_buckets(void) {
     cnn_backend *be = NULL;
     cnn_model *m = NULL;
-    cnn_model_opts mo = cnn_model_opts_default();
-    mo.arch = "resnet18";
-    mo.stem = CNN_STEM_CIFAR;
-    mo.num_classes = 10;
+    cnn_model_opts mo = r18_opts();
     fake_comm fc = {.sh = &sh, .rank = 0};
     bool ok = cnn_cpu_backend_create(1, &be) == CNN_OK && (install(be), cnn_model_create(&mo, be, 32, 32, 2, true, &m)) == CNN_OK;
     cnn_dp_opts dp = {.bucket_bytes = (size_t)1 << 20, .world = WORLD};
@@ -229,9 +238,7 @@ static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, b
                             char *err, size_t cap) {
     rank_run rr[WORLD];
     pthread_t th[WORLD];
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    remove_dir(dir);
     for (int r = 0; r < world; r++) {
         rr[r] = (rank_run){.rank = r, .world = world, .batch = batch, .steps = steps, .bucket_bytes = 256 << 10,
                            .sync_bn = sync_bn, .bf16_sums = bf16_sums, .dir = dir,
@@ -261,9 +268,7 @@ static void test_sync_bn_and_bf16(void) {
         cnn_status s = run_ranks(WORLD, 4, STEPS, true, true, dbf, e4, sizeof e4);
         int nb = read_losses(dbf, lb, STEPS);
         check(s == CNN_OK && nb == STEPS && isfinite(lb[STEPS - 1]), "sync_bn_bf16_sums_run", "%s; %d steps", e4, nb);
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dbf);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dbf);
+        remove_dir(dbf);
         return;
     }
     snprintf(d1, sizeof d1, "%s_one", out_dir);
@@ -294,11 +299,7 @@ static void test_sync_bn_and_bf16(void) {
           "%s; %lld bf16 sums; loss differs from the float32 sums' by %.2e (0 < d < 0.05)", e4,
           (long long)(bf16_calls - calls0), worst_bf);
     const char *dirs[] = {d1, dsync, dlocal, dbf};
-    for (int i = 0; i < 4; i++) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dirs[i]);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dirs[i]);
-    }
+    for (int i = 0; i < 4; i++) remove_dir(dirs[i]);
 }
 
 /* build/test_dist_train --trajectory STEPS BATCH LR IMAGES: not a test (make test does not run it) but the
@@ -326,6 +327,8 @@ static int trajectory(int steps, int batch, float lr, int images) {
     printf("step  1 rank x %d          %d ranks x %d --sync-bn  difference\n", batch, WORLD, batch / WORLD);
     for (int i = 0; i < steps; i++) printf("%4d  %.9f  %.9f  %+.2e\n", i + 1, l1[i], l2[i], l2[i] - l1[i]);
     free(l1), free(l2);
+    remove_dir(d1);
+    remove_dir(d2);
     return 0;
 }
 
@@ -390,9 +393,7 @@ int main(int argc, char **argv) {
 
     /* a 2-rank run to its end: the evaluation split over the ranks and summed equals one process's evaluation of
      * the model rank 0 wrote (rank 0's BatchNorm statistics on every rank) */
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", out_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", out_dir);
+    remove_dir(out_dir);
     for (int r = 0; r < WORLD; r++) {
         rr[r] = (rank_run){.rank = r, .world = WORLD, .batch = 4, .steps = 3, .bucket_bytes = 0};
         pthread_create(&th[r], NULL, run_rank, &rr[r]);
@@ -410,10 +411,7 @@ int main(int argc, char **argv) {
     if (f) fclose(f);
     cnn_backend *be = NULL;
     cnn_model *m = NULL;
-    cnn_model_opts mo = cnn_model_opts_default();
-    mo.arch = "resnet18";
-    mo.stem = CNN_STEM_CIFAR;
-    mo.num_classes = 10;
+    cnn_model_opts mo = r18_opts();
     cnn_eval_result ev = {0};
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     st = cnn_cpu_backend_create(1, &be);
@@ -426,7 +424,6 @@ int main(int argc, char **argv) {
     cnn_backend_destroy(be);
     cnn_dataset_free(&train_ds);
     cnn_dataset_free(&test_ds);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", out_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", out_dir);
+    remove_dir(out_dir);
     return test_finish();
 }
