@@ -1,7 +1,11 @@
 /* batchnorm.cu -- per-channel reductions over an (M, C) view of an NHWC tensor and the kernels built on them:
  * channel_sum (bias gradients), BatchNorm training forward and backward with the residual add and ReLU that may
- * follow it fused (y = relu?(bn(x) + residual); backward from dy masked by y > 0, the residual's gradient written
- * beside dx), and the per-channel scale/shift (+ residual, + ReLU) of eval-mode BN.
+ * follow it fused (y = relu?(bn(x) + residual); backward from dy masked by the ReLU's pass bits, the residual's
+ * gradient written beside dx), and the per-channel scale/shift (+ residual, + ReLU) of eval-mode BN.
+ *
+ * The ReLU's mask: with red_args.mask the forward writes one bit per element (y > 0) and the backward reads those
+ * instead of y, a sixteenth of y's bytes in each of the backward's two passes (perf-log step 68); without it the
+ * backward reads y.
  *
  * Reductions are deterministic two-level sums in double, no atomics: a partial kernel sums a fixed chunk of rows
  * per block in a fixed order into partial[chunk][c]; a finalize kernel (one thread per channel) adds the chunks in
@@ -17,6 +21,13 @@
 
 #define RED_TX 32 /* channels per block */
 #define RED_TY 8  /* row lanes per block */
+
+/* whether the ReLU after the BN passed element e: its bit, or y > 0 */
+__device__ __forceinline__ bool relu_passed(const red_args &a, long long e) {
+    if (!a.relu) return true;
+    if (a.mask) return (a.mask[e >> 3] >> (e & 7)) & 1;
+    return act_load((const act_t *)a.y, e) > 0.0f;
+}
 
 /* mode 0: P0 = sum x;  mode 1: P0 = sum (x - mean)^2;  mode 2: P0 = sum dy, P1 = sum dy * (x - mean) * invstd */
 extern "C" __global__ void chan_partial(const red_args a) {
@@ -40,9 +51,8 @@ extern "C" __global__ void chan_partial(const red_args a) {
             }
         } else {
             const double mu = a.mean[c], is = a.invstd[c];
-            const act_t *y = (const act_t *)a.y;
             for (long long r = r0 + ty; r < r1; r += RED_TY) {
-                double g = a.relu && !(act_load(y, r * a.c + c) > 0.0f) ? 0.0 : act_load(dy, r * a.c + c);
+                double g = relu_passed(a, r * a.c + c) ? act_load(dy, r * a.c + c) : 0.0;
                 double xh = ((double)act_load(x, r * a.c + c) - mu) * is;
                 s0 += g;
                 s1 += g * xh;
@@ -161,16 +171,29 @@ extern "C" __global__ void bn_apply(const red_args a) {
     }
 }
 
+/* The scalar path's mask: byte b of mask = the bits of y[8b .. 8b+7] > 0, from the output bn_apply wrote (its
+ * threads take 4 elements each, half a byte). */
+extern "C" __global__ void bn_mask_of_y(const red_args a) {
+    pdl_enter();
+    const act_t *y = (const act_t *)a.out;
+    const long long total = a.m * a.c;
+    for (long long b = GRID_TID; b * 8 < total; b += GRID_STRIDE) {
+        unsigned bits = 0;
+        for (int e = 0; e < 8 && b * 8 + e < total; e++) bits |= (act_load(y, b * 8 + e) > 0.0f ? 1u : 0u) << e;
+        a.mask[b] = (unsigned char)bits;
+    }
+}
+
 /* dx (+)= gamma*invstd * (g - mean g - xhat * mean g*xhat), in double: for small M the bracket cancels almost
  * completely and float32 would lose the result's leading digits (the CPU backend computes the same way); dres (+)= g.
  * g = dy, or 0 where the ReLU after the BN did not pass (y <= 0). dx or dres may be NULL. */
 extern "C" __global__ void bn_bwd_apply(const red_args a) {
     pdl_enter();
-    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
     FOR_MC(a, i, c) {
         long long e = i + j_;
-        double g = a.relu && !(act_load(y, e) > 0.0f) ? 0.0 : (double)act_load(dy, e);
+        double g = relu_passed(a, e) ? (double)act_load(dy, e) : 0.0;
         if (dx) {
             double xh = ((double)act_load(x, e) - (double)a.mean[c]) * (double)a.invstd[c];
             double v = a.coef[c] * (g - a.coef[a.c + c] - xh * a.coef[2 * a.c + c]);
@@ -186,11 +209,26 @@ extern "C" __global__ void bn_bwd_apply(const red_args a) {
  * chunk of rows, blockIdx.y the group of CVT channel vectors. */
 #define VEC_T 256
 #define VEC_ROWS 4 /* rows a thread of bn_partial_vec loads at once */
+/* bn_bwd_partial_vec's: two tensors' rows at once, f32's 32-byte rows half as many (the same bytes in flight) */
+#define BWD_ROWS (ACT == ACT_F32 ? 2 : VEC_ROWS)
 __device__ __forceinline__ int vec_cvt(int c) { return c / 8 < VEC_T ? c / 8 : VEC_T; }
 
-/* mode 0: P0 = sum x, P1 = sum x^2;  mode 2: P0 = sum g, P1 = sum g * xhat (g as in bn_bwd_apply) */
-extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_args a) {
-    pdl_enter();
+/* the ReLU's pass bits of vector v (elements 8v .. 8v+7): the mask's byte, or y > 0; all set without a ReLU */
+__device__ __forceinline__ unsigned relu_pass8(const red_args &a, long long v) {
+    if (!a.relu) return 0xffu;
+    if (a.mask) return a.mask[v];
+    float yv[8];
+    act8_unpack(act8_load((const act_t *)a.y + v * 8), yv);
+    unsigned bits = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++) bits |= (yv[e] > 0.0f ? 1u : 0u) << e;
+    return bits;
+}
+
+/* MODE 0 (bn_partial_vec): P0 = sum x, P1 = sum x^2;  MODE 2 (bn_bwd_partial_vec): P0 = sum g, P1 = sum g * xhat
+ * (g as in bn_bwd_apply). Two kernels, each with its own registers: in one kernel the backward's loads raised the
+ * forward's registers and halved its occupancy (perf-log step 68). */
+template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &a) {
     __shared__ double sh[2][VEC_T * 8]; /* [sum][row lane * CVT * 8 + channel of the group]: 32 KB */
     const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
     const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt, cl = (tid % cvt) * 8;
@@ -198,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
     const long long r0 = (long long)blockIdx.x * a.rows_per_chunk;
     long long r1 = r0 + a.rows_per_chunk;
     if (r1 > a.m) r1 = a.m;
-    /* VEC_ROWS rows per step, their loads issued together; their sums in float, added to the double totals once per
+    /* VEC_ROWS (BWD_ROWS) rows per step, their loads issued together; their sums in float, added to the double totals once per
      * step. With 16-bit activations a square is exact in float and a few of them add nearly exactly; F32 squares go
      * to double at once (x^2 rounded to float would move E[x^2] - mean^2 when |mean| >> std). */
     double s0[8], s1[8];
@@ -208,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
         const act_t *x = (const act_t *)a.x + cv * 8;
         const long long step = (long long)rt * a.c;
         long long r = r0 + lane_r;
-        if (a.mode == 0) {
+        if (MODE == 0) {
             for (; r < r1; r += VEC_ROWS * rt) {
                 act8 raw[VEC_ROWS];
 #pragma unroll
@@ -231,29 +269,30 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
                 for (int e = 0; e < 8; e++) s0[e] += t0[e];
             }
         } else {
-            const act_t *dy = (const act_t *)a.dy + cv * 8, *y = (const act_t *)a.y + cv * 8;
+            const act_t *dy = (const act_t *)a.dy + cv * 8;
+            const int cvs = a.c / 8;
             float mu[8], is[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) mu[e] = a.mean[cv * 8 + e], is[e] = a.invstd[cv * 8 + e];
-            for (; r < r1; r += VEC_ROWS * rt) {
-                act8 rx[VEC_ROWS], rg[VEC_ROWS], ry[VEC_ROWS];
+            for (; r < r1; r += BWD_ROWS * rt) {
+                act8 rx[BWD_ROWS], rg[BWD_ROWS];
+                unsigned pass[BWD_ROWS];
 #pragma unroll
-                for (int k = 0; k < VEC_ROWS; k++) {
+                for (int k = 0; k < BWD_ROWS; k++) {
                     const bool in = r + k * rt < r1;
                     const long long o = r * a.c + k * step;
                     rx[k] = in ? act8_load(x + o) : act8_zero();
                     rg[k] = in ? act8_load(dy + o) : act8_zero();
-                    ry[k] = in && a.relu ? act8_load(y + o) : act8_zero();
+                    pass[k] = in ? relu_pass8(a, (r + k * rt) * cvs + cv) : 0u;
                 }
-                float t0[8] = {0}, t1[8] = {0}, xv[8], g[8], yv[8];
+                float t0[8] = {0}, t1[8] = {0}, xv[8], g[8];
 #pragma unroll
-                for (int k = 0; k < VEC_ROWS; k++) {
+                for (int k = 0; k < BWD_ROWS; k++) {
                     act8_unpack(rx[k], xv);
                     act8_unpack(rg[k], g);
-                    act8_unpack(ry[k], yv);
 #pragma unroll
                     for (int e = 0; e < 8; e++) {
-                        const float gm = a.relu && !(yv[e] > 0.0f) ? 0.0f : g[e];
+                        const float gm = (pass[k] >> e) & 1 ? g[e] : 0.0f;
                         t0[e] += gm;
                         t1[e] += gm * ((xv[e] - mu[e]) * is[e]);
                     }
@@ -278,6 +317,14 @@ extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_arg
         for (int l = 0; l < rt; l++) t += sh[which][l * width + ch];
         a.partial[((long long)which * a.chunks + blockIdx.x) * a.c + c] = t;
     }
+}
+extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_args a) {
+    pdl_enter();
+    partial_vec<0>(a);
+}
+extern "C" __global__ void __launch_bounds__(VEC_T, 2) bn_bwd_partial_vec(const red_args a) {
+    pdl_enter();
+    partial_vec<2>(a);
 }
 
 /* From the vector path's mode 0 partials: mean, the biased variance E[x^2] - mean^2 in double (normalises),
@@ -309,7 +356,9 @@ __device__ __forceinline__ void bn_chan8_at(const red_args &a, int c, bn_chan8 &
     for (int e = 0; e < 8; e++) p.mean[e] = a.mean[c + e], p.k[e] = a.invstd[c + e] * a.gamma[c + e], p.beta[e] = a.beta[c + e];
 }
 
-/* bn_apply over 8 channels per thread and step */
+/* bn_apply over 8 channels per thread and step. With a mask, byte v of it gets the ReLU's pass bits of vector v.
+ * (Loading the next step's x before this step's stores, as bn_bwd_apply_vec does, made this pass slower: perf-log
+ * step 68.) */
 extern "C" __global__ void bn_apply_vec(const red_args a) {
     pdl_enter();
     const int cvs = a.c / 8;
@@ -331,47 +380,68 @@ extern "C" __global__ void bn_apply_vec(const red_args a) {
             if (res) t += rv[e];
             xv[e] = a.relu && !(t > 0.0f) ? 0.0f : t;
         }
-        act8_store(y + v * 8, xv);
+        const act8 out = act8_pack(xv);
+        act8_store_packed(y + v * 8, out);
+        if (a.mask) a.mask[v] = (unsigned char)act8_positive_bits(out); /* y as stored > 0: a tiny t may round to 0 */
         cg += cstep;
         if (cg >= cvs) cg -= cvs;
     }
 }
 
-/* bn_bwd_apply over 8 channels per thread and step */
+/* bn_bwd_apply over 8 channels per thread and step. The next step's dy, x and pass bits are loaded before this
+ * step's stores, two steps' loads in flight per thread. With 16-bit activations the arithmetic is float (the
+ * result is rounded to 8 bits of mantissa; float's error is 2^-24 of g); f32 keeps double as bn_bwd_apply. */
+#if ACT == ACT_F32
+typedef double bwd_t;
+#else
+typedef float bwd_t;
+#endif
 extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     pdl_enter();
     const int cvs = a.c / 8;
-    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
+    const long long n = a.m * cvs;
     long long v = GRID_TID;
     int cg = (int)(v % cvs), c_loaded = -1;
     const int cstep = (int)(GRID_STRIDE % cvs);
-    double k0[8], k1[8], k2[8], mu[8], is[8]; /* the channels' coefficients, reloaded only when the group changes */
-    for (const long long n = a.m * cvs; v < n; v += GRID_STRIDE, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
+    bwd_t k0[8], k1[8], k2[8], mu[8]; /* the channels' coefficients (k2 times invstd), reloaded only when the group changes */
+    act8 ng, nx = act8_zero();
+    unsigned nb = 0;
+    if (v < n) {
+        ng = act8_load(dy + v * 8);
+        if (dx) nx = act8_load(x + v * 8);
+        nb = relu_pass8(a, v);
+    }
+    for (; v < n; v += GRID_STRIDE, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
+        const act8 rg = ng, rx = nx;
+        const unsigned pass = nb;
+        if (v + GRID_STRIDE < n) {
+            const long long vn = v + GRID_STRIDE;
+            ng = act8_load(dy + vn * 8);
+            if (dx) nx = act8_load(x + vn * 8);
+            nb = relu_pass8(a, vn);
+        }
         const int c = cg * 8;
         if (c != c_loaded) {
             c_loaded = c;
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                k0[e] = a.coef[c + e], k1[e] = a.coef[a.c + c + e], k2[e] = a.coef[2 * a.c + c + e],
-                mu[e] = a.mean[c + e], is[e] = a.invstd[c + e];
+                k0[e] = (bwd_t)a.coef[c + e], k1[e] = (bwd_t)a.coef[a.c + c + e],
+                k2[e] = (bwd_t)(a.coef[2 * a.c + c + e] * (double)a.invstd[c + e]), mu[e] = a.mean[c + e];
         }
         float g[8], t[8];
-        act8_unpack(act8_load(dy + v * 8), g);
-        if (a.relu) {
-            act8_unpack(act8_load(y + v * 8), t);
+        act8_unpack(rg, g);
 #pragma unroll
-            for (int e = 0; e < 8; e++) g[e] = t[e] > 0.0f ? g[e] : 0.0f;
-        }
+        for (int e = 0; e < 8; e++) g[e] = (pass >> e) & 1 ? g[e] : 0.0f;
         if (dx) {
             float xv[8], o[8];
-            act8_unpack(act8_load(x + v * 8), xv);
+            act8_unpack(rx, xv);
             if (a.accumulate) act8_unpack(act8_load(dx + v * 8), o);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const double xh = ((double)xv[e] - mu[e]) * is[e];
-                const double d = k0[e] * ((double)g[e] - k1[e] - xh * k2[e]);
-                t[e] = (float)(a.accumulate ? d + (double)o[e] : d);
+                const bwd_t d = k0[e] * ((bwd_t)g[e] - k1[e] - ((bwd_t)xv[e] - mu[e]) * k2[e]);
+                t[e] = (float)(a.accumulate ? d + (bwd_t)o[e] : d);
             }
             act8_store(dx + v * 8, t);
         }

@@ -122,7 +122,7 @@ __device__ __forceinline__ void act_unpack_vec(uint4 u, float *v) {
 }
 
 __device__ __forceinline__ void act_load_vec(const act_t *p, float *v) { act_unpack_vec(*(const uint4 *)p, v); }
-__device__ __forceinline__ void act_store_vec(act_t *p, const float *v) {
+__device__ __forceinline__ uint4 act_pack_vec(const float *v) {
     uint4 u;
 #if ACT == ACT_F32
     u.x = __float_as_uint(v[0]); u.y = __float_as_uint(v[1]); u.z = __float_as_uint(v[2]); u.w = __float_as_uint(v[3]);
@@ -138,8 +138,9 @@ __device__ __forceinline__ void act_store_vec(act_t *p, const float *v) {
     }
     u.x = w[0]; u.y = w[1]; u.z = w[2]; u.w = w[3];
 #endif
-    *(uint4 *)p = u;
+    return u;
 }
+__device__ __forceinline__ void act_store_vec(act_t *p, const float *v) { *(uint4 *)p = act_pack_vec(v); }
 
 /* Eight consecutive channels (32 bytes of f32, 16 of f16/bf16) between act_t and float, p 16-byte aligned: the
  * unit each lane of the tensor-core epilogue loads and stores. */
@@ -163,9 +164,38 @@ __device__ __forceinline__ void act8_unpack(const act8 &r, float *v) {
 #pragma unroll
     for (int i = 0; i < ACT_V8; i++) act_unpack_vec(r.u[i], v + i * ACT_VEC);
 }
+__device__ __forceinline__ act8 act8_pack(const float *v) {
+    act8 r;
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) r.u[i] = act_pack_vec(v + i * ACT_VEC);
+    return r;
+}
 __device__ __forceinline__ void act8_store(act_t *p, const float *v) {
 #pragma unroll
     for (int i = 0; i < ACT_V8; i++) act_store_vec(p + i * ACT_VEC, v + i * ACT_VEC);
+}
+__device__ __forceinline__ void act8_store_packed(act_t *p, const act8 &r) {
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) ((uint4 *)p)[i] = r.u[i];
+}
+/* bit e set where element e of r is positive as stored: sign clear, some other bit set (NaN too, which a ReLU's
+ * output never holds) */
+__device__ __forceinline__ unsigned act8_positive_bits(const act8 &r) {
+    unsigned bits = 0;
+#pragma unroll
+    for (int i = 0; i < ACT_V8; i++) {
+        const unsigned w[4] = {r.u[i].x, r.u[i].y, r.u[i].z, r.u[i].w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+#if ACT == ACT_F32
+            bits |= (!(w[k] >> 31) && w[k] != 0u ? 1u : 0u) << (i * 4 + k);
+#else
+            bits |= (!(w[k] & 0x8000u) && (w[k] & 0xffffu) != 0u ? 1u : 0u) << (2 * k);
+            bits |= (!(w[k] >> 31) && (w[k] >> 16) != 0u ? 1u : 0u) << (2 * k + 1);
+#endif
+        }
+    }
+    return bits;
 }
 
 #if ACT == ACT_F32

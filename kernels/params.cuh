@@ -104,7 +104,7 @@ typedef struct red_args {
     int mode;                /* chan_partial: 0 sum x, 1 sum (x-mean)^2, 2 sum g and sum g*xhat; bn_partial_vec: 0 sum x and
                               * sum x^2, 2 as chan_partial (g: dy where the ReLU passed, y > 0, or everywhere) */
     int accumulate;          /* bn backward: dx += result */
-    int relu;                /* scale_shift, bn forward (y = relu(...)) and backward (g = dy * (y > 0)) */
+    int relu;                /* scale_shift, bn forward (y = relu(...)) and backward (g = dy * (y > 0), or the mask) */
     int dres_accumulate;     /* bn backward: dres += g */
     int sums;                /* bn_chunk_totals: how many of partial's arrays (1 or 2) */
     float eps, momentum;
@@ -124,6 +124,8 @@ typedef struct red_args {
     float *running_mean, *running_var;
     float *dgamma, *dbeta;           /* (C) or NULL */
     double *totals;                  /* bn_chunk_totals: (sums, C) workspace, summed over a sync group's ranks */
+    unsigned char *mask;             /* bn with relu: the ReLU's pass bits, element e at bit e % 8 of byte e / 8 (the
+                                      * forward writes them, the backward reads them instead of y), or NULL */
 } red_args;
 
 /* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */
@@ -135,6 +137,7 @@ typedef struct pool_args {
     int accumulate;
     const void *x;           /* (N, H, W, C) act */
     const void *y;           /* backward: the forward's output (N, P, Q, C) act, or NULL */
+    unsigned char *argmax;   /* max: (N, P, Q, C) window positions of the maxima (pool.cu), or NULL */
     const void *dy;          /* (N, P, Q, C) act */
     void *out;               /* forward y (N, P, Q, C); backward dx (N, H, W, C) */
 } pool_args;

@@ -5,8 +5,11 @@
  *     2 adaptive  PyTorch's bins [floor(i*H/P), ceil((i+1)*H/P)), divisor = bin area
  * Forward: one thread per output element (n, p, q, c), c fastest (coalesced).
  * Backward is a gather, not a scatter: one thread per input element (n, h, w, c) visits the output windows that
- * cover it and adds their contributions in (p, q) order -- no atomics, deterministic; max pooling recomputes each
- * window's first argmax from x, exactly as the forward chose it. Specialisation: ACT only.
+ * cover it and adds their contributions in (p, q) order -- no atomics, deterministic. Max pooling's window gives its
+ * gradient to its first maximum: with pool_args.argmax the forward writes that position (r * S + s, 255 where the
+ * window holds no value > -inf) as one byte per output element and the backward compares it with its own, reading
+ * neither x nor y (perf-log step 68); without it the backward finds the maximum again from x (and y).
+ * Specialisation: ACT only.
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -14,6 +17,8 @@
 #define POOL_MAX 0
 #define POOL_AVG 1
 #define POOL_ADAPTIVE 2
+
+#define POOL_NO_ARG 255 /* argmax: the window held no value > -inf */
 
 __device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -34,6 +39,7 @@ extern "C" __global__ void pool_forward(const pool_args a) {
         if (a.kind == POOL_MAX) {
             int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
             float best = -CNN_INF;
+            int arg = POOL_NO_ARG;
             for (int r = 0; r < a.r; r++) {
                 int hi = h0 + r;
                 if ((unsigned)hi >= (unsigned)a.h) continue;
@@ -41,10 +47,11 @@ extern "C" __global__ void pool_forward(const pool_args a) {
                     int wi = w0 + s;
                     if ((unsigned)wi >= (unsigned)a.w) continue;
                     float e = act_load(xi, ((long long)hi * a.w + wi) * a.c);
-                    if (e > best) best = e;
+                    if (e > best) best = e, arg = r * a.s + s;
                 }
             }
             v = best;
+            if (a.argmax) a.argmax[o] = (unsigned char)arg;
         } else if (a.kind == POOL_AVG) {
             int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
             float sum = 0.0f;
@@ -70,6 +77,18 @@ extern "C" __global__ void pool_forward(const pool_args a) {
     }
 }
 
+/* ACT_VEC argmax bytes at p (ACT_VEC-aligned) in one store, and back */
+__device__ __forceinline__ void store_args(unsigned char *p, const unsigned char *arg) {
+    unsigned long long u = 0;
+#pragma unroll
+    for (int k = 0; k < ACT_VEC; k++) u |= (unsigned long long)arg[k] << (8 * k);
+    if (ACT_VEC == 8) *(unsigned long long *)p = u;
+    else *(unsigned *)p = (unsigned)u;
+}
+__device__ __forceinline__ unsigned long long load_args(const unsigned char *p) {
+    return ACT_VEC == 8 ? *(const unsigned long long *)p : (unsigned long long)*(const unsigned *)p;
+}
+
 /* Max and average forward, 16 bytes of channels per thread (C % ACT_VEC == 0, 16-byte aligned tensors, fewer
  * than 2^31 vectors: the launcher checks): the same arithmetic per element as pool_forward, in 32-bit index
  * math, with one 16-byte load per window tap and one 16-byte store. */
@@ -90,8 +109,9 @@ extern "C" __global__ void pool_forward_vec(const pool_args a) {
         const int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
         const bool mx = a.kind == POOL_MAX;
         float acc[ACT_VEC], e[ACT_VEC];
+        unsigned char arg[ACT_VEC];
 #pragma unroll
-        for (int k = 0; k < ACT_VEC; k++) acc[k] = mx ? -CNN_INF : 0.0f;
+        for (int k = 0; k < ACT_VEC; k++) acc[k] = mx ? -CNN_INF : 0.0f, arg[k] = POOL_NO_ARG;
         for (int r = 0; r < a.r; r++) {
             const int hi = h0 + r;
             if ((unsigned)hi >= (unsigned)a.h) continue;
@@ -102,7 +122,7 @@ extern "C" __global__ void pool_forward_vec(const pool_args a) {
 #pragma unroll
                 for (int k = 0; k < ACT_VEC; k++) {
                     if (mx) {
-                        if (e[k] > acc[k]) acc[k] = e[k];
+                        if (e[k] > acc[k]) acc[k] = e[k], arg[k] = (unsigned char)(r * a.s + s);
                     } else {
                         acc[k] += e[k];
                     }
@@ -115,6 +135,7 @@ extern "C" __global__ void pool_forward_vec(const pool_args a) {
             for (int k = 0; k < ACT_VEC; k++) acc[k] = acc[k] / d;
         }
         act_store_vec(y + (long long)o * ACT_VEC, acc);
+        if (mx && a.argmax) store_args(a.argmax + (long long)o * ACT_VEC, arg);
     }
 }
 
@@ -179,7 +200,14 @@ extern "C" __global__ void pool_backward(const pool_args a) {
             if (q0 < 0) q0 = 0;
             if (p1 > a.p - 1) p1 = a.p - 1;
             if (q1 > a.q - 1) q1 = a.q - 1;
-            if (a.kind == POOL_MAX) {
+            if (a.kind == POOL_MAX && a.argmax) {
+                const unsigned char *ai = a.argmax + n * a.p * a.q * a.c + c;
+                for (int pp = p0; pp <= p1; pp++)
+                    for (int qq = q0; qq <= q1; qq++) {
+                        const int me = (hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w);
+                        if (ai[((long long)pp * a.q + qq) * a.c] == me) g += act_load(dyi, ((long long)pp * a.q + qq) * a.c);
+                    }
+            } else if (a.kind == POOL_MAX) {
                 const act_t *xi = x + n * a.h * a.w * a.c + c;
                 const int me = hi * a.w + wi;
                 for (int pp = p0; pp <= p1; pp++)
@@ -196,8 +224,9 @@ extern "C" __global__ void pool_backward(const pool_args a) {
     }
 }
 
-/* Max and average backward, 16 bytes of channels per thread (the same preconditions as pool_forward_vec): a gather
- * like pool_backward. Max pooling reads the forward's output y: an input element receives a window's gradient when
+/* Max, average and adaptive-average backward, 16 bytes of channels per thread (the preconditions of pool_forward_vec
+ * but the kind): a gather like pool_backward, with its arithmetic per element. Max pooling compares the forward's argmax bytes where it kept them; otherwise it reads the
+ * forward's output y: an input element receives a window's gradient when
  * it equals the window's maximum (> -inf) and no earlier element of the window in (r, s) scan order does (the first
  * maximum, as the forward chose it); those earlier elements are read only where an element equals the maximum. */
 extern "C" __global__ void pool_backward_vec(const pool_args a) {
@@ -218,18 +247,42 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
         float g[ACT_VEC], xv[ACT_VEC], yv[ACT_VEC], dv[ACT_VEC], e[ACT_VEC];
 #pragma unroll
         for (int k = 0; k < ACT_VEC; k++) g[k] = 0.0f;
-        if (mx) act_load_vec(x + img + ((long long)hi * a.w + wi) * a.c, xv);
-        int p0 = floor_div(hi + a.pad_h - a.r, a.stride_h) + 1, p1 = floor_div(hi + a.pad_h, a.stride_h);
-        int q0 = floor_div(wi + a.pad_w - a.s, a.stride_w) + 1, q1 = floor_div(wi + a.pad_w, a.stride_w);
+        if (mx && !a.argmax) act_load_vec(x + img + ((long long)hi * a.w + wi) * a.c, xv);
+        const bool adaptive = a.kind == POOL_ADAPTIVE;
+        int p0, p1, q0, q1;
+        if (adaptive) { /* bins containing (hi, wi), as pool_backward */
+            p0 = (hi * a.p) / a.h, p1 = ((hi + 1) * a.p + a.h - 1) / a.h - 1;
+            q0 = (wi * a.q) / a.w, q1 = ((wi + 1) * a.q + a.w - 1) / a.w - 1;
+        } else {
+            p0 = floor_div(hi + a.pad_h - a.r, a.stride_h) + 1, p1 = floor_div(hi + a.pad_h, a.stride_h);
+            q0 = floor_div(wi + a.pad_w - a.s, a.stride_w) + 1, q1 = floor_div(wi + a.pad_w, a.stride_w);
+        }
         p0 = p0 < 0 ? 0 : p0, q0 = q0 < 0 ? 0 : q0;
         p1 = p1 > a.p - 1 ? a.p - 1 : p1, q1 = q1 > a.q - 1 ? a.q - 1 : q1;
         for (int pp = p0; pp <= p1; pp++)
             for (int qq = q0; qq <= q1; qq++) {
                 const long long wo = oimg + ((long long)pp * a.q + qq) * a.c;
+                if (adaptive) {
+                    const int hs = (pp * a.h) / a.p, he = ((pp + 1) * a.h + a.p - 1) / a.p;
+                    const int ws = (qq * a.w) / a.q, we = ((qq + 1) * a.w + a.q - 1) / a.q;
+                    if (hi < hs || hi >= he || wi < ws || wi >= we) continue;
+                    act_load_vec(dy + wo, dv);
+                    const float area = (float)((he - hs) * (we - ws));
+#pragma unroll
+                    for (int k = 0; k < ACT_VEC; k++) g[k] += dv[k] / area;
+                    continue;
+                }
                 act_load_vec(dy + wo, dv);
                 if (!mx) {
 #pragma unroll
                     for (int k = 0; k < ACT_VEC; k++) g[k] += dv[k] / (float)(a.r * a.s);
+                    continue;
+                }
+                if (a.argmax) { /* this element's position in the window against the forward's choice */
+                    const unsigned long long args = load_args(a.argmax + wo);
+                    const unsigned me = (unsigned)((hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w));
+#pragma unroll
+                    for (int k = 0; k < ACT_VEC; k++) g[k] += ((args >> (8 * k)) & 0xffu) == me ? dv[k] : 0.0f;
                     continue;
                 }
                 act_load_vec(y + wo, yv);

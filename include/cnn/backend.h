@@ -66,6 +66,10 @@ typedef struct cnn_pool2d {
     int stride_h, stride_w;
     int pad_h, pad_w;
     int p, q;               /* output (N, C, P, Q) */
+    /* Optional, max pooling: n * p * q * c bytes (16-byte aligned) in which pool2d_forward may keep each output's
+     * position of its maximum in the window, for pool2d_backward to read instead of finding it again; NULL: none.
+     * As cnn_bn.relu_mask: a backend that writes it reads it (cnn_backend.keeps_masks). */
+    void *argmax;
 } cnn_pool2d;
 
 /* Window pooling: derive P, Q (floor mode). Returns false when the output would be empty or pad > window/2. */
@@ -85,6 +89,10 @@ typedef struct cnn_bn {
      * SyncBatchNorm under DDP does. */
     void *comm;
     int world;
+    /* Optional: (m * c + 7) / 8 bytes this layer's bn_forward_train may keep the fused ReLU's mask in (a bit per
+     * element) for its bn_backward to read instead of y; y stays valid and required. NULL: none. A backend that
+     * writes the mask reads it (cnn_backend.keeps_masks); one that ignores it (the CPU's) reads y. */
+    void *relu_mask;
 } cnn_bn;
 
 /* y (N, OUT) = x (N, IN) · w(OUT, IN)^T + b */
@@ -205,6 +213,8 @@ struct cnn_backend {
     double tune_seconds;     /* time spent timing their candidates */
     cnn_dtype act_dtype;     /* storage type of activations and conv/linear weights */
     bool deterministic;      /* no atomics-order nondeterminism */
+    bool keeps_masks;        /* bn_forward_train and pool2d_forward keep cnn_bn.relu_mask and cnn_pool2d.argmax: a
+                              * training model allocates them */
     void *impl;              /* backend-private state */
 
     void (*destroy)(cnn_backend *be);

@@ -80,10 +80,11 @@ void cnn_model_free(cnn_model *m) {
     cnn_backend *be = m->be;
     cnn_model_set_graphs(m, false);
     void *dev[] = {m->params, m->grads, m->buffers, m->bn, m->wact, m->pairw, m->arena, m->input, m->staging,
-                   m->labels_dev, m->loss_dev, m->sum_scratch};
+                   m->labels_dev, m->loss_dev, m->sum_scratch, m->masks};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) be->free(be, dev[i]);
     free(m->bn_off);
+    free(m->mask_off);
     free(m->plan.train_off);
     free(m->plan.grad_off);
     free(m->plan.grad_acc);
@@ -120,6 +121,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     int n = net->n_nodes;
     for (int i = 0; i < n; i++) m->has_dropout |= net->nodes[i].op == CNN_OP_DROPOUT && net->nodes[i].drop_p > 0;
     m->bn_off = malloc((size_t)n * sizeof *m->bn_off);
+    m->mask_off = malloc((size_t)n * sizeof *m->mask_off);
     m->plan.train_off = calloc((size_t)n, sizeof *m->plan.train_off);
     m->plan.grad_off = calloc((size_t)n, sizeof *m->plan.grad_off);
     m->plan.grad_acc = calloc((size_t)2 * n, sizeof *m->plan.grad_acc);
@@ -128,7 +130,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     m->plan.value_of = malloc((size_t)n * sizeof *m->plan.value_of);
     m->plan.eval_off = calloc((size_t)n, sizeof *m->plan.eval_off);
     m->counters = calloc((size_t)net->n_params, sizeof *m->counters);
-    if (!m->bn_off || !m->plan.train_off || !m->plan.grad_off || !m->plan.grad_acc || !m->plan.steps ||
+    if (!m->bn_off || !m->mask_off || !m->plan.train_off || !m->plan.grad_off || !m->plan.grad_acc || !m->plan.steps ||
         !m->plan.train_steps || !m->plan.value_of || !m->plan.eval_off || !m->counters) {
         cnn_model_free(m);
         return cnn_fail(CNN_E_OOM, "out of host memory for the model plan");
@@ -157,6 +159,20 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
         return CNN_E_OOM;
     }
     m->arena_bytes = eval_bytes > train_bytes ? eval_bytes : train_bytes;
+    size_t mask_bytes = 0; /* the train plan's BN -> ReLU bits and max-pool argmax bytes, 16-byte aligned each */
+    for (int i = 0; i < n; i++) m->mask_off[i] = -1;
+    for (int s = 0; train && be->keeps_masks && s < m->plan.n_train_steps; s++) {
+        const cnn_step *sp = &m->plan.train_steps[s];
+        const cnn_node *nd = &net->nodes[sp->node];
+        const size_t elems = (size_t)max_batch * nd->h * nd->w * nd->c; /* the step's output */
+        if (nd->op == CNN_OP_BN && sp->relu) {
+            m->mask_off[sp->node] = (int64_t)mask_bytes;
+            mask_bytes += (elems + 127) / 128 * 16;
+        } else if (nd->op == CNN_OP_MAXPOOL) {
+            m->mask_off[sp->node] = (int64_t)mask_bytes;
+            mask_bytes += (elems + 15) / 16 * 16;
+        }
+    }
 
 #define ALLOC(ptr, bytes, what)                                                                                \
     if (st == CNN_OK) st = dev_alloc(m, (bytes), (what), (void **)&(ptr))
@@ -167,6 +183,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     if (be->act_dtype != CNN_DTYPE_F32) ALLOC(m->wact, (size_t)net->n_act_weights * m->esz, "weight copies");
     if (m->pairw_bytes) ALLOC(m->pairw, m->pairw_bytes, "folded filters of fused conv pairs");
     ALLOC(m->arena, m->arena_bytes, "activations");
+    if (mask_bytes) ALLOC(m->masks, mask_bytes, "ReLU masks and max-pool positions");
     ALLOC(m->input, (size_t)max_batch * 3 * in_h * in_w * m->esz, "input batch");
     m->staging_elems = (size_t)max_batch * 3 * in_h * in_w;
     if ((size_t)max_batch * net->num_classes > m->staging_elems)
@@ -390,6 +407,7 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
         if (mode == CNN_MODE_TRAIN) {
             cnn_bn bn = bn_problem(m, nd, n);
             float *stats = m->bn + m->bn_off[i];
+            if (sp->relu && m->mask_off[i] >= 0) bn.relu_mask = m->masks + m->mask_off[i];
             st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
                                       (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
                                       stats + nd->c, res, sp->relu, y);
@@ -410,6 +428,7 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
     case CNN_OP_ADAPTIVE_AVGPOOL: {
         cnn_pool2d pl;
         cnn_node_pool2d(net, nd, n, &pl);
+        if (mode == CNN_MODE_TRAIN && m->mask_off[i] >= 0) pl.argmax = m->masks + m->mask_off[i];
         st = be->pool2d_forward(be, &pl, x, y);
         break;
     }
@@ -630,6 +649,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             cnn_bn bn = bn_problem(m, nd, n);
             const float *stats = m->bn + m->bn_off[i];
             void *dres = sp->has_residual && sp->residual >= 0 ? grad_ptr(m, sp->residual) : NULL;
+            if (sp->relu && m->mask_off[i] >= 0) bn.relu_mask = m->masks + m->mask_off[i];
             st = be->bn_backward(be, &bn, x, sp->relu ? value_ptr(m, sp->out, CNN_MODE_TRAIN) : NULL, dy,
                                  pf(m, nd->param[0]), stats, stats + nd->c, sp->relu, dx, acc, dres,
                                  m->plan.grad_acc[2 * s + 1], gradp(m, nd->param[0]), gradp(m, nd->param[1]));
@@ -644,6 +664,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             if (!dx) break;
             cnn_pool2d pl;
             cnn_node_pool2d(net, nd, n, &pl);
+            if (m->mask_off[i] >= 0) pl.argmax = m->masks + m->mask_off[i];
             st = be->pool2d_backward(be, &pl, x, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         }

@@ -37,7 +37,8 @@ typedef struct cnn_grad_bucket {
  *   wact     act_dtype copies of conv/linear weights (absent for F32: the executor points into params)
  *   bn       per BN node: save_mean, save_invstd (training) and the folded scale, shift (eval)
  *   pairw    per pair step (eval): both convs' filters scaled by their BN scales (act_dtype), the summed shift
- *   arena    activations and their gradients, placed by lifetime (plan.c); the eval plan reuses the memory */
+ *   arena    activations and their gradients, placed by lifetime (plan.c); the eval plan reuses the memory
+ *   masks    per BN -> ReLU and max-pool train step: what its backward reads instead of its output (GPU backends) */
 struct cnn_model {
     cnn_net *net;
     cnn_backend *be;
@@ -56,6 +57,10 @@ struct cnn_model {
     int32_t *labels_dev;
     float *loss_dev;
     int64_t *bn_off;         /* per node: float offset of its 4*C block in `bn`, or -1 */
+    unsigned char *masks;    /* train, where the backend keeps them (cnn_backend.keeps_masks): the ReLU bits of the train
+                              * plan's BN -> ReLU steps (a bit per element), the argmax bytes of its max-pools (a
+                              * byte per output element), for max_batch images */
+    int64_t *mask_off;       /* per node: byte offset of its block in `masks`, or -1 */
     cnn_plan plan;           /* both plans: steps and arena offsets                   */
     int64_t *counters;       /* per param: num_batches_tracked (host)                     */
     bool fold_valid;

@@ -434,6 +434,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->name = "cuda";
     be->act_dtype = dt;
     be->deterministic = true; /* every reduction has a fixed order */
+    be->keeps_masks = true;   /* BN's backward reads the ReLU's bits, max-pool's the argmax (perf-log step 68) */
     be->destroy = be_destroy;
     be->alloc = be_alloc;
     be->free = be_free;

@@ -6,8 +6,10 @@
  * chunking depends only on (M, C) and the SM count. Where C % 8 == 0 and the tensors are 16-byte aligned (every
  * BN of the zoo) the vector kernels run: one pass of sums of x and x^2 (the variance from them in double, exact
  * enough for |mean| / std up to ~1e6), one apply pass, each thread 8 channels; elsewhere the scalar ones: the
- * mean, then the centred variance, then apply. Synchronised BatchNorm (cnn_bn.comm) adds each sum's chunks into
- * per-channel totals, sums those over the ranks, and finalizes from them.
+ * mean, then the centred variance, then apply (and the ReLU's mask from its output). With cnn_bn.relu_mask both
+ * paths write the mask in the forward and read it in the backward, whichever path each of the two takes.
+ * Synchronised BatchNorm (cnn_bn.comm) adds each sum's chunks into per-channel totals, sums those over the ranks,
+ * and finalizes from them.
  */
 #include "cuda/internal.h"
 
@@ -55,7 +57,7 @@ static void plan_chunks_vec(const cuda_be *cb, red_args *a) {
 
 static cnn_status run_partial_vec(cuda_be *cb, red_args *a, int mode, const char *what) {
     CUfunction f;
-    CNN_TRY(kern(cb, BN_PARTIAL_VEC, &f));
+    CNN_TRY(kern(cb, mode == 0 ? BN_PARTIAL_VEC : BN_BWD_PARTIAL_VEC, &f));
     a->mode = mode;
     const int cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T;
     return cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c / 8 + cvt - 1) / cvt), 1, VEC_T, 1, a);
@@ -78,8 +80,8 @@ static cnn_status run_per_channel(cuda_be *cb, red_args *a, int entry, const cha
 static cnn_status run_elementwise(cuda_be *cb, red_args *a, int entry, const char *what) {
     CUfunction f;
     CNN_TRY(kern(cb, entry, &f));
-    /* 4 elements per thread per step; the vector kernels 8 */
-    const int per = entry == BN_APPLY_VEC || entry == BN_BWD_APPLY_VEC ? 8 : 4;
+    /* 4 elements per thread per step; the vector kernels and the mask's 8 */
+    const int per = entry == BN_APPLY_VEC || entry == BN_BWD_APPLY_VEC || entry == BN_MASK_OF_Y ? 8 : 4;
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, (a->m * a->c + per - 1) / per, 256), 1, 1, 256, 1, a);
 }
 
@@ -141,6 +143,7 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     a.m = bn->m, a.c = bn->c, a.eps = bn->eps, a.momentum = bn->momentum;
     a.x = x, a.out = y, a.gamma = gamma, a.beta = beta, a.residual = residual, a.relu = relu;
     a.mean = save_mean, a.invstd = save_invstd, a.running_mean = running_mean, a.running_var = running_var;
+    a.mask = relu ? bn->relu_mask : NULL;
     check_group(be, bn);
     const bool vec = vec_ok(&a);
     vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
@@ -167,7 +170,8 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     CNN_TRY(run_partial(cb, &a, 1, what));
     if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 1, what));
     CNN_TRY(run_per_channel(cb, fin, BN_VAR_FIN, what));
-    return run_elementwise(cb, &a, BN_APPLY, what);
+    CNN_TRY(run_elementwise(cb, &a, BN_APPLY, what));
+    return a.mask ? run_elementwise(cb, &a, BN_MASK_OF_Y, what) : CNN_OK;
 }
 
 cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
@@ -183,6 +187,7 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     a.mean = (float *)save_mean, a.invstd = (float *)save_invstd; /* read only in these kernels */
     a.dgamma = dgamma, a.dbeta = dbeta;
     a.accumulate = accumulate, a.dres_accumulate = dres_accumulate;
+    a.mask = relu ? bn->relu_mask : NULL; /* bn_forward_train wrote it */
     check_group(be, bn);
     const bool vec = vec_ok(&a);
     vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);

@@ -1,5 +1,8 @@
 /* pool.c -- launchers of kernels/pool.cu: max / average (count_include_pad) / adaptive-average pooling over NHWC,
- * forward (one thread per output) and backward (a gather: one thread per input, no atomics). */
+ * forward (one thread per output) and backward (a gather: one thread per input, no atomics). Max pooling keeps its
+ * maxima's window positions in cnn_pool2d.argmax when given one (windows of fewer than 255 positions); forward and
+ * backward decide that from the problem alone, so the backward reads what the forward wrote whichever kernels
+ * (vector or scalar) each runs. */
 #include "cuda/internal.h"
 
 #include <limits.h>
@@ -20,6 +23,7 @@ static pool_args make_args(const cnn_pool2d *pl) {
     }
     pool_args a = {0};
     a.kind = (int)pl->kind;
+    a.argmax = pl->kind == CNN_POOL_MAX && pl->r * pl->s < 255 ? pl->argmax : NULL;
     a.n = pl->n, a.c = pl->c, a.h = pl->h, a.w = pl->w;
     a.r = pl->r, a.s = pl->s, a.stride_h = pl->stride_h, a.stride_w = pl->stride_w, a.pad_h = pl->pad_h, a.pad_w = pl->pad_w;
     a.p = pl->p, a.q = pl->q;
@@ -38,13 +42,13 @@ static cnn_status run(cnn_backend *be, int entry, pool_args *a, long long work, 
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, work, 256), 1, 1, 256, 1, a);
 }
 
-/* 16 bytes of channels per thread where the layout allows (every ResNet/VGG pool but the classifier's): max or
- * average, C a multiple of the vector, 16-byte aligned tensors, 32-bit element indices */
-static bool vec_ok(cnn_backend *be, const cnn_pool2d *pl, const void *const *ptrs, int n) {
+/* 16 bytes of channels per thread where the layout allows (every ResNet/VGG pool; the classifier's adaptive one
+ * in the backward only): C a multiple of the vector, 16-byte aligned tensors, 32-bit element indices */
+static bool vec_ok(cnn_backend *be, const cnn_pool2d *pl, const void *const *ptrs, int n, bool adaptive_ok) {
     const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
     for (int i = 0; i < n; i++)
         if ((uintptr_t)ptrs[i] & 15) return false;
-    return pl->kind != CNN_POOL_ADAPTIVE_AVG && pl->c % vec == 0 &&
+    return (adaptive_ok || pl->kind != CNN_POOL_ADAPTIVE_AVG) && pl->c % vec == 0 &&
            (long long)pl->n * (pl->h > pl->p ? pl->h : pl->p) * (pl->w > pl->q ? pl->w : pl->q) * pl->c < INT_MAX;
 }
 
@@ -52,9 +56,9 @@ cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void
     CNN_ASSERT(x && y);
     pool_args a = make_args(pl);
     a.x = x, a.out = y;
-    const void *ptrs[] = {x, y};
+    const void *ptrs[] = {x, y, a.argmax};
     const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
-    if (vec_ok(be, pl, ptrs, 2)) return run(be, POOL_FWD_VEC, &a, (long long)pl->n * pl->p * pl->q * (pl->c / vec), pl);
+    if (vec_ok(be, pl, ptrs, 3, false)) return run(be, POOL_FWD_VEC, &a, (long long)pl->n * pl->p * pl->q * (pl->c / vec), pl);
     return run(be, POOL_FWD, &a, (long long)pl->n * pl->p * pl->q * pl->c, pl);
 }
 
@@ -63,9 +67,9 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
     CNN_ASSERT(x && dy && dx);
     pool_args a = make_args(pl);
     a.x = x, a.y = y, a.dy = dy, a.out = dx, a.accumulate = accumulate;
-    /* the vector kernel finds max pooling's first maximum through y; the scalar one recomputes it from x */
-    const void *ptrs[] = {x, y, dy, dx};
+    /* without the argmax bytes the vector kernel finds max pooling's first maximum through y, the scalar one from x */
+    const void *ptrs[] = {x, y, dy, dx, a.argmax};
     const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
-    if (y && vec_ok(be, pl, ptrs, 4)) return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
+    if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true)) return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
     return run(be, POOL_BWD, &a, (long long)pl->n * pl->h * pl->w * pl->c, pl);
 }

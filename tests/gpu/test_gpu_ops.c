@@ -697,20 +697,27 @@ static void g_bn(ctx *t) {
         t->cpu ? t->cpu->comm_allreduce : NULL;
     t->gpu->comm_allreduce = replica_allreduce;
     if (t->cpu) t->cpu->comm_allreduce = replica_allreduce;
+    /* mask: the GPU keeps the ReLU's bits (cnn_bn.relu_mask, poisoned to all ones before the forward); they must be
+     * y > 0 of the forward's y, and the backward must read them: its y is a poison that would mask every gradient */
     static const struct {
-        bool residual, relu;
+        bool residual, relu, mask;
         const char *tag;
-    } fused[] = {{false, false, ""}, {false, true, ".relu"}, {true, true, ".residual_relu"}, {true, false, ".residual"}};
+    } fused[] = {{false, false, false, ""},          {false, true, true, ".relu.mask"},
+                 {true, true, false, ".residual_relu"}, {false, true, false, ".relu"},
+                 {true, false, false, ".residual"},  {true, true, true, ".residual_relu.mask"}};
     static int sync_token; /* the communicator replica_allreduce is handed */
     for (size_t k = 0; k < (quick ? 4 : sizeof cases / sizeof cases[0]); k++)
         for (size_t f = 0; f < (quick ? 3 : sizeof fused / sizeof fused[0]); f++) {
-            const bool use_res = fused[f].residual, relu = fused[f].relu, sync = cases[k].sync;
+            const bool use_res = fused[f].residual, relu = fused[f].relu, sync = cases[k].sync, masked = fused[f].mask;
             int64_t m = cases[k].m;
             int c = cases[k].c;
             const int64_t mm = sync ? m * SYNC_WORLD : m; /* the running variance's count */
             cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .comm = sync ? &sync_token : NULL,
                          .world = sync ? SYNC_WORLD : 1};
-            char name[128];
+            const size_t mask_bytes = (size_t)(m * c + 7) / 8;
+            dbuf mask = {0};
+            if (masked) mask = buf_new(t->gpu, mask_bytes, 0), bn.relu_mask = mask.p;
+            char name[128], nm_mask[160];
             arr x = arr_in(t, m * c, true, 1300 + k, cases[k].offset - 1.5f, cases[k].offset + 2.0f, 0);
             arr gamma = arr_in(t, c, false, 1310 + k, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, 1320 + k, -0.5f, 0.5f, 0);
             arr rm = arr_in(t, c, false, 1330 + k, -0.2f, 0.2f, 0), rv = arr_in(t, c, false, 1340 + k, 0.5f, 1.5f, 0);
@@ -743,9 +750,25 @@ static void g_bn(ctx *t) {
             if (sync) /* the vector kernels sum x and x^2 in one pass; the scalar ones the mean, then the variance */
                 check(replica_sums - sums0 == (c % 8 == 0 ? 1 : 2), name, "%lld collective sums",
                       (long long)(replica_sums - sums0));
-            if (t->cpu)
-                cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &bn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c,
+            if (t->cpu) {
+                cnn_bn cbn = bn;
+                cbn.relu_mask = NULL; /* device memory; the CPU backend keeps no mask */
+                cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &cbn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c,
                                                    use_res ? res.c : NULL, relu, y.c), name);
+            }
+            if (masked) { /* bit e % 8 of byte e / 8 = the stored y[e] > 0, no other byte written */
+                float *yg = arr_gpu(t, &y);
+                unsigned char *mh = malloc(mask_bytes);
+                if (t->gpu->download(t->gpu, mh, mask.p, mask_bytes) != CNN_OK) fatal("download of the mask");
+                int64_t wrong = 0, first = -1;
+                for (int64_t e = 0; e < m * c; e++)
+                    if (((mh[e / 8] >> (e % 8)) & 1) != (yg[e] > 0.0f) && wrong++ == 0) first = e;
+                snprintf(nm_mask, sizeof nm_mask, "%s.mask", name);
+                const long dmg = buf_guard_damage(&mask);
+                check(wrong == 0 && dmg == 0, nm_mask, "%lld of %lld bits differ from y > 0 (first [%lld]); %ld guard bytes overwritten",
+                      (long long)wrong, (long long)(m * c), (long long)first, dmg);
+                free(mh), free(yg);
+            }
             layout l = {"MC", {m, c}}, lc = {"C", {c}};
             arr *in[] = {&x, &gamma, &beta, &res};
             char nm[160];
@@ -794,12 +817,15 @@ static void g_bn(ctx *t) {
                 snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s%s", t->dts, (long long)m, c, fused[f].tag,
                          acc ? ".acc" : "", sync ? ".sync" : "");
                 sums0 = replica_sums;
-                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, yin.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, relu,
+                arr ypoison = arr_in(t, m * c, true, 1390 + k, -2, -1, 0);
+                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, masked ? ypoison.g.p : yin.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, relu,
                                               dx.g.p, acc, use_res ? dres.g.p : NULL, true, dg.g.p, db.g.p),
                           name);
                 if (sync) check(replica_sums - sums0 == 1, name, "%lld collective sums", (long long)(replica_sums - sums0));
                 if (t->cpu)
-                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &bn, x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
+                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &(cnn_bn){.m = m, .c = c, .eps = bn.eps, .momentum = bn.momentum,
+                                                                   .comm = bn.comm, .world = bn.world},
+                                                  x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
                                                   use_res ? dres.c : NULL, true, dg.c, db.c),
                            name);
                 arr *in2[] = {&x, &dy, &gamma, &smean, &sinv, &yin};
@@ -816,8 +842,9 @@ static void g_bn(ctx *t) {
                 }
                 free(rdx), free(rdg), free(rdb), free(rdres);
                 arr_free(t, &smean), arr_free(t, &sinv), arr_free(t, &yin), arr_free(t, &dy), arr_free(t, &dx);
-                arr_free(t, &dres), arr_free(t, &dg), arr_free(t, &db);
+                arr_free(t, &dres), arr_free(t, &dg), arr_free(t, &db), arr_free(t, &ypoison);
             }
+            if (masked) buf_free(&mask);
             free(mean), free(var), free(inv), free(ry), free(rrm), free(rrv);
             arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
             arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
@@ -929,6 +956,70 @@ static void pool_ref_bwd(const cnn_pool2d *pl, const float *x, const float *dy, 
                 }
 }
 
+/* Max pooling with its maxima's positions kept (cnn_pool2d.argmax, poisoned to 255 = "no maximum" first): the
+ * forward's y and bytes against the reference's first maximum in scan order, then the backward from those bytes,
+ * handed an x and a y of constants that would send every window's gradient to its first element if it read them. */
+static void pool_argmax_case(ctx *t, const cnn_pool2d *pl0, const arr *x, const double *ry, size_t k) {
+    cnn_pool2d pl = *pl0;
+    const int64_t nx = (int64_t)pl.n * pl.h * pl.w * pl.c, ny = (int64_t)pl.n * pl.p * pl.q * pl.c;
+    dbuf am = buf_new(t->gpu, (size_t)ny, 0);
+    pl.argmax = am.p;
+    char name[160], nm[176];
+    snprintf(name, sizeof name, "pool2d_forward.%s.max.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d.argmax", t->dts, pl.n, pl.c,
+             pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w);
+    arr y = arr_out(t, ny, true, 0);
+    expect_ok(t->gpu->pool2d_forward(t->gpu, &pl, x->g.p, y.g.p), name);
+    cnn_pool2d plc = pl;
+    plc.argmax = NULL; /* device memory; the CPU backend keeps none */
+    if (t->cpu) cpu_ok(t, t->cpu->pool2d_forward(t->cpu, &plc, x->c, y.c), name);
+    layout ly = {"NPQC", {pl.n, pl.p, pl.q, pl.c}}, lx = {"NHWC", {pl.n, pl.h, pl.w, pl.c}};
+    arr *in[] = {(arr *)x};
+    snprintf(nm, sizeof nm, "%s.y", name);
+    verify(t, nm, &y, ry, &ly, in, 1);
+    unsigned char *got = malloc((size_t)ny);
+    if (t->gpu->download(t->gpu, got, am.p, (size_t)ny) != CNN_OK) fatal("download of the argmax bytes");
+    int64_t wrong = 0, first = -1;
+    for (int n = 0; n < pl.n; n++)
+        for (int p = 0; p < pl.p; p++)
+            for (int q = 0; q < pl.q; q++)
+                for (int c = 0; c < pl.c; c++) {
+                    float best = -INFINITY;
+                    int arg = 255;
+                    for (int r = 0; r < pl.r; r++)
+                        for (int s2 = 0; s2 < pl.s; s2++) {
+                            const int h = p * pl.stride_h - pl.pad_h + r, w = q * pl.stride_w - pl.pad_w + s2;
+                            if (h < 0 || h >= pl.h || w < 0 || w >= pl.w) continue;
+                            const float e = x->h[(((int64_t)n * pl.h + h) * pl.w + w) * pl.c + c];
+                            if (e > best) best = e, arg = r * pl.s + s2;
+                        }
+                    const int64_t o = (((int64_t)n * pl.p + p) * pl.q + q) * pl.c + c;
+                    if (got[o] != arg && wrong++ == 0) first = o;
+                }
+    const long dmg = buf_guard_damage(&am);
+    snprintf(nm, sizeof nm, "%s.positions", name);
+    check(wrong == 0 && dmg == 0, nm, "%lld of %lld positions differ from the first maximum (first [%lld]); %ld guard "
+          "bytes overwritten", (long long)wrong, (long long)ny, (long long)first, dmg);
+    free(got);
+    arr xc = arr_in(t, nx, true, 1590 + k, 1, 1, 0), yc = arr_in(t, ny, true, 1591 + k, 1, 1, 0); /* constants */
+    for (int acc = 0; acc < 2; acc++) {
+        arr dy = arr_in(t, ny, true, 1570 + k, -1, 1, 0);
+        arr dx = acc ? arr_in(t, nx, true, 1580 + k, -1, 1, 0) : arr_out(t, nx, true, 0);
+        double *rdx = dalloc(nx);
+        for (int64_t i = 0; i < nx; i++) rdx[i] = acc ? dx.h[i] : 0.0;
+        pool_ref_bwd(&pl, x->h, dy.h, rdx);
+        snprintf(name, sizeof name, "pool2d_backward.%s.max.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d.argmax%s", t->dts, pl.n,
+                 pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, acc ? ".acc" : "");
+        expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, xc.g.p, yc.g.p, dy.g.p, dx.g.p, acc), name);
+        if (t->cpu) cpu_ok(t, t->cpu->pool2d_backward(t->cpu, &plc, x->c, y.c, dy.c, dx.c, acc), name);
+        arr *in2[] = {&dy};
+        verify(t, name, &dx, rdx, &lx, in2, 1);
+        free(rdx);
+        arr_free(t, &dy), arr_free(t, &dx);
+    }
+    arr_free(t, &xc), arr_free(t, &yc), arr_free(t, &y);
+    buf_free(&am);
+}
+
 static void g_pool(ctx *t) {
     typedef struct {
         cnn_pool_kind kind;
@@ -950,6 +1041,9 @@ static void g_pool(ctx *t) {
         {CNN_POOL_MAX, 2, 16, 9, 11, 3, 3, 2, 2, 1, 1, 0, 0, true},
         {CNN_POOL_MAX, 1, 24, 7, 6, 2, 2, 2, 2, 0, 0, 0, 0, false},
         {CNN_POOL_AVG, 3, 8, 5, 7, 3, 3, 2, 1, 1, 1, 0, 0, false},
+        /* the adaptive backward's vector kernel: overlapping bins, and more bins than pixels */
+        {CNN_POOL_ADAPTIVE_AVG, 2, 16, 5, 7, 0, 0, 0, 0, 0, 0, 3, 2, false},
+        {CNN_POOL_ADAPTIVE_AVG, 1, 8, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false},
     };
     static const char *kn[] = {"max", "avg", "adaptive"};
     for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
@@ -1002,6 +1096,7 @@ static void g_pool(ctx *t) {
             arr_free(t, &dy);
             arr_free(t, &dx);
         }
+        if (pc->kind == CNN_POOL_MAX) pool_argmax_case(t, &pl, &x, ry, k);
         free(ry);
         arr_free(t, &x), arr_free(t, &y), arr_free(t, &yin);
     }
