@@ -236,9 +236,9 @@ template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &
     const long long r0 = (long long)blockIdx.x * a.rows_per_chunk;
     long long r1 = r0 + a.rows_per_chunk;
     if (r1 > a.m) r1 = a.m;
-    /* VEC_ROWS (BWD_ROWS) rows per step, their loads issued together; their sums in float, added to the double totals once per
-     * step. With 16-bit activations a square is exact in float and a few of them add nearly exactly; F32 squares go
-     * to double at once (x^2 rounded to float would move E[x^2] - mean^2 when |mean| >> std). */
+    /* VEC_ROWS (BWD_ROWS) rows per step, their loads issued together; their sums in float, added to the double
+     * totals once per step. With 16-bit activations a square is exact in float and a few of them add nearly exactly;
+     * F32 squares go to double at once (x^2 rounded to float would move E[x^2] - mean^2 when |mean| >> std). */
     double s0[8], s1[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) s0[e] = s1[e] = 0.0;
@@ -405,7 +405,7 @@ extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     long long v = GRID_TID;
     int cg = (int)(v % cvs), c_loaded = -1;
     const int cstep = (int)(GRID_STRIDE % cvs);
-    bwd_t k0[8], k1[8], k2[8], mu[8]; /* the channels' coefficients (k2 times invstd), reloaded only when the group changes */
+    bwd_t k0[8], k1[8], k2[8], mu[8]; /* the channels' coefficients (k2: times invstd), per group of channels */
     act8 ng, nx = act8_zero();
     unsigned nb = 0;
     if (v < n) {

@@ -205,7 +205,8 @@ extern "C" __global__ void pool_backward(const pool_args a) {
                 for (int pp = p0; pp <= p1; pp++)
                     for (int qq = q0; qq <= q1; qq++) {
                         const int me = (hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w);
-                        if (ai[((long long)pp * a.q + qq) * a.c] == me) g += act_load(dyi, ((long long)pp * a.q + qq) * a.c);
+                        const long long wo = ((long long)pp * a.q + qq) * a.c;
+                        if (ai[wo] == me) g += act_load(dyi, wo);
                     }
             } else if (a.kind == POOL_MAX) {
                 const act_t *xi = x + n * a.h * a.w * a.c + c;
@@ -225,10 +226,11 @@ extern "C" __global__ void pool_backward(const pool_args a) {
 }
 
 /* Max, average and adaptive-average backward, 16 bytes of channels per thread (the preconditions of pool_forward_vec
- * but the kind): a gather like pool_backward, with its arithmetic per element. Max pooling compares the forward's argmax bytes where it kept them; otherwise it reads the
- * forward's output y: an input element receives a window's gradient when
- * it equals the window's maximum (> -inf) and no earlier element of the window in (r, s) scan order does (the first
- * maximum, as the forward chose it); those earlier elements are read only where an element equals the maximum. */
+ * but the kind): a gather like pool_backward, with its arithmetic per element. Max pooling compares the forward's
+ * argmax bytes where it kept them; otherwise it reads the forward's output y: an input element receives a window's
+ * gradient when it equals the window's maximum (> -inf) and no earlier element of the window in (r, s) scan order
+ * does (the first maximum, as the forward chose it); those earlier elements are read only where an element equals
+ * the maximum. */
 extern "C" __global__ void pool_backward_vec(const pool_args a) {
     pdl_enter();
     const act_t *x = (const act_t *)a.x, *y = (const act_t *)a.y, *dy = (const act_t *)a.dy;
@@ -280,7 +282,8 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
                 }
                 if (a.argmax) { /* this element's position in the window against the forward's choice */
                     const unsigned long long args = load_args(a.argmax + wo);
-                    const unsigned me = (unsigned)((hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w));
+                    const int r = hi - (pp * a.stride_h - a.pad_h), s = wi - (qq * a.stride_w - a.pad_w);
+                    const unsigned me = (unsigned)(r * a.s + s);
 #pragma unroll
                     for (int k = 0; k < ACT_VEC; k++) g[k] += ((args >> (8 * k)) & 0xffu) == me ? dv[k] : 0.0f;
                     continue;

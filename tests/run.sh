@@ -46,6 +46,10 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     add "emu-conv_pair-bf16 $EMU --dtype bf16 conv_pair"
     # wgrad on wgmma (MN-major operands by TMA, split reductions)
     add "emu-conv_wgrad-bf16 $EMU --dtype bf16 conv_wgrad"
+    # wgrad over few input channels (the first layers) on mma.sync, bf16 and f16
+    for dt in bf16 f16; do add "emu-conv_wgrad_few-$dt $EMU --dtype $dt conv_wgrad_few"; done
+    # pooling: max-pool's argmax bytes from the forward to the backward, the adaptive backward by vectors
+    add "emu-pool-bf16 $EMU --dtype bf16 pool"
     # dgrad on the forward tensor-core kernels, every stride (phases)
     add "emu-conv_dgrad-bf16 $EMU --dtype bf16 conv_dgrad"
     # BatchNorm's training kernels with the residual add and ReLU fused, scalar and vector paths

@@ -120,6 +120,7 @@ cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     CNN_ASSERT(x && dy && dw);
     const bool generic_forced = cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic();
     if (!generic_forced && cuda_wgrad_wgmma_fits(cb, cv, x, dy)) return cuda_wgrad_wgmma(be, cv, x, dy, dw);
+    if (!generic_forced && cuda_wgrad_few_fits(cb, cv, dy)) return cuda_wgrad_few(be, cv, x, dy, dw);
     int v;
     CUfunction f, fr = NULL;
     CNN_TRY(prepare(be, cv, PASS_WGRAD, WGRAD_MAIN, &v, &f));

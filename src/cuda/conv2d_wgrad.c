@@ -100,3 +100,60 @@ void cnn_cuda_wgrad_force(cnn_backend *be, int cfg, int splits) {
     cuda_be *cb = cuda_impl(be);
     cb->wgrad_force_cfg = cfg, cb->wgrad_force_splits = splits;
 }
+
+/* ---- few input channels (the first layer) on mma.sync: kernels/conv2d_wgrad_few.cu ----------------------------- */
+
+#define FEW_PIX 64   /* = kernels/conv2d_wgrad_few.cu */
+#define FEW_COLS 160
+#define FEW_THREADS 256
+
+bool cuda_wgrad_few_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy) {
+    const cnn_dtype dt = cb->pub.act_dtype;
+    if ((dt != CNN_DTYPE_F16 && dt != CNN_DTYPE_BF16) || cb->cc_major < 8) return false;
+    if (cuda_conv_skipped(cb, "wgrad_few")) return false;
+    if (cv->k > 64 || cv->k % 8 || cv->c > 4 || (int64_t)cv->r * cv->s * cv->c > FEW_COLS) return false;
+    if (!aligned16(dy)) return false;
+    return (int64_t)cv->n * cv->p * cv->q <= INT_MAX - FEW_PIX && (int64_t)cv->n * cv->h * cv->w * cv->c <= INT_MAX;
+}
+
+cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
+    cuda_be *cb = cuda_impl(be);
+    CNN_ASSERT(cuda_wgrad_few_fits(cb, cv, dy));
+    CUfunction f, fr;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, 0, WGRAD_MAIN, &f));
+    conv_args a;
+    memset(&a, 0, sizeof a);
+    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w, a.k = cv->k, a.r = cv->r, a.s = cv->s;
+    a.p = cv->p, a.q = cv->q, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
+    a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
+    a.gm = cv->k, a.gn = cv->r * cv->s * cv->c, a.gk = cv->n * cv->p * cv->q;
+    a.x = x, a.dy = dy, a.out = dw;
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_wgrad_few[%s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+             cuda_dtype_str(be->act_dtype), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
+             cv->stride_w, cv->pad_h, cv->pad_w);
+    /* as many CTAs as fit at once (each holds all of dW), each a contiguous range of 64-pixel blocks; the CTA count
+     * depends on the GPU only, so the reduction order does too */
+    int per_sm = 1;
+    CNN_TRY(cuda_blocks_per_sm(cb, f, what, FEW_THREADS, 0, &per_sm));
+    const int64_t blocks = cdiv(a.gk, FEW_PIX);
+    int64_t ctas = (int64_t)per_sm * cb->sm_count;
+    if (ctas > blocks) ctas = blocks;
+    const int64_t per = cdiv(blocks, ctas);
+    ctas = cdiv(blocks, per); /* no CTA without a block */
+    a.ktiles_per_split = (int)per, a.splits = (int)ctas;
+    if (ctas > 1) {
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, 0, WGRAD_REDUCE, &fr));
+        void *ws;
+        CNN_TRY(cuda_workspace(cb, (size_t)ctas * (size_t)a.gm * (size_t)a.gn * sizeof(float), &ws));
+        a.ws = ws;
+    }
+    CNN_TRY(cuda_launch(cb, f, what, (unsigned)ctas, 1, 1, FEW_THREADS, 1, &a));
+    if (ctas > 1) {
+        size_t n = strlen(what);
+        snprintf(what + n, sizeof what - n, " reduce of %lld CTAs", (long long)ctas);
+        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a.gm * a.gn, 256), 1, 1, 256, 1, &a));
+    }
+    cb->stats.wgrad_few_launches++;
+    return CNN_OK;
+}

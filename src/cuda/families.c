@@ -32,6 +32,13 @@ const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchno
                                            .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
                                            .defines = no_defines};
 
+/* the filter gradient over few input channels (conv2d_wgrad.c): WGRAD_MAIN, WGRAD_REDUCE */
+static const char *const wgrad_few_entries[] = {"conv2d_wgrad_few", "conv2d_wgrad_few_reduce"};
+const cuda_family cuda_family_conv2d_wgrad_few = {.name = "conv2d_wgrad_few", .file = "conv2d_wgrad_few.cu",
+                                                  .entries = wgrad_few_entries, .n_entries = 2,
+                                                  .dtypes = CUDA_DT_F16 | CUDA_DT_BF16, .n_configs = 1,
+                                                  .defines = no_defines};
+
 static const char *const pool_entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec",
                                                  "pool_backward_vec"};
 const cuda_family cuda_family_pool = {.name = "pool", .file = "pool.cu", .entries = pool_entries, .n_entries = POOL_N,

@@ -81,6 +81,7 @@ typedef struct cnn_cuda_stats {
     long ost_launches;   /* of those, convolutions whose output went by TMA too (the store-tma rows) */
     long pair_launches;  /* of them, two convolutions summed in one kernel (cuda_conv2d_fprop_pair, fused) */
     long wgrad_wgmma_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
+    long wgrad_few_launches; /* filter gradients over few channels on mma.sync (conv2d_wgrad.c) */
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
 } cnn_cuda_stats;
 

@@ -238,7 +238,8 @@ typedef struct cuda_be {
     char cache_dir[1024];     /* "" = no disk cache */
     bool sync_debug;          /* CNN_SYNC_DEBUG: synchronise and check after every launch */
     bool no_tma;              /* the driver has no tensor-map encoders (CUDA < 12.0): no TMA conv rows */
-    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the fast conv rows whose names contain a or b (A/B timing) */
+    char conv_skip[128];      /* CNN_CONV_SKIP=a,b: nor the fast conv rows (or paths: "wgrad_few") whose names
+                               * contain a or b (A/B timing) */
     bool pdl;                 /* kernels launched with programmatic stream serialization (sm_90+ and a driver with
                                * cuLaunchKernelEx): each may be placed while the one before it finishes
                                * (kernels/common.cuh, pdl_enter) */

@@ -1478,6 +1478,58 @@ static void g_conv_wgrad(ctx *t) {
     }
 }
 
+/* wgrad over few input channels (conv2d_wgrad_few.cu, F16/BF16 on sm_80+): the first layers' shapes and their
+ * odd neighbours (batch 1, H != W, fewer than 64 pixels, a last block partly past the pixels, K not a multiple of
+ * 16, 1 to 4 channels, R != S, R*S*C up to 147), against float64 and the CPU backend, taken by that path, and
+ * bitwise the same on a second run */
+static const conv_case wgrad_few_cases[] = {
+    {2, 3, 40, 36, 64, 7, 7, 2, 2, 3, 3},  /* the stem, 720 pixels: several blocks per CTA */
+    {1, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1},    /* batch 1, the CIFAR stem's shape, 99 pixels */
+    {3, 1, 12, 10, 24, 5, 5, 1, 1, 2, 2},  /* grayscale 5x5, K = 24 */
+    {2, 4, 13, 17, 16, 3, 3, 2, 2, 1, 1},  /* C = 4, stride 2, odd sizes */
+    {1, 2, 5, 4, 40, 7, 7, 1, 1, 3, 3},    /* 20 pixels, R*S*C = 98 */
+    {1, 3, 23, 19, 56, 3, 5, 2, 1, 1, 2},  /* R != S, stride 2x1, pad 1x2 */
+    {2, 1, 9, 9, 8, 11, 11, 1, 1, 5, 5},   /* R*S*C = 121 */
+};
+
+static void g_conv_wgrad_few(ctx *t) {
+    if (t->dt == CNN_DTYPE_F32) {
+        printf("# conv_wgrad_few.%s: the few-channel wgrad multiplies F16/BF16; F32 runs on the generic kernels\n", t->dts);
+        return;
+    }
+    const int ncase = quick ? 3 : (int)(sizeof wgrad_few_cases / sizeof wgrad_few_cases[0]);
+    for (int i = 0; i < ncase; i++) {
+        cnn_conv2d cv = conv_of(&wgrad_few_cases[i]);
+        const int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c,
+                      ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+        arr x = arr_in(t, nx, true, 7500 + 10 * i, -1, 1, 0), dy = arr_in(t, ny, true, 7501 + 10 * i, -1, 1, 0);
+        arr dw = arr_out(t, nw, false, 0);
+        double *rdw = dalloc(nw);
+        conv_ref_wgrad(&cv, x.h, dy.h, rdw);
+        char name[200], nm[240];
+        conv_name(name, sizeof name, "wgrad_few", t, &cv, -1, "");
+        cnn_cuda_stats st0, st1;
+        cnn_cuda_stats_get(t->gpu, &st0);
+        expect_ok(t->gpu->conv2d_wgrad(t->gpu, &cv, x.g.p, dy.g.p, dw.g.p), name);
+        cnn_cuda_stats_get(t->gpu, &st1);
+        if (t->cpu) cpu_ok(t, t->cpu->conv2d_wgrad(t->cpu, &cv, x.c, dy.c, dw.c), name);
+        layout lw = {"KRSC", {cv.k, cv.r, cv.s, cv.c}};
+        arr *in[] = {&x, &dy};
+        verify(t, name, &dw, rdw, &lw, in, 2);
+        snprintf(nm, sizeof nm, "%s.on_few", name);
+        check(st1.wgrad_few_launches == st0.wgrad_few_launches + 1, nm, "few-channel wgrad launches %ld before, %ld after",
+              st0.wgrad_few_launches, st1.wgrad_few_launches);
+        float *first = arr_gpu(t, &dw);
+        expect_ok(t->gpu->conv2d_wgrad(t->gpu, &cv, x.g.p, dy.g.p, dw.g.p), name);
+        float *second = arr_gpu(t, &dw);
+        snprintf(nm, sizeof nm, "%s.repeat", name);
+        const bool same = memcmp(first, second, (size_t)nw * sizeof(float)) == 0;
+        check(same, nm, "%s", same ? "bitwise equal to the first run" : "differs from the first run");
+        free(first), free(second), free(rdw);
+        arr_free(t, &x), arr_free(t, &dy), arr_free(t, &dw);
+    }
+}
+
 static void g_conv_fast(ctx *t) {
     const int first_tc = first_fast_row();
     if (!cnn_cuda_conv_config_usable(t->gpu, first_tc)) {
@@ -2949,6 +3001,7 @@ static const group groups[] = {
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
     {"conv_fast", g_conv_fast, true, true},    {"conv_first", g_conv_first, true, false},
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
+    {"conv_wgrad_few", g_conv_wgrad_few, true, false},
     {"conv_dgrad", g_dgrad_fast, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"resample", g_resample, false, false},

@@ -1,0 +1,139 @@
+/* conv2d_wgrad_few.cu -- the filter gradient of a convolution over few input channels (the first layer: an image's
+ * 3 channels, the ResNet stem's 7x7/2 among them) on the tensor cores, mma.sync m16n8k16, F16/BF16, sm_80+.
+ *
+ *     dW[k][col] = sum over the N*P*Q output pixels of dy[pixel][k] * x_im2col[pixel][col],  col = (r*S + s)*C + c
+ *
+ * A GEMM of K <= 64 rows and R*S*C <= FEW_COLS columns whose reduction is the whole batch. The wgmma kernel takes 64
+ * channels per filter tap and the generic kernels waste most of their tile on 3 channels (perf-log step 68), so here
+ * each CTA keeps the whole dW (64 x FEW_COLS) in registers and walks its own contiguous range of 64-pixel blocks:
+ *   1. dy's 64 x K block, transposed into shared memory as dyT[k][pixel] (16-byte loads, a pixel per thread);
+ *   2. the block's im2col columns gathered into xT[col][pixel] (zero outside the image and past the last pixel);
+ *      every thread keeps one pixel, so its coordinates are computed once per block, and a per-CTA table gives each
+ *      column's tap and offset;
+ *   3. four k16 steps of mma over the 64 pixels: warp w takes rows 16*(w % 4) of dW and half of the column tiles.
+ *      Rows of both tiles are FEW_PITCH elements apart, so the fragments' 32-bit loads hit 32 different banks.
+ * Each CTA writes its partial dW to ws[blockIdx.x] and conv2d_wgrad_few_reduce adds the CTAs' partials in CTA order:
+ * the result depends on the grid only, never on timing (--deterministic holds). With one CTA it writes dW itself.
+ * Fields of conv_args: the problem, gk = N*P*Q, gn = R*S*C, ktiles_per_split = pixel blocks per CTA, splits = CTAs,
+ * x, dy, out (dW, float KRSC), ws. Specialisation: ACT (F16/BF16).
+ */
+#include "common.cuh"
+#include "params.cuh"
+
+#if !defined(ACT) || ACT == ACT_F32
+#error "conv2d_wgrad_few.cu multiplies F16/BF16 operands (m16n8k16)"
+#endif
+
+#define FEW_PIX 64                     /* pixels per block: four k16 steps */
+#define FEW_COLS 160                   /* R*S*C at most: 20 column tiles of 8 */
+#define FEW_NT (FEW_COLS / 8)
+#define FEW_NT_WARP (FEW_NT / 2)       /* column tiles per warp */
+#define FEW_PITCH (FEW_PIX + 8)        /* elements per shared row: 36 words, so rows g = 0..7 start 4 banks apart */
+#define FEW_THREADS 256
+
+extern "C" __global__ void __launch_bounds__(FEW_THREADS) conv2d_wgrad_few(const conv_args a) {
+    pdl_enter();
+    __shared__ __align__(16) act_t dyT[64][FEW_PITCH];
+    __shared__ __align__(16) act_t xT[FEW_COLS][FEW_PITCH];
+    __shared__ int col_rs[FEW_COLS]; /* (r << 16) | s of column col */
+    __shared__ int col_off[FEW_COLS]; /* (r*W + s)*C + c: its offset from the window's corner in x */
+    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int ncols = a.gn, nt = (ncols + 7) / 8, pq = a.p * a.q;
+    for (int col = tid; col < FEW_COLS; col += FEW_THREADS) {
+        const int c = col % a.c, rs = col / a.c, s = rs % a.s, r = rs / a.s;
+        col_rs[col] = col < ncols ? (r << 16) | s : -1;
+        col_off[col] = (r * a.w + s) * a.c + c;
+    }
+    const int mt = warp & 3, nt0 = (warp >> 2) * FEW_NT_WARP; /* this warp's rows and first column tile */
+    const bool rows_live = 16 * mt < a.k;
+    float acc[FEW_NT_WARP][4];
+#pragma unroll
+    for (int j = 0; j < FEW_NT_WARP; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const int pix = tid % FEW_PIX, part = tid / FEW_PIX; /* this thread's pixel of each block; its 16 channels of dy */
+    const int nblocks = (a.gk + FEW_PIX - 1) / FEW_PIX;
+    const int b0 = blockIdx.x * a.ktiles_per_split;
+    const int b1 = min(b0 + a.ktiles_per_split, nblocks);
+    __syncthreads();
+    for (int b = b0; b < b1; b++) {
+        const int gp = b * FEW_PIX + pix;
+        const bool live = gp < a.gk;
+        /* 1. dy: channels 16*part .. 16*part + 15 of pixel gp, two 16-byte vectors (K % 8 == 0) */
+#pragma unroll
+        for (int v = 0; v < 2; v++) {
+            const int k0 = 16 * part + 8 * v;
+            uint4 u = uint4{0u, 0u, 0u, 0u};
+            if (live && k0 < a.k) u = *(const uint4 *)(dy + (long long)gp * a.k + k0);
+            const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                dyT[k0 + 2 * e][pix] = (act_t)(w[e] & 0xffffu);
+                dyT[k0 + 2 * e + 1][pix] = (act_t)(w[e] >> 16);
+            }
+        }
+        /* 2. the im2col columns of pixel gp: window corner (h0, w0) of image n */
+        int n = 0, h0 = 0, w0 = 0;
+        if (live) {
+            n = gp / pq;
+            const int rem = gp - n * pq, p = rem / a.q, q = rem - p * a.q;
+            h0 = p * a.stride_h - a.pad_h, w0 = q * a.stride_w - a.pad_w;
+        }
+        const long long corner = (long long)n * a.h * a.w * a.c + ((long long)h0 * a.w + w0) * a.c; /* may be < 0 */
+        for (int col = part; col < 8 * nt; col += FEW_THREADS / FEW_PIX) {
+            const int rs = col_rs[col];
+            act_t v = 0;
+            if (live && rs >= 0) {
+                const int h = h0 + (rs >> 16), w = w0 + (rs & 0xffff);
+                if ((unsigned)h < (unsigned)a.h && (unsigned)w < (unsigned)a.w) v = x[corner + col_off[col]];
+            }
+            xT[col][pix] = v;
+        }
+        __syncthreads();
+        /* 3. dW[16*mt .., 8*(nt0 + j) ..] += dyT[rows][64 pixels] * xT[cols][64 pixels]^T */
+        if (rows_live) {
+#pragma unroll
+            for (int ks = 0; ks < FEW_PIX / 16; ks++) {
+                const int kk = 16 * ks + 2 * t4;
+                unsigned af[4];
+                af[0] = *(const unsigned *)&dyT[16 * mt + g][kk];
+                af[1] = *(const unsigned *)&dyT[16 * mt + g + 8][kk];
+                af[2] = *(const unsigned *)&dyT[16 * mt + g][kk + 8];
+                af[3] = *(const unsigned *)&dyT[16 * mt + g + 8][kk + 8];
+#pragma unroll
+                for (int j = 0; j < FEW_NT_WARP; j++) {
+                    if (nt0 + j >= nt) break;
+                    unsigned bf[2];
+                    bf[0] = *(const unsigned *)&xT[8 * (nt0 + j) + g][kk];
+                    bf[1] = *(const unsigned *)&xT[8 * (nt0 + j) + g][kk + 8];
+                    mma_m16n8k16(acc[j], af, bf);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    /* the partial (or, alone, the result): D[g][2t..2t+1] and D[g+8][2t..2t+1] of each tile */
+    if (!rows_live) return;
+    float *out = a.splits > 1 ? a.ws + (long long)blockIdx.x * a.k * ncols : (float *)a.out;
+#pragma unroll
+    for (int j = 0; j < FEW_NT_WARP; j++) {
+        const int col = 8 * (nt0 + j) + 2 * t4;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int k = 16 * mt + g + 8 * h;
+            if (k >= a.k) continue;
+            if (col < ncols) out[(long long)k * ncols + col] = acc[j][2 * h];
+            if (col + 1 < ncols) out[(long long)k * ncols + col + 1] = acc[j][2 * h + 1];
+        }
+    }
+}
+
+/* dW[i] = the CTAs' partials of element i added in CTA order */
+extern "C" __global__ void conv2d_wgrad_few_reduce(const conv_args a) {
+    pdl_enter();
+    const long long total = (long long)a.k * a.gn;
+    for (long long i = GRID_TID; i < total; i += GRID_STRIDE) {
+        float s = 0.0f;
+        for (int c = 0; c < a.splits; c++) s += a.ws[c * total + i];
+        ((float *)a.out)[i] = s;
+    }
+}
