@@ -150,30 +150,49 @@ static kernel_set kernels(void) {
 
 /* ---- packing ---------------------------------------------------------------------------------------------- */
 
+/* n floats from s to d: libc for long runs; the rest (B's NR-column segments, a row's run of taps: up to 2 KB) inline
+ * in 64-byte moves (gather_row's clones), where a call per copy cost more than the copy (perf-log step 70) */
+static inline __attribute__((always_inline)) void copy_floats(float *d, const float *s, int64_t n) {
+    if (n >= 512) {
+        memcpy(d, s, (size_t)n * sizeof(float));
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) memcpy(d + i, s + i, 16 * sizeof(float));
+    for (; i < n; i++) d[i] = s[i];
+}
+
 /* Copy (src != NULL) or zero `run` logical columns starting at column `pos` of a destination cut into
  * segments of `seg` columns placed `seg_stride` floats apart (B panels: seg = NR, seg_stride = kc * NR). */
 static inline void put_run(float *dst, int64_t seg, int64_t seg_stride, int64_t pos, const float *src, int64_t run) {
+    int64_t si = 0, off = pos; /* segment and column in it; an A row is one segment: no division */
+    if (pos + run > seg) si = pos / seg, off = pos - si * seg;
     while (run > 0) {
-        int64_t in_seg = seg - pos % seg, n = run < in_seg ? run : in_seg;
-        float *d = dst + (pos / seg) * seg_stride + pos % seg;
-        if (src) memcpy(d, src, (size_t)n * sizeof(float)), src += n;
+        const int64_t n = run < seg - off ? run : seg - off;
+        float *d = dst + si * seg_stride + off;
+        if (src) copy_floats(d, src, n), src += n;
         else memset(d, 0, (size_t)n * sizeof(float));
-        pos += n;
         run -= n;
+        si++, off = 0;
     }
 }
 
-/* Row m, columns [k0, k0 + len) of the im2col matrix of g, into dst (segmented as in put_run). */
+/* Row m, columns [k0, k0 + len) of the im2col matrix of g, into dst (segmented as in put_run). The column's tap
+ * (ti, tj) and channel advance with each run instead of being divided out of it: integer divisions were most of
+ * this function's time (perf-log step 70). */
+__attribute__((target_clones("avx512f", "avx2", "default"))) /* the short copies in 64- or 32-byte moves */
 static void gather_row(const cnn_cpu_im2col *g, int64_t m, int64_t k0, int64_t len, float *dst, int64_t seg,
                        int64_t seg_stride) {
-    int64_t grid = (int64_t)g->gh * g->gw;
-    int64_t n = m / grid, rem = m % grid;
-    int i = (int)(rem / g->gw), j = (int)(rem % g->gw);
-    int ih0 = i * g->ah + g->oh, iw0 = j * g->aw + g->ow;
+    if (len <= 0) return; /* e.g. a dgrad phase without taps (tw = 0) */
+    const int64_t grid = (int64_t)g->gh * g->gw;
+    const int64_t n = m / grid, rem = m - n * grid;
+    const int i = (int)(rem / g->gw), j = (int)(rem - (int64_t)i * g->gw);
+    const int ih0 = i * g->ah + g->oh, iw0 = j * g->aw + g->ow;
     const float *xn = g->x + n * (int64_t)g->hs * g->ws * g->cs;
-    int64_t tap = k0 / g->cs, ch = k0 % g->cs, pos = 0;
+    const int64_t tap = k0 / g->cs;
+    int64_t ch = k0 - tap * g->cs, pos = 0;
+    int ti = (int)(tap / g->tw), tj = (int)(tap - (int64_t)ti * g->tw);
     while (pos < len) {
-        int ti = (int)(tap / g->tw), tj = (int)(tap % g->tw);
         int ih = ih0 + ti * g->bh, iw = iw0 + tj * g->bw;
         int64_t run = g->cs - ch;
         const float *src = NULL;
@@ -186,9 +205,8 @@ static void gather_row(const cnn_cpu_im2col *g, int64_t m, int64_t k0, int64_t l
         if (run > len - pos) run = len - pos;
         put_run(dst, seg, seg_stride, pos, src, run);
         pos += run;
-        int64_t p = tap * g->cs + ch + run;
-        tap = p / g->cs;
-        ch = p % g->cs;
+        for (ch += run; ch >= g->cs; ch -= g->cs)
+            if (++tj == g->tw) tj = 0, ti++;
     }
 }
 
