@@ -2485,6 +2485,8 @@ static void *step_alloc(cnn_backend *be, size_t bytes) {
     return p;
 }
 
+#define STEP_NWL (10 * 16 * 36) /* the linear layer's weights: 10 classes x the 16 x 6 x 6 pooled features */
+
 static void step_init(ctx *t, step *s) {
     cnn_backend *be = t->gpu;
     size_t e = esize(t->dt);
@@ -2496,7 +2498,7 @@ static void step_init(ctx *t, step *s) {
     s->fs = (cnn_shape){2, 16, 6, 6};
     s->ln = (cnn_linear){.n = 2, .in = 16 * 36, .out = 10};
     s->xe = (cnn_xent){.n = 2, .classes = 10, .label_smoothing = 0.1f};
-    int64_t nx = 2 * 12 * 12 * 5, nw = 16 * 9 * 5, ny = M * 16, np = 2 * 36 * 16, nwl = 10 * 16 * 36;
+    int64_t nx = 2 * 12 * 12 * 5, nw = 16 * 9 * 5, ny = M * 16, np = 2 * 36 * 16, nwl = STEP_NWL;
     s->x = step_alloc(be, nx * e), s->w = step_alloc(be, nw * e), s->y = step_alloc(be, ny * e);
     s->z = step_alloc(be, ny * e), s->a = step_alloc(be, ny * e), s->pool = step_alloc(be, np * e);
     s->logits = step_alloc(be, 20 * e), s->dlogits = step_alloc(be, 20 * e), s->dpool = step_alloc(be, np * e);
@@ -2511,18 +2513,22 @@ static void step_init(ctx *t, step *s) {
 /* (re)load every input and state buffer with fixed values */
 static void step_load(ctx *t, step *s) {
     cnn_backend *be = t->gpu;
-    float tmp[3000];
-    unsigned char bytes[12000];
+    /* all of every input: uploads of half of x (720 of 1440 values) and of the linear weights and their momentum
+     * (2880 of 5760) left the rest never written, which compute-sanitizer's initcheck found read (RELIABILITY.md) */
+    const int64_t nx = (int64_t)s->cv.n * s->cv.h * s->cv.w * s->cv.c, nw = (int64_t)s->cv.k * s->cv.r * s->cv.s * s->cv.c;
+    float tmp[STEP_NWL];
+    unsigned char bytes[STEP_NWL * 4];
     struct {
         void *p;
         int64_t n;
         bool act;
         uint64_t seed;
         float lo, hi;
-    } ins[] = {{s->x, 720, true, 1, -1, 1},        {s->w, 720, true, 2, -0.3f, 0.3f}, {s->wl, 2880, false, 3, -0.1f, 0.1f},
+    } ins[] = {{s->x, nx, true, 1, -1, 1},         {s->w, nw, true, 2, -0.3f, 0.3f},  {s->wl, STEP_NWL, false, 3, -0.1f, 0.1f},
                {s->gamma, 16, false, 4, 0.5f, 1.5f}, {s->beta, 16, false, 5, -0.5f, 0.5f}, {s->rm, 16, false, 6, 0, 0},
-               {s->rv, 16, false, 7, 1, 1},          {s->bl, 10, false, 8, -0.1f, 0.1f},  {s->mom, 2880, false, 9, 0, 0}};
+               {s->rv, 16, false, 7, 1, 1},          {s->bl, 10, false, 8, -0.1f, 0.1f},  {s->mom, STEP_NWL, false, 9, 0, 0}};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        CNN_ASSERT(ins[i].n <= STEP_NWL);
         fill(tmp, ins[i].n, ins[i].seed, ins[i].lo, ins[i].hi);
         if (ins[i].act) {
             to_bytes(t->dt, tmp, ins[i].n, bytes);
@@ -2539,7 +2545,7 @@ static cnn_status step_run(ctx *t, step *s) {
     cnn_backend *be = t->gpu;
     int64_t ny = s->bn.m * 16;
     cnn_epilogue ep = {0};
-    CNN_TRY(be->to_act(be, 2880, s->wl, s->wl_act));
+    CNN_TRY(be->to_act(be, STEP_NWL, s->wl, s->wl_act));
     CNN_TRY(be->conv2d_fprop(be, &s->cv, &ep, s->x, s->w, s->y));
     CNN_TRY(be->bn_forward_train(be, &s->bn, s->y, s->gamma, s->beta, s->rm, s->rv, s->smean, s->sinv, NULL, false, s->z));
     CNN_TRY(be->relu_forward(be, ny, s->z, s->a));
@@ -2557,7 +2563,7 @@ static cnn_status step_run(ctx *t, step *s) {
     CNN_TRY(be->conv2d_wgrad(be, &s->cv, s->x, s->da, s->dw));
     CNN_TRY(be->conv2d_dgrad(be, &s->cv, s->da, s->w, s->dx, false));
     cnn_sgd o = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f};
-    CNN_TRY(be->sgd_update(be, &o, 2880, s->wl, s->dwl, s->mom, 1.0f));
+    CNN_TRY(be->sgd_update(be, &o, STEP_NWL, s->wl, s->dwl, s->mom, 1.0f));
     return CNN_OK;
 }
 
@@ -2568,9 +2574,9 @@ static unsigned char *step_snapshot(ctx *t, step *s, size_t *len) {
     struct {
         void *p;
         size_t bytes;
-    } outs[] = {{s->y, ny},   {s->loss, 4}, {s->dlogits, 20 * e}, {s->dw, 720 * 4},   {s->dx, 720 * e},
-                {s->dg, 64},  {s->db, 64},  {s->rm, 64},          {s->rv, 64},        {s->wl, 2880 * 4},
-                {s->mom, 2880 * 4}, {s->dbl, 40}, {s->da, ny}};
+    } outs[] = {{s->y, ny},   {s->loss, 4}, {s->dlogits, 20 * e}, {s->dw, 720 * 4},   {s->dx, 1440 * e},
+                {s->dg, 64},  {s->db, 64},  {s->rm, 64},          {s->rv, 64},        {s->wl, STEP_NWL * 4},
+                {s->mom, STEP_NWL * 4}, {s->dbl, 40}, {s->da, ny}};
     size_t total = 0;
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) total += outs[i].bytes;
     unsigned char *snap = malloc(total), *p = snap;
