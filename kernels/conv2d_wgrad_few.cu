@@ -4,7 +4,7 @@
  *     dW[k][col] = sum over the N*P*Q output pixels of dy[pixel][k] * x_im2col[pixel][col],  col = (r*S + s)*C + c
  *
  * A GEMM of K <= 64 rows and R*S*C <= FEW_COLS columns whose reduction is the whole batch. The wgmma kernel takes 64
- * channels per filter tap and the generic kernels waste most of their tile on 3 channels (perf-log step 68), so here
+ * channels per filter tap and the generic kernels waste most of their tile on 3 channels (perf-log step 69), so here
  * each CTA keeps the whole dW (64 x FEW_COLS) in registers and walks its own contiguous range of 64-pixel blocks:
  *   1. dy's 64 x K block, transposed into shared memory as dyT[k][pixel] (16-byte loads, a pixel per thread);
  *   2. the block's im2col columns gathered into xT[col][pixel] (zero outside the image and past the last pixel);

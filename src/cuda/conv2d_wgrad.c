@@ -6,8 +6,10 @@
  * layer fill the GPU; the partials go to a workspace and a second kernel adds them in split order, so the result
  * depends only on (shape, config, splits), never on timing. Both operands arrive by TMA (dy tiled, x in im2col
  * mode) and are multiplied in wgmma's MN-major layout, so the kernel takes F16/BF16 on sm_90a with C % 64 == 0
- * (a column block of the tile is 64 channels of one filter tap) and K % 8 == 0 (dy's rows 16-byte multiples);
- * cuda_conv2d_wgrad (conv2d.c) runs everything else on the generic kernels.
+ * (a column block of the tile is 64 channels of one filter tap) and K % 8 == 0 (dy's rows 16-byte multiples).
+ * The first layer's few input channels (C <= 4) have their own kernel, kernels/conv2d_wgrad_few.cu (mma.sync,
+ * sm_80+), launched at the end of this file; cuda_conv2d_wgrad (conv2d.c) runs everything else on the generic
+ * kernels.
  */
 #include "cuda/conv2d.h"
 #include "cuda/hooks.h"
