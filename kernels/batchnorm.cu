@@ -357,8 +357,8 @@ __device__ __forceinline__ void bn_chan8_at(const red_args &a, int c, bn_chan8 &
 }
 
 /* bn_apply over 8 channels per thread and step. With a mask, byte v of it gets the ReLU's pass bits of vector v.
- * (Loading the next step's x before this step's stores, as bn_bwd_apply_vec does, made this pass slower: perf-log
- * step 68.) */
+ * (Loading the next step's x before this step's stores, as bn_bwd_apply_vec does, did not make this pass faster:
+ * perf-log step 68.) */
 extern "C" __global__ void bn_apply_vec(const red_args a) {
     pdl_enter();
     const int cvs = a.c / 8;

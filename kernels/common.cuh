@@ -170,14 +170,11 @@ __device__ __forceinline__ act8 act8_pack(const float *v) {
     for (int i = 0; i < ACT_V8; i++) r.u[i] = act_pack_vec(v + i * ACT_VEC);
     return r;
 }
-__device__ __forceinline__ void act8_store(act_t *p, const float *v) {
-#pragma unroll
-    for (int i = 0; i < ACT_V8; i++) act_store_vec(p + i * ACT_VEC, v + i * ACT_VEC);
-}
 __device__ __forceinline__ void act8_store_packed(act_t *p, const act8 &r) {
 #pragma unroll
     for (int i = 0; i < ACT_V8; i++) ((uint4 *)p)[i] = r.u[i];
 }
+__device__ __forceinline__ void act8_store(act_t *p, const float *v) { act8_store_packed(p, act8_pack(v)); }
 /* bit e set where element e of r is positive as stored: sign clear, some other bit set (NaN too, which a ReLU's
  * output never holds) */
 __device__ __forceinline__ unsigned act8_positive_bits(const act8 &r) {

@@ -22,6 +22,17 @@
 
 __device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+/* Adaptive pooling's bins, mapping index i of an extent of `from` onto one of `to`: [bin_lo, bin_hi) =
+ * [floor(i*to/from), ceil((i+1)*to/from)). Output bin pp covers input rows [bin_lo(pp, P, H), bin_hi(pp, P, H)); input
+ * row hi lies in the bins [bin_lo(hi, H, P), bin_hi(hi, H, P) - 1] (each re-checked, as the bins overlap). */
+__device__ __forceinline__ int bin_lo(int i, int from, int to) { return (i * to) / from; }
+__device__ __forceinline__ int bin_hi(int i, int from, int to) { return ((i + 1) * to + from - 1) / from; }
+
+/* the position r * S + s of input (hi, wi) in window (pp, qq): what the argmax bytes hold */
+__device__ __forceinline__ int window_pos(const pool_args &a, int hi, int wi, int pp, int qq) {
+    return (hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w);
+}
+
 extern "C" __global__ void pool_forward(const pool_args a) {
     pdl_enter();
     const act_t *x = (const act_t *)a.x;
@@ -66,8 +77,8 @@ extern "C" __global__ void pool_forward(const pool_args a) {
             }
             v = sum / (float)(a.r * a.s);
         } else {
-            int hs = (pp * a.h) / a.p, he = ((pp + 1) * a.h + a.p - 1) / a.p;
-            int ws = (qq * a.w) / a.q, we = ((qq + 1) * a.w + a.q - 1) / a.q;
+            int hs = bin_lo(pp, a.p, a.h), he = bin_hi(pp, a.p, a.h);
+            int ws = bin_lo(qq, a.q, a.w), we = bin_hi(qq, a.q, a.w);
             float sum = 0.0f;
             for (int hi = hs; hi < he; hi++)
                 for (int wi = ws; wi < we; wi++) sum += act_load(xi, ((long long)hi * a.w + wi) * a.c);
@@ -177,17 +188,17 @@ extern "C" __global__ void pool_backward(const pool_args a) {
         float g = 0.0f;
         if (a.kind == POOL_ADAPTIVE) {
             /* bins containing hi: p in [floor(hi*P/H), ceil((hi+1)*P/H) - 1], re-checked exactly */
-            int p0 = (hi * a.p) / a.h, p1 = ((hi + 1) * a.p + a.h - 1) / a.h - 1;
-            int q0 = (wi * a.q) / a.w, q1 = ((wi + 1) * a.q + a.w - 1) / a.w - 1;
+            int p0 = bin_lo(hi, a.h, a.p), p1 = bin_hi(hi, a.h, a.p) - 1;
+            int q0 = bin_lo(wi, a.w, a.q), q1 = bin_hi(wi, a.w, a.q) - 1;
             if (p0 < 0) p0 = 0;
             if (q0 < 0) q0 = 0;
             if (p1 > a.p - 1) p1 = a.p - 1;
             if (q1 > a.q - 1) q1 = a.q - 1;
             for (int pp = p0; pp <= p1; pp++) {
-                int hs = (pp * a.h) / a.p, he = ((pp + 1) * a.h + a.p - 1) / a.p;
+                int hs = bin_lo(pp, a.p, a.h), he = bin_hi(pp, a.p, a.h);
                 if (hi < hs || hi >= he) continue;
                 for (int qq = q0; qq <= q1; qq++) {
-                    int ws = (qq * a.w) / a.q, we = ((qq + 1) * a.w + a.q - 1) / a.q;
+                    int ws = bin_lo(qq, a.q, a.w), we = bin_hi(qq, a.q, a.w);
                     if (wi < ws || wi >= we) continue;
                     g += act_load(dyi, ((long long)pp * a.q + qq) * a.c) / (float)((he - hs) * (we - ws));
                 }
@@ -204,9 +215,8 @@ extern "C" __global__ void pool_backward(const pool_args a) {
                 const unsigned char *ai = a.argmax + n * a.p * a.q * a.c + c;
                 for (int pp = p0; pp <= p1; pp++)
                     for (int qq = q0; qq <= q1; qq++) {
-                        const int me = (hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w);
                         const long long wo = ((long long)pp * a.q + qq) * a.c;
-                        if (ai[wo] == me) g += act_load(dyi, wo);
+                        if (ai[wo] == window_pos(a, hi, wi, pp, qq)) g += act_load(dyi, wo);
                     }
             } else if (a.kind == POOL_MAX) {
                 const act_t *xi = x + n * a.h * a.w * a.c + c;
@@ -253,8 +263,8 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
         const bool adaptive = a.kind == POOL_ADAPTIVE;
         int p0, p1, q0, q1;
         if (adaptive) { /* bins containing (hi, wi), as pool_backward */
-            p0 = (hi * a.p) / a.h, p1 = ((hi + 1) * a.p + a.h - 1) / a.h - 1;
-            q0 = (wi * a.q) / a.w, q1 = ((wi + 1) * a.q + a.w - 1) / a.w - 1;
+            p0 = bin_lo(hi, a.h, a.p), p1 = bin_hi(hi, a.h, a.p) - 1;
+            q0 = bin_lo(wi, a.w, a.q), q1 = bin_hi(wi, a.w, a.q) - 1;
         } else {
             p0 = floor_div(hi + a.pad_h - a.r, a.stride_h) + 1, p1 = floor_div(hi + a.pad_h, a.stride_h);
             q0 = floor_div(wi + a.pad_w - a.s, a.stride_w) + 1, q1 = floor_div(wi + a.pad_w, a.stride_w);
@@ -265,8 +275,8 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
             for (int qq = q0; qq <= q1; qq++) {
                 const long long wo = oimg + ((long long)pp * a.q + qq) * a.c;
                 if (adaptive) {
-                    const int hs = (pp * a.h) / a.p, he = ((pp + 1) * a.h + a.p - 1) / a.p;
-                    const int ws = (qq * a.w) / a.q, we = ((qq + 1) * a.w + a.q - 1) / a.q;
+                    const int hs = bin_lo(pp, a.p, a.h), he = bin_hi(pp, a.p, a.h);
+                    const int ws = bin_lo(qq, a.q, a.w), we = bin_hi(qq, a.q, a.w);
                     if (hi < hs || hi >= he || wi < ws || wi >= we) continue;
                     act_load_vec(dy + wo, dv);
                     const float area = (float)((he - hs) * (we - ws));
@@ -282,8 +292,7 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
                 }
                 if (a.argmax) { /* this element's position in the window against the forward's choice */
                     const unsigned long long args = load_args(a.argmax + wo);
-                    const int r = hi - (pp * a.stride_h - a.pad_h), s = wi - (qq * a.stride_w - a.pad_w);
-                    const unsigned me = (unsigned)(r * a.s + s);
+                    const unsigned me = (unsigned)window_pos(a, hi, wi, pp, qq);
 #pragma unroll
                     for (int k = 0; k < ACT_VEC; k++) g[k] += ((args >> (8 * k)) & 0xffu) == me ? dv[k] : 0.0f;
                     continue;

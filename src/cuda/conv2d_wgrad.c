@@ -123,12 +123,7 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     CNN_ASSERT(cuda_wgrad_few_fits(cb, cv, dy));
     CUfunction f, fr;
     CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, 0, WGRAD_MAIN, &f));
-    conv_args a;
-    memset(&a, 0, sizeof a);
-    a.n = cv->n, a.c = cv->c, a.h = cv->h, a.w = cv->w, a.k = cv->k, a.r = cv->r, a.s = cv->s;
-    a.p = cv->p, a.q = cv->q, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
-    a.pad_h = cv->pad_h, a.pad_w = cv->pad_w;
-    a.gm = cv->k, a.gn = cv->r * cv->s * cv->c, a.gk = cv->n * cv->p * cv->q;
+    conv_args a = conv_make_args(cv, PASS_WGRAD, FEW_PIX); /* gm = K, gn = R*S*C, gk = N*P*Q */
     a.x = x, a.dy = dy, a.out = dw;
     char what[200];
     snprintf(what, sizeof what, "conv2d_wgrad_few[%s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",

@@ -70,6 +70,7 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
     /* without the argmax bytes the vector kernel finds max pooling's first maximum through y, the scalar one from x */
     const void *ptrs[] = {x, y, dy, dx, a.argmax};
     const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
-    if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true)) return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
+    if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true))
+        return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
     return run(be, POOL_BWD, &a, (long long)pl->n * pl->h * pl->w * pl->c, pl);
 }

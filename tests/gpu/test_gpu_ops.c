@@ -717,6 +717,8 @@ static void g_bn(ctx *t) {
             const size_t mask_bytes = (size_t)(m * c + 7) / 8;
             dbuf mask = {0};
             if (masked) mask = buf_new(t->gpu, mask_bytes, 0), bn.relu_mask = mask.p;
+            cnn_bn cbn = bn;
+            cbn.relu_mask = NULL; /* device memory; the CPU backend keeps no mask */
             char name[128], nm_mask[160];
             arr x = arr_in(t, m * c, true, 1300 + k, cases[k].offset - 1.5f, cases[k].offset + 2.0f, 0);
             arr gamma = arr_in(t, c, false, 1310 + k, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, 1320 + k, -0.5f, 0.5f, 0);
@@ -750,12 +752,9 @@ static void g_bn(ctx *t) {
             if (sync) /* the vector kernels sum x and x^2 in one pass; the scalar ones the mean, then the variance */
                 check(replica_sums - sums0 == (c % 8 == 0 ? 1 : 2), name, "%lld collective sums",
                       (long long)(replica_sums - sums0));
-            if (t->cpu) {
-                cnn_bn cbn = bn;
-                cbn.relu_mask = NULL; /* device memory; the CPU backend keeps no mask */
+            if (t->cpu)
                 cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &cbn, x.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c,
                                                    use_res ? res.c : NULL, relu, y.c), name);
-            }
             if (masked) { /* bit e % 8 of byte e / 8 = the stored y[e] > 0, no other byte written */
                 float *yg = arr_gpu(t, &y);
                 unsigned char *mh = malloc(mask_bytes);
@@ -765,8 +764,9 @@ static void g_bn(ctx *t) {
                     if (((mh[e / 8] >> (e % 8)) & 1) != (yg[e] > 0.0f) && wrong++ == 0) first = e;
                 snprintf(nm_mask, sizeof nm_mask, "%s.mask", name);
                 const long dmg = buf_guard_damage(&mask);
-                check(wrong == 0 && dmg == 0, nm_mask, "%lld of %lld bits differ from y > 0 (first [%lld]); %ld guard bytes overwritten",
-                      (long long)wrong, (long long)(m * c), (long long)first, dmg);
+                check(wrong == 0 && dmg == 0, nm_mask,
+                      "%lld of %lld bits differ from y > 0 (first [%lld]); %ld guard bytes overwritten", (long long)wrong,
+                      (long long)(m * c), (long long)first, dmg);
                 free(mh), free(yg);
             }
             layout l = {"MC", {m, c}}, lc = {"C", {c}};
@@ -818,14 +818,13 @@ static void g_bn(ctx *t) {
                          acc ? ".acc" : "", sync ? ".sync" : "");
                 sums0 = replica_sums;
                 arr ypoison = arr_in(t, m * c, true, 1390 + k, -2, -1, 0);
-                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, masked ? ypoison.g.p : yin.g.p, dy.g.p, gamma.g.p, smean.g.p, sinv.g.p, relu,
-                                              dx.g.p, acc, use_res ? dres.g.p : NULL, true, dg.g.p, db.g.p),
+                expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, masked ? ypoison.g.p : yin.g.p, dy.g.p, gamma.g.p,
+                                              smean.g.p, sinv.g.p, relu, dx.g.p, acc, use_res ? dres.g.p : NULL, true,
+                                              dg.g.p, db.g.p),
                           name);
                 if (sync) check(replica_sums - sums0 == 1, name, "%lld collective sums", (long long)(replica_sums - sums0));
                 if (t->cpu)
-                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &(cnn_bn){.m = m, .c = c, .eps = bn.eps, .momentum = bn.momentum,
-                                                                   .comm = bn.comm, .world = bn.world},
-                                                  x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
+                    cpu_ok(t, t->cpu->bn_backward(t->cpu, &cbn, x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
                                                   use_res ? dres.c : NULL, true, dg.c, db.c),
                            name);
                 arr *in2[] = {&x, &dy, &gamma, &smean, &sinv, &yin};
