@@ -7,7 +7,8 @@
  *   B  the same pixels' input rows at each of the tile's column blocks: a column block is 64 channels of one filter
  *      tap (C % 64 == 0, so column n = (r*S + s)*C + c and a block never straddles a tap), copied by TMA from x in
  *      im2col mode (targs.a_map: 64 pixels per copy from the slice's first pixel at tap (r, s); zeros where the tap
- *      falls in the padding or past the last image).
+ *      falls in the padding or past the last image); a 1x1 stride-1 unpadded conv's x by the tiled map of its
+ *      (N*H*W, C) rows instead (a.x_rows: the im2col copies of small images were the slower, perf-log step 72).
  * Both land in the 128-byte swizzle with the reduction along the rows, which is wgmma's MN-major (transposed)
  * layout for both operands (wgmma.cuh's wg_multiply_slice_mn): nothing is rearranged on the way.
  * Pixels past N*P*Q in the last slice read zero rows of dy (the tiled map's out-of-bounds fill), so they add 0.
@@ -61,6 +62,52 @@ __device__ __forceinline__ void wgrad_regs_raise(void) {
 #endif
 }
 
+/* the producer's copies, slice by slice: dy's BM channels, then each column block's x (ROWS: the tiled map of x's
+ * rows, a 1x1 stride-1 unpadded conv; otherwise im2col at the block's tap) */
+template <bool ROWS>
+__device__ __forceinline__ void produce(const conv_tma_args &targs, act_t (*ring)[STAGE_ELEMS], unsigned long long *full,
+                                        unsigned long long *empty, int m0, int n0, int g0, int total) {
+    const conv_args &a = targs.a;
+    const int nb = min(BN, a.gn - n0) / 64; /* the tile's column blocks inside dW (gn % 64 == 0) */
+    const unsigned bytes = (unsigned)((BM + nb * 64) * BK * 2);
+    /* the column blocks' taps and channels, and the slice's pixel (img, p, q), are worked out once and then
+     * advanced by BK pixels a slice with carries: this one thread issues every copy, and the divisions per slice
+     * and block it did before held the wgmmas back (perf-log step 73) */
+    int c0[BN / 64], tr[BN / 64], ts[BN / 64];
+    const int cblocks = a.c / 64;
+#pragma unroll
+    for (int j = 0; j < BN / 64; j++) {
+        const int cb = n0 / 64 + j, tap = cb / cblocks;
+        c0[j] = (cb - tap * cblocks) * 64, tr[j] = tap / a.s, ts[j] = tap - tr[j] * a.s;
+    }
+    const int pq = a.p * a.q, pix0 = g0 * BK;
+    int img = pix0 / pq, p = (pix0 - img * pq) / a.q, q = pix0 - img * pq - p * a.q;
+    const int dimg = BK / pq, dp = (BK - dimg * pq) / a.q, dq = BK - dimg * pq - dp * a.q;
+    for (int g = 0; g < total; g++) {
+        const int s = g % STAGES;
+        if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
+        const int pix = (g0 + g) * BK; /* the slice's first output pixel: (img, p, q) */
+        mbar_arrive_expect_tx(&full[s], bytes);
+#pragma unroll
+        for (int i = 0; i < BM / 64; i++) tma_load_tile_2d(&targs.b_map, ring[s] + i * BOX, &full[s], m0 + 64 * i, pix);
+        if (ROWS) { /* pixel pix of dy is row pix of x */
+            for (int j = 0; j < nb; j++) tma_load_tile_2d(&targs.a_map, ring[s] + BM * BK + j * BOX, &full[s], n0 + 64 * j, pix);
+            continue;
+        }
+        const int hb = p * a.stride_h - a.pad_h, wb = q * a.stride_w - a.pad_w;
+#pragma unroll
+        for (int j = 0; j < BN / 64; j++)
+            if (j < nb)
+                tma_load_im2col_4d(&targs.a_map, ring[s] + BM * BK + j * BOX, &full[s], c0[j], wb, hb, img,
+                                   (unsigned short)ts[j], (unsigned short)tr[j]);
+        q += dq; /* (img, p, q) += BK pixels */
+        if (q >= a.q) q -= a.q, p++;
+        p += dp;
+        if (p >= a.p) p -= a.p, img++;
+        img += dimg;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __grid_constant__ conv_tma_args targs) {
     pdl_enter();
     const conv_args &a = targs.a;
@@ -91,25 +138,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
         if (tid != 0) return;
         tma_prefetch_map(&targs.a_map);
         tma_prefetch_map(&targs.b_map);
-        const int nb = min(BN, a.gn - n0) / 64; /* the tile's column blocks inside dW (gn % 64 == 0) */
-        const unsigned bytes = (unsigned)((BM + nb * 64) * BK * 2);
-        const int pq = a.p * a.q, cblocks = a.c / 64;
-        for (int g = 0; g < total; g++) {
-            const int s = g % STAGES;
-            if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
-            const int pix = (g0 + g) * BK; /* the slice's first output pixel (n, p, q) */
-            const int img = pix / pq, p = (pix - img * pq) / a.q, q = pix - img * pq - p * a.q;
-            const int hb = p * a.stride_h - a.pad_h, wb = q * a.stride_w - a.pad_w;
-            mbar_arrive_expect_tx(&full[s], bytes);
-#pragma unroll
-            for (int i = 0; i < BM / 64; i++) tma_load_tile_2d(&targs.b_map, ring[s] + i * BOX, &full[s], m0 + 64 * i, pix);
-            for (int j = 0; j < nb; j++) {
-                const int cb = n0 / 64 + j, tap = cb / cblocks, c0 = (cb - tap * cblocks) * 64;
-                const int tr = tap / a.s, ts = tap - tr * a.s;
-                tma_load_im2col_4d(&targs.a_map, ring[s] + BM * BK + j * BOX, &full[s], c0, wb, hb, img,
-                                   (unsigned short)ts, (unsigned short)tr);
-            }
-        }
+        /* two loops, not a test per copy: the test inside the im2col loop slowed the 3x3 wgrads (perf-log step 72) */
+        if (a.x_rows) produce<true>(targs, ring, full, empty, m0, n0, g0, total);
+        else produce<false>(targs, ring, full, empty, m0, n0, g0, total);
         return;
     }
 

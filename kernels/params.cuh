@@ -23,6 +23,9 @@ typedef struct conv_args {
     int relu;                /* fprop epilogue */
     int accumulate;          /* dgrad: dx += result */
     int p2, q2;              /* conv2d_first.cu with a fused max-pool: the pool's output (N, K, P2, Q2) */
+    int x_rows;              /* conv2d_wgrad_wgmma.cu: x's map is tiled over (N*H*W, C) rows (a 1x1 stride-1 unpadded
+                              * conv, whose im2col is x itself), not im2col */
+    int pad0;
     const void *x;           /* (N, H, W, C) act */
     const void *wt;          /* (K, R, S, C) act */
     const void *dy;          /* (N, P, Q, K) act */

@@ -43,21 +43,26 @@ static bool vec_ok(const red_args *a) {
     return a->c % 8 == 0;
 }
 
-/* chunks of rows for the vector partial pass: ~4 CTAs per SM in all (each covers up to 256 channel vectors), at
- * least 64 rows per chunk */
-static void plan_chunks_vec(const cuda_be *cb, red_args *a) {
+/* the vector partial pass's kernel (forward sums: mode 0, backward: mode 2) and its chunks of rows: whole waves of
+ * CTAs, the most that keep to ~4 CTAs per SM in all (each CTA covers up to 256 channel vectors), at least 64 rows
+ * per chunk. A partial wave left half the SMs idle at the end: 528 CTAs at 3 per SM are 1.33 waves (perf-log step
+ * 72). The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
+static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int mode, CUfunction *f) {
+    CNN_TRY(kern(cb, mode == 0 ? BN_PARTIAL_VEC : BN_BWD_PARTIAL_VEC, f));
+    int per_sm = 1;
+    CNN_TRY(cuda_blocks_per_sm(cb, *f, mode == 0 ? "bn_partial_vec" : "bn_bwd_partial_vec", VEC_T, 0, &per_sm));
     const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
-    long long chunks = 4LL * cb->sm_count / groups;
+    const long long waves = per_sm < 4 ? 4 / per_sm : 1;
+    long long chunks = waves * per_sm * cb->sm_count / groups;
     const long long max_chunks = (a->m + 63) / 64;
     if (chunks > max_chunks) chunks = max_chunks;
     if (chunks < 1) chunks = 1;
     a->rows_per_chunk = (a->m + chunks - 1) / chunks;
     a->chunks = (int)((a->m + a->rows_per_chunk - 1) / a->rows_per_chunk);
+    return CNN_OK;
 }
 
-static cnn_status run_partial_vec(cuda_be *cb, red_args *a, int mode, const char *what) {
-    CUfunction f;
-    CNN_TRY(kern(cb, mode == 0 ? BN_PARTIAL_VEC : BN_BWD_PARTIAL_VEC, &f));
+static cnn_status run_partial_vec(cuda_be *cb, CUfunction f, red_args *a, int mode, const char *what) {
     a->mode = mode;
     const int cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T;
     return cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c / 8 + cvt - 1) / cvt), 1, VEC_T, 1, a);
@@ -146,7 +151,9 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     a.mask = relu ? bn->relu_mask : NULL;
     check_group(be, bn);
     const bool vec = vec_ok(&a);
-    vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
+    CUfunction fpart = NULL;
+    if (vec) CNN_TRY(plan_chunks_vec(cb, &a, 0, &fpart));
+    else plan_chunks(cb, &a);
     void *ws;
     const size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + (bn->comm ? 2 * (size_t)a.c : 0)) * sizeof(double), &ws));
@@ -159,7 +166,7 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     red_args g, *fin = &a;
     if (bn->comm) g = group_view(&a, bn), fin = &g;
     if (vec) {
-        CNN_TRY(run_partial_vec(cb, &a, 0, what));
+        CNN_TRY(run_partial_vec(cb, fpart, &a, 0, what));
         if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 2, what));
         CNN_TRY(run_per_channel(cb, fin, BN_STATS_FIN, what));
         return run_elementwise(cb, &a, BN_APPLY_VEC, what);
@@ -190,7 +197,9 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     a.mask = relu ? bn->relu_mask : NULL; /* bn_forward_train wrote it */
     check_group(be, bn);
     const bool vec = vec_ok(&a);
-    vec ? plan_chunks_vec(cb, &a) : plan_chunks(cb, &a);
+    CUfunction fpart = NULL;
+    if (vec) CNN_TRY(plan_chunks_vec(cb, &a, 2, &fpart));
+    else plan_chunks(cb, &a);
     void *ws;
     size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + 5 * (size_t)a.c) * sizeof(double), &ws));
@@ -200,7 +209,7 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     char what[112];
     snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
              a.c, relu ? " relu" : "", dres ? " +residual" : "", bn->comm ? " sync" : "");
-    CNN_TRY(vec ? run_partial_vec(cb, &a, 2, what) : run_partial(cb, &a, 2, what));
+    CNN_TRY(vec ? run_partial_vec(cb, fpart, &a, 2, what) : run_partial(cb, &a, 2, what));
     CNN_TRY(run_per_channel(cb, &a, BN_BWD_FIN, what)); /* dgamma, dbeta: this rank's sums */
     if (bn->comm) { /* dx's coefficients from the group's sums */
         CNN_TRY(group_totals(be, bn, &a, 2, what));

@@ -55,7 +55,14 @@ static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void
         CNN_TRY(cuda_workspace(cb, (size_t)splits * (size_t)a->gm * (size_t)a->gn * sizeof(float), &ws));
         a->ws = ws;
     }
-    CNN_TRY(conv_tma_encode_x(cb, cv, x, WGRAD_BK, &t.a_map));
+    /* a 1x1 stride-1 unpadded conv's im2col is x itself: its rows by the tiled map (perf-log step 72) */
+    a->x_rows = cv->r == 1 && cv->s == 1 && cv->stride_h == 1 && cv->stride_w == 1 && cv->pad_h == 0 &&
+                cv->pad_w == 0 && !cuda_conv_skipped(cb, "wgrad_x_rows");
+    if (a->x_rows)
+        CNN_TRY(conv_tma_encode_rows(cb, x, (int64_t)cv->n * cv->h * cv->w, cv->c, WGRAD_BK, "the input of a 1x1 wgrad",
+                                     &t.a_map));
+    else
+        CNN_TRY(conv_tma_encode_x(cb, cv, x, WGRAD_BK, &t.a_map));
     CNN_TRY(conv_tma_encode_rows(cb, dy, a->gk, cv->k, WGRAD_BK, "the output gradient of a wgrad", &t.b_map));
     char what[200];
     snprintf(what, sizeof what, "conv2d_wgrad_wgmma[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d splits %d",

@@ -1375,8 +1375,32 @@ static const dgrad_stride_case dgrad_stride_cases[] = {
     {.cc = {2, 16, 7, 9, 8, 2, 2, 2, 2, 0, 0}, .on_fast = true},    /* 2x2/2: one tap per phase */
     {.cc = {2, 8, 7, 7, 8, 1, 1, 2, 2, 1, 1}, .on_fast = false},    /* 1x1/2 pad 1: negative padding, generic */
 };
+/* every kind of fast row running a strided dgrad's phases (and the forward and wgrad of the same cases): the first
+ * row of each distinct flag set, forced, on a 3x3/2 with odd sizes accumulating (a block row more than the phase)
+ * and a 1x1/2 overwriting (three phases no tap reaches); the pipelined row also with 3 split-K slices */
+static void dgrad_phase_rows(ctx *t) {
+    static const conv_case odd = {2, 16, 9, 7, 24, 3, 3, 2, 2, 1, 1}, one = {3, 24, 9, 7, 16, 1, 1, 2, 2, 0, 0};
+    unsigned seen[64];
+    int ns = 0;
+    for (int cfg = first_fast_row(); cfg < cnn_cuda_conv_config_count(); cfg++) {
+        const unsigned fl = cnn_cuda_conv_config_flags(cfg);
+        bool dup = false;
+        for (int i = 0; i < ns; i++) dup |= seen[i] == fl;
+        if (dup || ns == 64 || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !row_selected(cfg)) continue;
+        seen[ns++] = fl;
+        conv_one(t, &odd, cfg, 3, 7900 + 10 * cfg); /* scale/shift/residual/ReLU fprop; dgrad accumulating */
+        conv_one(t, &one, cfg, 0, 7901 + 10 * cfg); /* plain fprop; dgrad overwriting */
+        if (row_has(cfg, CNN_CUDA_CONV_PIPELINED)) {
+            cnn_cuda_conv_force_splitk(t->gpu, 3);
+            conv_one(t, &odd, cfg, 1, 7902 + 10 * cfg); /* split-K: partials and the epilogue kernel */
+            cnn_cuda_conv_force_splitk(t->gpu, -1);
+        }
+    }
+}
+
 static void g_dgrad_fast(ctx *t) {
     const int first_tc = first_fast_row();
+    if (!t->tf32 && cnn_cuda_conv_config_usable(t->gpu, first_tc)) dgrad_phase_rows(t);
     const int n = (int)(sizeof dgrad_fast_cases / sizeof dgrad_fast_cases[0]);
     for (int i = 0; i < n; i++)
         for (int f = 0; f < 2; f++) /* the tuned choice, then the first tensor-core config forced */
@@ -1415,12 +1439,14 @@ static void g_conv_winograd(ctx *t) {
  * heuristic splits, one split (the kernel writes dW itself) and three, then the tuned or heuristic choice, on odd
  * shapes within those preconditions: batch 1, H != W, R != S, strides 2 and 2x1, pads 0 to 3, K a multiple of 8 but
  * not of 64 (rows past K read dy's zeros and are not stored), C over several 64-channel blocks per tap, the last
- * slice past the last pixel. Each must have run on wgmma (the backend counts those launches). Quick: 3 cases. */
+ * slice past the last pixel, 1x1 stride-1 unpadded convs (x read by its rows' tiled map). Each must have run on
+ * wgmma (the backend counts those launches). Quick: 3 cases. */
 static const conv_case wgrad_cases[] = {
     {1, 64, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
+    {2, 64, 9, 7, 72, 1, 1, 1, 1, 0, 0},     /* 1x1 (x by rows), 126 pixels (2 slices, the last partial) */
     {3, 128, 11, 9, 64, 3, 3, 2, 2, 1, 1},   /* stride 2, odd sizes, 2 channel blocks per tap */
     {4, 64, 20, 20, 72, 3, 3, 1, 1, 1, 1},   /* 25 slices: 3 splits of 9, 9 and 7; K = 72 */
-    {2, 64, 9, 7, 72, 1, 1, 1, 1, 0, 0},     /* 1x1, 126 pixels (2 slices, the last partial) */
+    {1, 128, 5, 3, 16, 1, 1, 1, 1, 0, 0},    /* 1x1 (x by rows) over 2 channel blocks, 15 pixels: one partial slice */
     {2, 64, 15, 13, 64, 7, 7, 2, 2, 3, 3},   /* the 7x7/2 pad 3 */
     {1, 64, 5, 12, 136, 3, 1, 1, 2, 1, 0},   /* R != S, stride 1x2, K = 136 */
     {3, 192, 9, 9, 24, 1, 1, 2, 2, 0, 0},    /* 1x1/2, C = 192 */
