@@ -176,23 +176,24 @@ __device__ __forceinline__ void act8_store_packed(act_t *p, const act8 &r) {
 }
 __device__ __forceinline__ void act8_store(act_t *p, const float *v) { act8_store_packed(p, act8_pack(v)); }
 /* bit e set where element e of r is positive as stored: sign clear, some other bit set (NaN too, which a ReLU's
- * output never holds) */
+ * output never holds). Written on the words themselves, not through a local array indexed in a loop: g++ 12 at -O1
+ * with -fsanitize=bounds (the emulator's EMU_SAN build) miscompiled that loop's index and the bits came out wrong. */
+__device__ __forceinline__ unsigned positive_bit(unsigned w) { return !(w >> 31) && w != 0u ? 1u : 0u; }
+__device__ __forceinline__ unsigned positive_bits2(unsigned w) { /* the low half to bit 0, the high to bit 1 */
+    return (!(w & 0x8000u) && (w & 0xffffu) != 0u ? 1u : 0u) | (!(w >> 31) && (w >> 16) != 0u ? 2u : 0u);
+}
 __device__ __forceinline__ unsigned act8_positive_bits(const act8 &r) {
+#if ACT == ACT_F32
     unsigned bits = 0;
 #pragma unroll
-    for (int i = 0; i < ACT_V8; i++) {
-        const unsigned w[4] = {r.u[i].x, r.u[i].y, r.u[i].z, r.u[i].w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-#if ACT == ACT_F32
-            bits |= (!(w[k] >> 31) && w[k] != 0u ? 1u : 0u) << (i * 4 + k);
-#else
-            bits |= (!(w[k] & 0x8000u) && (w[k] & 0xffffu) != 0u ? 1u : 0u) << (2 * k);
-            bits |= (!(w[k] >> 31) && (w[k] >> 16) != 0u ? 1u : 0u) << (2 * k + 1);
-#endif
-        }
-    }
+    for (int i = 0; i < ACT_V8; i++)
+        bits |= (positive_bit(r.u[i].x) | positive_bit(r.u[i].y) << 1 | positive_bit(r.u[i].z) << 2 |
+                 positive_bit(r.u[i].w) << 3) << (4 * i);
     return bits;
+#else
+    const uint4 q = r.u[0];
+    return positive_bits2(q.x) | positive_bits2(q.y) << 2 | positive_bits2(q.z) << 4 | positive_bits2(q.w) << 6;
+#endif
 }
 
 #if ACT == ACT_F32

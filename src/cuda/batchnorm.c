@@ -45,8 +45,8 @@ static bool vec_ok(const red_args *a) {
 
 /* the vector partial pass's kernel (forward sums: mode 0, backward: mode 2) and its chunks of rows: whole waves of
  * CTAs, the most that keep to ~4 CTAs per SM in all (each CTA covers up to 256 channel vectors), at least 64 rows
- * per chunk. A partial wave left half the SMs idle at the end: 528 CTAs at 3 per SM are 1.33 waves (perf-log step
- * 72). The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
+ * per chunk. A partial wave ran the end at a third of the occupancy: 528 CTAs at 3 per SM are 1.33 waves (perf-log
+ * step 72). The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
 static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int mode, CUfunction *f) {
     CNN_TRY(kern(cb, mode == 0 ? BN_PARTIAL_VEC : BN_BWD_PARTIAL_VEC, f));
     int per_sm = 1;
