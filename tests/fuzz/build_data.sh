@@ -35,6 +35,7 @@ for target in ${FUZZ_TARGETS:-idx cifar100 image}; do
     $CC $FLAGS $DEFS -DFUZZ_MAKE_SEEDS tests/fuzz/fuzz_$target.c $SRC $LIBS -o "$OUT/make_seeds_$target"
     rm -rf "$OUT/seeds-$target" && mkdir -p "$OUT/seeds-$target" "$OUT/corpus-$target"
     "$OUT/make_seeds_$target" "$OUT/seeds-$target"
+    [ "$SECS" -gt 0 ] || continue # FUZZ_SECONDS=0: build only, as build.sh (libFuzzer's -max_total_time=0 runs on)
     echo "fuzz: $target: $(ls "$OUT/seeds-$target" | wc -l) seeds, $(ls "$OUT/corpus-$target" | wc -l) corpus inputs, ${SECS}s x ${JOBS} job(s)"
     ARGS=(-max_total_time="$SECS" -rss_limit_mb=512 -timeout=5 -max_len=65536 -artifact_prefix="$OUT/artifacts/$target-"
           -print_final_stats=1)
