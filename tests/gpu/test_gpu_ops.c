@@ -2535,12 +2535,16 @@ static void step_init(ctx *t, step *s) {
     s->loss = step_alloc(be, 4), s->mom = step_alloc(be, nwl * 4), s->labels = step_alloc(be, 8);
 }
 
+/* the conv's input and filter elements */
+static int64_t step_nx(const step *s) { return (int64_t)s->cv.n * s->cv.h * s->cv.w * s->cv.c; }
+static int64_t step_nw(const step *s) { return (int64_t)s->cv.k * s->cv.r * s->cv.s * s->cv.c; }
+
 /* (re)load every input and state buffer with fixed values */
 static void step_load(ctx *t, step *s) {
     cnn_backend *be = t->gpu;
     /* all of every input: uploads of half of x (720 of 1440 values) and of the linear weights and their momentum
      * (2880 of 5760) left the rest never written, which compute-sanitizer's initcheck found read (RELIABILITY.md) */
-    const int64_t nx = (int64_t)s->cv.n * s->cv.h * s->cv.w * s->cv.c, nw = (int64_t)s->cv.k * s->cv.r * s->cv.s * s->cv.c;
+    const int64_t nx = step_nx(s), nw = step_nw(s);
     float tmp[STEP_NWL];
     unsigned char bytes[STEP_NWL * 4];
     struct {
@@ -2599,7 +2603,7 @@ static unsigned char *step_snapshot(ctx *t, step *s, size_t *len) {
     struct {
         void *p;
         size_t bytes;
-    } outs[] = {{s->y, ny},   {s->loss, 4}, {s->dlogits, 20 * e}, {s->dw, 720 * 4},   {s->dx, 1440 * e},
+    } outs[] = {{s->y, ny},   {s->loss, 4}, {s->dlogits, 20 * e}, {s->dw, step_nw(s) * 4}, {s->dx, step_nx(s) * e},
                 {s->dg, 64},  {s->db, 64},  {s->rm, 64},          {s->rv, 64},        {s->wl, STEP_NWL * 4},
                 {s->mom, STEP_NWL * 4}, {s->dbl, 40}, {s->da, ny}};
     size_t total = 0;
