@@ -205,13 +205,17 @@ extern "C" __global__ void bn_bwd_apply(const red_args a) {
 }
 
 /* ---- the vector path (C % 8 == 0, 16-byte aligned tensors) ---------------------------------------------------
- * A block of 256 threads: CVT = min(C/8, 256) channel vectors of 8 x RT = 256 / CVT row lanes; blockIdx.x is the
- * chunk of rows, blockIdx.y the group of CVT channel vectors. */
+ * A block of 256 threads: CVT = min(C/8, 256) channel vectors of 8 x RT = 256 / CVT row lanes; blockIdx.x counts the
+ * chunks of rows from the last (vec_chunk), blockIdx.y is the group of CVT channel vectors. */
 #define VEC_T 256
 #define VEC_ROWS 4 /* rows a thread of bn_partial_vec loads at once */
 /* bn_bwd_partial_vec's: two tensors' rows at once, f32's 32-byte rows half as many (the same bytes in flight) */
 #define BWD_ROWS (ACT == ACT_F32 ? 2 : VEC_ROWS)
 __device__ __forceinline__ int vec_cvt(int c) { return c / 8 < VEC_T ? c / 8 : VEC_T; }
+/* the chunk of rows a partial CTA sums: the CTAs placed first take the tensor's end, which the kernel that wrote it
+ * (the conv before the forward, the dgrad before the backward) wrote last and L2 may still hold; the start they read
+ * last is where the apply pass then begins. The sums' order is by chunk, unchanged. */
+__device__ __forceinline__ long long vec_chunk(const red_args &a) { return (long long)a.chunks - 1 - blockIdx.x; }
 
 /* the ReLU's pass bits of vector v (elements 8v .. 8v+7): the mask's byte, or y > 0; all set without a ReLU */
 __device__ __forceinline__ unsigned relu_pass8(const red_args &a, long long v) {
@@ -233,7 +237,7 @@ template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &
     const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
     const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt, cl = (tid % cvt) * 8;
     const bool active = lane_r < rt && cv < a.c / 8;
-    const long long r0 = (long long)blockIdx.x * a.rows_per_chunk;
+    const long long chunk = vec_chunk(a), r0 = chunk * a.rows_per_chunk;
     long long r1 = r0 + a.rows_per_chunk;
     if (r1 > a.m) r1 = a.m;
     /* VEC_ROWS (BWD_ROWS) rows per step, their loads issued together; their sums in float, added to the double
@@ -315,7 +319,7 @@ template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &
         if (c >= a.c) continue;
         double t = 0.0;
         for (int l = 0; l < rt; l++) t += sh[which][l * width + ch];
-        a.partial[((long long)which * a.chunks + blockIdx.x) * a.c + c] = t;
+        a.partial[((long long)which * a.chunks + chunk) * a.c + c] = t;
     }
 }
 extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_args a) {

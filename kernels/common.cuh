@@ -338,6 +338,12 @@ typedef unsigned char *smem_addr;
 __device__ __forceinline__ smem_addr smem_addr_of(const void *p) { return (unsigned char *)p; }
 __device__ __forceinline__ void cp_async16_to(smem_addr dst, const void *src, bool pred) { cp_async16(dst, src, pred); }
 #endif
+/* div_by: x / d for 0 <= x < 2^31 and d >= 1, from the host's (mul, shr) for d (src/cuda/launch.c,
+ * cuda_fast_divisor): the high word of x * mul shifted right, a multiply instead of the ~20 instructions of an
+ * integer division (round-up multiplier, as CUTLASS's FastDivmod) */
+__device__ __forceinline__ int div_by(int x, int d, int mul, int shr) {
+    return d == 1 ? x : (int)(__umulhi((unsigned)x, (unsigned)mul) >> shr);
+}
 /* prefetch_l2: ask for the 128-byte line holding p to be brought into L2 (a hint: no register, no wait). */
 __device__ __forceinline__ void prefetch_l2(const void *p) {
 #ifdef __CUDA_ARCH__

@@ -25,9 +25,45 @@
  *   tile_prefetch_residual the residual this tile will add, into L2 (a hint, issued when the CTA starts)
  *   tile_stage_residual    the residual tile_epilogue_rows will add, copied (cp.async) into shared memory in the
  *                          layout of its scratch, one KB per pass (conv2d_warpspec.cu's RSM rows)
+ *   out_ok, out_at         where row m of the GEMM goes: row m of y, or (OUT_PHASE) a pixel of one phase of a
+ *                          strided dgrad's dx; every store and residual load but the OST rows' goes through them (a
+ *                          phase program is never an OST row's: its TMA map is y's rows)
  */
 #ifndef CNN_KERNELS_CONV2D_EPILOGUE_CUH
 #define CNN_KERNELS_CONV2D_EPILOGUE_CUH
+
+/* OUT_PHASE=1: the program writes one phase of a strided dgrad into dx in place (src/cuda/conv2d_dgrad.c; the
+ * phase families of conv2d_table.c compile every forward row so). Only those programs carry the mapping: tested at
+ * run time in the shared epilogue it lengthened every forward kernel (perf-log step 74). */
+#ifndef OUT_PHASE
+#define OUT_PHASE 0
+#endif
+/* where output row m goes. out_ok: whether the output holds it (m < gm; with OUT_PHASE not the block's rows and
+ * columns outside the phase); out_at: the element offset of its first channel in y (and in the residual): row m of
+ * y, or with OUT_PHASE the pixel of dx that row (n, i, j) of the phase's block stands for (params.cuh's ph_* fields).
+ * Without OUT_PHASE they are the expressions the stores had before: the forward programs compile as they did. */
+#if OUT_PHASE
+struct out_pixel {
+    int img, u, v; /* row m's image, and its row and column in the phase */
+};
+__device__ __forceinline__ out_pixel out_pixel_of(const conv_args &a, int m) {
+    const int t = div_by(m, a.q, a.ph_q_mul, a.ph_q_shr), j = m - t * a.q;
+    const int img = div_by(t, a.p, a.ph_p_mul, a.ph_p_shr), i = t - img * a.p;
+    return out_pixel{img, i - a.ph_off_h, j - a.ph_off_w};
+}
+__device__ __forceinline__ bool out_ok(const conv_args &a, int m) {
+    if (m >= a.gm) return false;
+    const out_pixel o = out_pixel_of(a, m);
+    return o.u >= 0 && o.v >= 0 && o.u < a.ph_rows && o.v < a.ph_cols;
+}
+__device__ __forceinline__ long long out_at(const conv_args &a, int m) { /* dx's pixels number < 2^31 (host) */
+    const out_pixel o = out_pixel_of(a, m);
+    return (long long)((o.img * a.ph_h + o.u * a.ph_sh + a.ph_a) * a.ph_w + o.v * a.ph_sw + a.ph_b) * a.gn;
+}
+#else
+__device__ __forceinline__ bool out_ok(const conv_args &a, int m) { return m < a.gm; }
+__device__ __forceinline__ long long out_at(const conv_args &a, int m) { return (long long)m * a.gn; }
+#endif
 
 template <int NT8>
 __device__ __forceinline__ void tile_prefetch_residual(const conv_args &a, int mrow, int nbase, int lane) {
@@ -39,7 +75,7 @@ __device__ __forceinline__ void tile_prefetch_residual(const conv_args &a, int m
 #pragma unroll
         for (int jb = 0; jb < NT8; jb += 4) {
             const int n = nbase + jb * 8;
-            if (m < a.gm && n < a.gn) prefetch_l2(res + (long long)m * a.gn + n);
+            if (out_ok(a, m) && n < a.gn) prefetch_l2(res + out_at(a, m) + n);
         }
     }
 }
@@ -92,7 +128,7 @@ __device__ __forceinline__ void tile_epilogue_smem(const conv_args &a, const flo
         for (int h = 0; h < 2; h++) {
             const int m = mrow + h * 8 + g;
             dst[h] = act8_zero();
-            if (res && m < a.gm && n < a.gn) dst[h] = act8_load(res + (long long)m * a.gn + n);
+            if (res && out_ok(a, m) && n < a.gn) dst[h] = act8_load(res + out_at(a, m) + n);
         }
     };
     if (AHEAD) load_res(0, rv[0]);
@@ -123,7 +159,7 @@ __device__ __forceinline__ void tile_epilogue_smem(const conv_args &a, const flo
             const float4 lo = *(const float4 *)(scr + epi_word(g, t4 * 8)), hi = *(const float4 *)(scr + epi_word(g, t4 * 8 + 4));
             float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             const int m = mrow + h * 8 + g;
-            if (m >= a.gm || !n_ok) continue;
+            if (!out_ok(a, m) || !n_ok) continue;
 #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = v[k] * sc[k] + sh[k];
             if (res) {
@@ -136,7 +172,7 @@ __device__ __forceinline__ void tile_epilogue_smem(const conv_args &a, const flo
 #pragma unroll
                 for (int k = 0; k < 8; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
             }
-            act8_store(y + (long long)m * a.gn + n, v);
+            act8_store(y + out_at(a, m) + n, v);
         }
     }
 }
@@ -173,8 +209,8 @@ __device__ __forceinline__ void tile_stage_residual(const conv_args &a, int mrow
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int n = epi_pass_col<MB>(nbase, p, t4, k);
-            const bool ok = m < a.gm && n < a.gn;
-            cp_async16(rst + p * 256 + epi_row_word(g, t4 + 4 * k, 0), ok ? res + (long long)m * a.gn + n : res, ok);
+            const bool ok = out_ok(a, m) && n < a.gn;
+            cp_async16(rst + p * 256 + epi_row_word(g, t4 + 4 * k, 0), ok ? res + out_at(a, m) + n : res, ok);
         }
     }
     cp_async_commit();
@@ -215,7 +251,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
         for (int k = 0; k < 2; k++) {
             const int n = col_of(p, k);
             rv[p % (AHEAD + 1)][k] = uint4{0u, 0u, 0u, 0u};
-            if (m < a.gm && n < a.gn) rv[p % (AHEAD + 1)][k] = *(const uint4 *)(res + (long long)m * a.gn + n);
+            if (out_ok(a, m) && n < a.gn) rv[p % (AHEAD + 1)][k] = *(const uint4 *)(res + out_at(a, m) + n);
         }
     };
     if (RES && !STAGED)
@@ -262,7 +298,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                 for (int k = 0; k < 2; k++) {
                     const int n = col_of(p, k);
                     const uint4 u = *(const uint4 *)(w + epi_row_word(g, t4 + 4 * k, 0));
-                    if (m < a.gm && n < a.gn) *(uint4 *)(y + (long long)m * a.gn + n) = u;
+                    if (out_ok(a, m) && n < a.gn) *(uint4 *)(y + out_at(a, m) + n) = u;
                 }
             }
     }
@@ -314,7 +350,7 @@ __device__ __forceinline__ void tile_epilogue_cols(const conv_args &a, const flo
         __syncwarp();
         const int m = mbase + 16 * p + rpx, n = cbase + 8 * rhalf;
         const uint4 u = *(const uint4 *)(t + at(rpx, 8 * rhalf));
-        if (m < a.gm && n < a.gn) *(uint4 *)(y + (long long)m * a.gn + n) = u;
+        if (out_ok(a, m) && n < a.gn) *(uint4 *)(y + out_at(a, m) + n) = u;
     }
 }
 

@@ -29,7 +29,8 @@
  * over 16 channels; src/cuda/conv2d.c, narrow_fprop, has the algebra), any other C < 8 (VGG's 3->64 3x3/1) with
  * its channels zero-padded to 8 by conv2d_pad_channels.
  * Specialisation (-D, src/cuda/conv2d.c): BM BN BK (CTA tile), WM WN (warps), STAGES, MINB (CTAs per SM the
- * registers must allow), ACT (F16, BF16, or F32), FFMA (F32 only: 1 multiplies in fp32 FMA, 0 in TF32).
+ * registers must allow), ACT (F16, BF16, or F32), FFMA (F32 only: 1 multiplies in fp32 FMA, 0 in TF32), OUT_PHASE
+ * (conv2d_epilogue.cuh).
  * The launcher checks the preconditions (C % 8, F32 C % 4; K % 8; 16-byte aligned pointers) and otherwise uses the
  * generic kernels of conv2d.cu.
  */
@@ -225,7 +226,14 @@ extern "C" __global__ void conv2d_pipelined_splitk_epilogue(const conv_args a) {
     const long long plane = (long long)a.gm * a.gn;
     for (long long i = GRID_TID; i < pairs; i += GRID_STRIDE) {
         const long long o = 2 * i;
+#if OUT_PHASE /* where row m goes: a dgrad phase's pixel of dx, or nowhere */
+        const int m = (int)(o / a.gn), n = (int)(o - (long long)m * a.gn);
+        if (!out_ok(a, m)) continue;
+        const long long oy = out_at(a, m) + n;
+#else
         const int n = (int)(o % a.gn);
+        const long long oy = o;
+#endif
         float v0 = 0.0f, v1 = 0.0f;
         for (int z = 0; z < a.splits; z++) {
             const float2 p = *(const float2 *)(a.ws + z * plane + o);
@@ -235,17 +243,17 @@ extern "C" __global__ void conv2d_pipelined_splitk_epilogue(const conv_args a) {
         v0 = v0 * (a.scale ? a.scale[n] : 1.0f) + (a.shift ? a.shift[n] : 0.0f);
         v1 = v1 * (a.scale ? a.scale[n + 1] : 1.0f) + (a.shift ? a.shift[n + 1] : 0.0f);
         if (res) {
-            v0 += act_to_f32(res[o]);
-            v1 += act_to_f32(res[o + 1]);
+            v0 += act_to_f32(res[oy]);
+            v1 += act_to_f32(res[oy + 1]);
         }
         if (a.relu) {
             v0 = v0 > 0.0f ? v0 : 0.0f;
             v1 = v1 > 0.0f ? v1 : 0.0f;
         }
 #if ACT == ACT_F32
-        *(float2 *)(y + o) = make_float2(v0, v1);
+        *(float2 *)(y + oy) = make_float2(v0, v1);
 #else
-        *(unsigned *)(y + o) = (unsigned)f32_to_act(v0) | ((unsigned)f32_to_act(v1) << 16);
+        *(unsigned *)(y + oy) = (unsigned)f32_to_act(v0) | ((unsigned)f32_to_act(v1) << 16);
 #endif
     }
 }
@@ -361,5 +369,20 @@ extern "C" __global__ void conv2d_dgrad_interleave(const dgrad_phase_args a) {
             for (int e = 0; e < 8; e++) val[e] += old[e];
         }
         act8_store(d, val);
+    }
+}
+
+/* conv2d_dgrad_zero: dx's pixels (h, w) of the phases (h % sh, w % sw) in a.zero_mask, zeroed: those no filter
+ * tap reaches (the odd rows and columns of a 1x1/2), when dx is not accumulated; the other phases' convolutions
+ * wrote theirs in place. C % 8 == 0 and a 16-byte aligned dx (checked by the host): 8 channels per thread and step. */
+extern "C" __global__ void conv2d_dgrad_zero(const dgrad_phase_args a) {
+    pdl_enter();
+    act_t *dx = (act_t *)a.dx;
+    const long long total = (long long)a.n * a.h * a.w * (a.c / 8);
+    for (long long v = GRID_TID; v < total; v += GRID_STRIDE) {
+        const long long pix = v / (a.c / 8);
+        const int w = (int)(pix % a.w), h = (int)(pix / a.w % a.h);
+        const int ph = (h % a.stride_h) * a.stride_w + w % a.stride_w;
+        if ((a.zero_mask >> ph) & 1) act8_store_packed(dx + pix * a.c + (int)(v % (a.c / 8)) * 8, act8_zero());
     }
 }

@@ -35,7 +35,7 @@
  *            (stmatrix) that lane 0 stores by TMA (targs.y_map) in CONV_OST_PIECES pieces spread over the next
  *            tile's mainloop; every piece has been issued and has read the box before it is written again
  *            (tile_epilogue_cols_tma, ost_store); the boxes cost ring stages (steps 50, 52).
- * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT.
+ * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh).
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -120,6 +120,7 @@ static_assert(ACC_MB * ACC_NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM == 64 || BM == 128 || BM == 192 || BM == 256)),
               "the transposed tile: a TMA row, 64 channels per consumer, BM pixels a wgmma n");
 static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue (tile_epilogue_cols_tma)");
+static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_table.c's phase defines)");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 

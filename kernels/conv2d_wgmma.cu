@@ -18,7 +18,7 @@
  * emulator of tests/gpu/emu) each thread computes its own accumulators from the same swizzled shared memory, so
  * the emulator checks the loader, the layout and the epilogue; the descriptors are checked on the GPU.
  * Specialisation (-D, src/cuda/conv2d.c): BM (64 x WGS x m64 blocks), BN (64, 128, 256), WGS, STAGES (>= 2),
- * MINB (CTAs per SM the registers must allow), ACT.
+ * MINB (CTAs per SM the registers must allow), ACT; OUT_PHASE (conv2d_epilogue.cuh).
  */
 #include "common.cuh"
 #include "params.cuh"

@@ -42,6 +42,15 @@ typedef struct conv_args {
     int stride2_h, stride2_w, pad2_h, pad2_w;
     const void *x2;          /* (N, H2, W2, C2) act */
     const void *wt2;         /* (K, R2, S2, C2) act */
+    /* a phase program (OUT_PHASE=1, conv2d_epilogue.cuh's out_row) writing one phase of a strided dgrad in place
+     * (src/cuda/conv2d_dgrad.c): output row m = (n, i, j) of this convolution (N, P, Q) is pixel
+     * (n, ph_sh * (i - ph_off_h) + ph_a, ph_sw * (j - ph_off_w) + ph_b) of dx (N, ph_h, ph_w, gn), and is not stored
+     * where i - ph_off_h or j - ph_off_w falls outside the phase's ph_rows x ph_cols; the residual is read at the
+     * same place. (ph_q_mul, ph_q_shr) and (ph_p_mul, ph_p_shr) divide by Q and P without a division instruction
+     * (common.cuh's div_by; the host's cuda_fast_divisor). Last in the struct: the other programs' arguments keep
+     * their offsets. */
+    int ph_sh, ph_sw, ph_a, ph_b, ph_off_h, ph_off_w, ph_rows, ph_cols, ph_h, ph_w;
+    int ph_q_mul, ph_q_shr, ph_p_mul, ph_p_shr;
 } conv_args;
 
 /* The TMA rows of conv2d_warpspec.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
@@ -68,16 +77,18 @@ typedef struct conv_tma_args {
 /* the pieces an OST row stores each consumer warp's part of a tile in (conv2d_epilogue.cuh's ost_store) */
 #define CONV_OST_PIECES 8
 
-/* dgrad by phases (conv2d_pipelined.cu's conv2d_dgrad_interleave, src/cuda/conv2d_dgrad.c): dx (N, H, W, C)
- * assembled from the stride_h x stride_w phases' blocks; phase (a, b) = index a * stride_w + b. */
+/* dgrad by phases (src/cuda/conv2d_dgrad.c), phase (a, b) = index a * stride_w + b, in one of two ways:
+ *   - conv2d_dgrad_interleave: dx (N, H, W, C) (+)= the phases' blocks, each written by its convolution;
+ *   - in place: each phase's convolution writes its pixels of dx itself; conv2d_dgrad_zero writes zeros at the pixels
+ *     of the phases no filter tap reaches (bit a * stride_w + b of zero_mask). */
 #define DGRAD_MAX_PHASES 16
 typedef struct dgrad_phase_args {
     int n, h, w, c;                 /* dx */
     int stride_h, stride_w;
-    int accumulate;                 /* dx += the phases */
-    int pad0;
+    int accumulate;                 /* interleave: dx += the phases */
+    int zero_mask;                  /* zero: the phases to zero */
     void *dx;                       /* (N, H, W, C) act */
-    const void *block[DGRAD_MAX_PHASES]; /* (N, PP, PQ, C) act, or NULL: no tap reaches the phase (zeros) */
+    const void *block[DGRAD_MAX_PHASES]; /* interleave: (N, PP, PQ, C) act, or NULL: no tap reaches the phase (zeros) */
     int pp[DGRAD_MAX_PHASES], pq[DGRAD_MAX_PHASES];       /* the blocks' rows and columns */
     int off_h[DGRAD_MAX_PHASES], off_w[DGRAD_MAX_PHASES]; /* dx row h / stride_h is block row h / stride_h + off_h */
 } dgrad_phase_args;

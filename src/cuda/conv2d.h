@@ -54,7 +54,8 @@ static inline bool conv_hopper(const conv_row *r) {
 }
 const char *conv_row_name(int v);
 /* the program a row launches: its kind's family for pass `pass` (dtype-aware for the pipelined rows: F32 without
- * allow_tf32 takes the FFMA family) and the config index in it; a persistent wgmma row its twin's program */
+ * allow_tf32 takes the FFMA family) and the config index in it; a persistent wgmma row its twin's program. A fast
+ * row's PASS_DGRAD program is its forward program writing one phase of a strided dgrad in place (conv2d_dgrad.c) */
 const cuda_family *conv_row_family(const cuda_be *cb, int v, int pass, int *cfg);
 /* the CTA's threads */
 int conv_row_threads(const conv_row *r);
@@ -70,6 +71,7 @@ int conv_persistent_twin(int v);                 /* a wgmma row's persistent twi
 int conv_ws_twin(int v, bool bres, bool tma);    /* the warp-specialised row of v's tile with these options */
 int conv_swap_twin(int v);                       /* a transposed row's pixel-major TMA row      */
 int conv_ost_twin(int v);                        /* a TMA-store row's twin storing from registers */
+int conv_phase_row(int v);                       /* the row a dgrad phase of v runs (OUT_PHASE): v or a twin */
 /* a filter-resident row runs a problem of gn columns over gk when its smem fits and each column block gets an SM */
 bool conv_bres_fits(const cuda_be *cb, const conv_row *r, int64_t gn, int64_t gk);
 /* the pipelined rows' reduction elements per slice (a slice row is bk*2 bytes) */
@@ -79,11 +81,12 @@ int conv_row_ks(const cuda_be *cb, const conv_row *r);
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_pipelined,
     cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,
-    cuda_family_winograd;
+    cuda_family_winograd, cuda_family_conv2d_phase_pipelined, cuda_family_conv2d_phase_pipelined_ffma,
+    cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
 enum {
     PIPE_MAIN = 0, PIPE_SPLITK_EPILOGUE = 1, PIPE_S2D_INPUT = 2, PIPE_S2D_FILTER = 3, PIPE_PAD_CHANNELS = 4,
-    PIPE_DGRAD_FILTER = 5, PIPE_DGRAD_INTERLEAVE = 6
+    PIPE_DGRAD_FILTER = 5, PIPE_DGRAD_INTERLEAVE = 6, PIPE_DGRAD_ZERO = 7
 };
 enum { WINO_FILTER = 0, WINO_INPUT = 1, WINO_OUTPUT = 2 };
 /* the pipelined rows' family for this backend: F32 without allow_tf32 multiplies in fp32 FMA */
@@ -152,7 +155,7 @@ cnn_status conv_ost_encode(cuda_be *cb, const conv_row *r, int64_t gm, int64_t g
 /* ---- the choice policy (conv2d_choose.c) ---------------------------------------------------------------- */
 
 /* A candidate of a problem: a row (or CONV_PAIR_UNFUSED; a first_configs index for a first layer; 0 direct, 1
- * Winograd for conv_choose_winograd) and its split-K. */
+ * Winograd for conv_choose_winograd; 0 blocks, 1 in place for conv_choose_dgrad_phases) and its split-K. */
 typedef struct conv_cand {
     int row, splits;
 } conv_cand;
@@ -164,6 +167,12 @@ typedef struct conv_pair {
     const void *x, *w;
 } conv_pair;
 
+/* where a forward launch writes one phase of a strided dgrad in place (conv2d_dgrad.c): its output pixel (n, i, j)
+ * is dx's (n, sh * (i - off_h) + a, sw * (j - off_w) + b) for 0 <= i - off_h < rows, 0 <= j - off_w < cols (and
+ * nowhere else); dx is (N, h, w, the launch's K) */
+typedef struct conv_phase_out {
+    int sh, sw, a, b, off_h, off_w, rows, cols, h, w;
+} conv_phase_out;
 /* A forward problem and its operands, as the policy hands them back to the launch it times. */
 typedef struct conv_operands {
     cnn_backend *be;
@@ -171,6 +180,7 @@ typedef struct conv_operands {
     const cnn_epilogue *ep; /* or NULL */
     const cnn_pool2d *pl;   /* a first layer's fused max-pool, or NULL */
     const conv_pair *pr;    /* a pair's second convolution, or NULL */
+    const conv_phase_out *po; /* a strided dgrad's phase written in place (conv2d_dgrad.c), or NULL */
     const void *x, *w;
 } conv_operands;
 /* The launch the tuner times: candidate c of the problem into the scratch output y. */
@@ -193,6 +203,9 @@ cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int
 cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, conv_cand *out);
 /* F32 3x3/1 on the fast path: Winograd (true) or the direct kernels */
 cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use);
+/* a strided dgrad's phases (op: the convolution, dy in x; ep's residual set when accumulating): written into dx in
+ * place (true) or through the blocks and the interleave; `heuristic` where nothing is timed */
+cnn_status conv_choose_dgrad_phases(const conv_operands *op, bool heuristic, conv_launch_fn launch, bool *in_place);
 #define WINO_WS_CAP ((size_t)1 << 30) /* bytes of V, U and M at most (winograd.c slices the batch) */
 
 /* ---- launches ------------------------------------------------------------------------------------------- */
@@ -204,11 +217,15 @@ bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilo
                         const void *y);
 conv_args conv_make_args(const cnn_conv2d *cv, int pass, int bk);
 cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                            const void *w, void *y, int row, int splits, const conv_pair *pr);
+                            const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po);
 /* the tuned choice and launch of a problem the fast rows take (its checks made by the caller: a rewritten
  * problem's output size is the original's) */
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                            void *y);
+/* the choice (tuned as its own OUT_PHASE programs, key "dgrad_phase ...") and launch of a forward problem whose
+ * output is one phase of a strided dgrad, written into dx in place (conv_fast_eligible holds) */
+cnn_status conv_fast_fprop_phase(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                                 const void *w, void *dx, const conv_phase_out *po);
 /* the same, checked: what winograd.c runs its GEMMs with */
 cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y);

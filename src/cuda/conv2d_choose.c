@@ -13,6 +13,10 @@
  *   first layers (conv2d_first.cu)     key "first ...": every config of the problem's shape class; else the first
  *   Winograd (F32 3x3/1)               key "fprop_algo ...": Winograd against the direct kernels, each with its own
  *                                      tuned tile, where the batch has 1024 2x2 tiles or more; else a heuristic
+ *   strided dgrad (conv2d_dgrad.c)     key "dgrad_phases ...": the phases through blocks and the interleave against
+ *                                      the phases written in place, each phase with its own tuned tile (keys
+ *                                      "fprop ..." and "dgrad_phase ..."); else in place unless accumulating over
+ *                                      more than one phase with taps (perf-log step 75)
  *   wgrad on wgmma (conv2d_wgrad.c)    key "wgrad_wgmma ...": tile config x reduction splits, the 4 best by an
  *                                      estimate (fast) or all (full); else the estimate's best
  * Tuning happens once per distinct key, outside graph capture: each candidate is launched once to warm up, then 3
@@ -210,7 +214,7 @@ static cnn_status time_candidates(const conv_operands *op, const char *key, cons
     for (int i = 0; i < nc; i++) {
         if (cand[i].row == CONV_PAIR_UNFUSED) continue; /* its convolutions were tuned and compiled first */
         int cfg;
-        const cuda_family *fam = conv_row_family(cb, cand[i].row, PASS_FPROP, &cfg);
+        const cuda_family *fam = conv_row_family(cb, cand[i].row, op->po ? PASS_DGRAD : PASS_FPROP, &cfg);
         ids[nids++] = cuda_program_id(fam, be->act_dtype, cfg);
     }
     cuda_prepare_programs(cb, ids, nids);
@@ -235,6 +239,16 @@ static cnn_status time_candidates(const conv_operands *op, const char *key, cons
 
 /* ---- fast forward rows ------------------------------------------------------------------------------------- */
 
+/* a dgrad phase's candidates without the rows whose phase runs a twin (conv_phase_row: storing through TMA,
+ * filter-resident), timed already or not chosen for a reason; the heuristic's choice stays first */
+static int phase_rows_only(conv_cand *cand, int nc) {
+    int n = 0;
+    for (int i = 0; i < nc; i++)
+        if (conv_phase_row(cand[i].row) == cand[i].row) cand[n++] = cand[i];
+    if (n == 0) cand[n++] = (conv_cand){conv_phase_row(cand[0].row), cand[0].splits};
+    return n;
+}
+
 cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv_cand *out) {
     const cnn_conv2d *cv = op->cv;
     const cnn_epilogue *ep = op->ep;
@@ -247,10 +261,15 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
         return CNN_OK;
     }
     const bool res = ep && ep->residual;
-    char key[200];
-    /* a residual doubles the epilogue's traffic, which moves the best tile of a memory-bound conv: its own key */
-    snprintf(key, sizeof key, "fprop %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", conv_dtype_str(cb), cv->n,
-             cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, res ? " res" : "");
+    const conv_phase_out *po = op->po;
+    char key[240];
+    /* a residual doubles the epilogue's traffic, which moves the best tile of a memory-bound conv: its own key; a
+     * dgrad phase runs its own programs (OUT_PHASE), storing scattered pixels of dx: its own key too */
+    int kl = snprintf(key, sizeof key, "%s %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", po ? "dgrad_phase" : "fprop",
+                      conv_dtype_str(cb), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w,
+                      cv->pad_h, cv->pad_w, res ? " res" : "");
+    if (po)
+        snprintf(key + kl, sizeof key - kl, " of %dx%d by %dx%d", po->h, po->w, po->sh, po->sw);
     conv_cand cand[3 * CONV_MAX_ROWS];
     if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
         int v, sp;
@@ -262,9 +281,10 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
         if (!cb->capturing) {
             int nc = fast_candidates(cb, cv, res, cand);
             CNN_ASSERT(nc > 0);
+            if (po) nc = phase_rows_only(cand, nc);
             *out = cand[0];
             if (nc == 1) return CNN_OK;
-            size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * act_size(cb);
+            size_t ybytes = (size_t)cv->n * (po ? (size_t)po->h * po->w : (size_t)cv->p * cv->q) * cv->k * act_size(cb);
             return time_candidates(op, key, cand, nc, ybytes, launch, out);
         }
     }
@@ -526,6 +546,40 @@ cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, 
         cuda_tune_put(cb, key, best, 1, ms);
         cb->pub.n_tuned++;
         cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, best ? "winograd" : "direct", ms);
+    }
+    cb->pub.tune_seconds = inner0 + (cnn_now() - t0);
+    return CNN_OK;
+}
+
+/* ---- strided dgrad: the phases in place or through blocks --------------------------------------------------- */
+
+cnn_status conv_choose_dgrad_phases(const conv_operands *op, bool heuristic, conv_launch_fn launch, bool *in_place) {
+    cuda_be *cb = cuda_impl(op->be);
+    const cnn_conv2d *cv = op->cv;
+    const bool acc = op->ep && op->ep->residual;
+    *in_place = heuristic;
+    if (cb->dgrad_in_place >= 0) return *in_place = cb->dgrad_in_place == 1, CNN_OK;
+    /* a forced tile config or split (tests) is there to run those: no timing */
+    if (cb->tune == CNN_TUNE_NONE || cb->conv_force_cfg >= 0 || cb->conv_force_splitk >= 0) return CNN_OK;
+    char key[200];
+    snprintf(key, sizeof key, "dgrad_phases %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", conv_dtype_str(cb), cv->n,
+             cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, acc ? " acc" : "");
+    int v, splits;
+    if (cuda_tune_get(cb, key, &v, &splits) && (v == 0 || v == 1)) return *in_place = v == 1, CNN_OK;
+    if (cb->capturing) return CNN_OK;
+    /* each candidate's first (warm-up) run tunes its phases' tiles, which counts as their tuning, not this one's */
+    const double t0 = cnn_now(), inner0 = cb->pub.tune_seconds;
+    static const conv_cand algos[2] = {{0, 1}, {1, 1}}; /* through the blocks, in place */
+    timed t = {launch, op, algos};
+    int best;
+    float ms;
+    const size_t dxbytes = (size_t)cv->n * cv->h * cv->w * cv->c * act_size(cb);
+    CNN_TRY(cuda_tune_time(cb, key, 2, dxbytes, timed_launch, &t, &best, &ms, NULL));
+    if (best >= 0) {
+        *in_place = best == 1;
+        cuda_tune_put(cb, key, best, 1, ms);
+        cb->pub.n_tuned++;
+        cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, best ? "in place" : "blocks", ms);
     }
     cb->pub.tune_seconds = inner0 + (cnn_now() - t0);
     return CNN_OK;

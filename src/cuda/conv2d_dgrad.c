@@ -6,13 +6,19 @@
  * the rows h = sh * i + a, and for them p = i + (a + pad_h - r0) / sh - t where r = r0 + sh * t: phase (a, b) is a
  * stride-1 forward convolution of dy (N, P, Q, K) with its taps flipped and the filter transposed (C output channels
  * over K input channels; conv2d_pipelined.cu's conv2d_dgrad_filter writes it), output row i the block's row
- * i + off_h. Its padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and the last
- * row below, so the block may have a row or column more than the phase (off_h, off_w skip it).
- *   - stride 1: one phase, padding R-1-pad, no extra rows: it writes dx itself, adding dx through the epilogue's
- *     residual when accumulating (every element read and then written by the same thread);
- *   - larger strides: every phase into its block of the staging workspace, then one kernel interleaves the blocks
- *     into dx (adding dx when accumulating; zeros for a phase no tap reaches, such as the odd rows of a 1x1/2).
- * Each phase's convolution is chosen like any forward one (tuned under its own forward key, or the heuristic).
+ * i + off_h. Its padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and
+ * the last row below, so the block may have a row or column more than the phase (off_h, off_w skip it).
+ * A stride-1 dgrad whose block is dx itself runs as a plain forward launch, adding dx through the epilogue's residual
+ * when accumulating (every element read and then written by the same thread). Larger strides, one of two ways,
+ * chosen per shape and accumulation by the tuner (conv2d_choose.c, "dgrad_phases"):
+ *   - in place: each phase's convolution is its row's OUT_PHASE program (conv_phase_out: the epilogue maps its output
+ *     row to dx's pixel and leaves out the block's extra rows and columns), adding dx as its residual when
+ *     accumulating; conv2d_dgrad_zero writes zeros at the phases no tap reaches (the odd rows and columns of a 1x1/2),
+ *     which keep dx when accumulating. Each phase tuned as its own problem ("dgrad_phase ...");
+ *   - through blocks: each phase into its block of the staging workspace (a plain forward launch, tuned under its
+ *     forward key), then conv2d_dgrad_interleave writes dx (adding dx when accumulating; zeros where no tap reaches).
+ * In place writes dx once, but accumulating it reads dx in every phase's epilogue, where the interleave reads it
+ * once (perf-log step 75).
  * Where the forward kernels do not take a phase (channel counts, alignment, a tap pattern whose first row would
  * need negative padding), cuda_conv2d_dgrad runs the generic kernels.
  */
@@ -51,7 +57,7 @@ static bool plan_phase(const cnn_conv2d *cv, int a, int b, dgrad_phase *ph) {
 }
 
 /* every phase, or false where one cannot run on the forward tensor-core kernels (or stride_h * stride_w is more
- * than the interleave takes); *direct: the single phase of a stride-1 dgrad, which writes dx itself */
+ * than DGRAD_MAX_PHASES); *direct: the single phase of a stride-1 dgrad whose block is dx itself */
 static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
                  dgrad_phase *ph, bool *direct) {
     const int np = cv->stride_h * cv->stride_w;
@@ -59,12 +65,12 @@ static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const 
     for (int i = 0; i < np; i++) {
         if (!plan_phase(cv, i / cv->stride_w, i % cv->stride_w, &ph[i])) return false;
         if (ph[i].cv.n == 0) continue;
-        const cnn_epilogue ep = {.residual = np == 1 && accumulate ? dx : NULL};
-        /* the rewritten filter and the blocks live in 256-byte aligned workspace: dy stands in for them */
-        if (!conv_fast_eligible(cb, &ph[i].cv, &ep, dy, dy, np == 1 ? dx : dy)) return false;
+        const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
+        /* the rewritten filter lives in 256-byte aligned workspace: dy stands in for it */
+        if (!conv_fast_eligible(cb, &ph[i].cv, &ep, dy, dy, dx)) return false;
     }
     *direct = np == 1 && ph[0].cv.n && ph[0].off_h == 0 && ph[0].off_w == 0 && ph[0].cv.p == cv->h && ph[0].cv.q == cv->w;
-    return np > 1 || *direct;
+    return true;
 }
 
 bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate) {
@@ -89,13 +95,11 @@ static cnn_status rewrite_filter(cuda_be *cb, const cnn_conv2d *cv, const dgrad_
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
-                             bool accumulate) {
+/* the phases of a strided dgrad (not direct): each into its block of the staging workspace then the interleave
+ * (in_place false), or each written into dx then zeros for the phases no tap reaches (in_place) */
+static cnn_status run_phases(cnn_backend *be, const cnn_conv2d *cv, const dgrad_phase *ph, const void *dy,
+                             const void *w, void *dx, bool accumulate, bool in_place) {
     cuda_be *cb = cuda_impl(be);
-    dgrad_phase ph[DGRAD_MAX_PHASES];
-    bool direct;
-    const bool ok = plan(cb, cv, dy, dx, accumulate, ph, &direct);
-    CNN_ASSERT(ok); /* the caller asked cuda_dgrad_phases_fits */
     const int np = cv->stride_h * cv->stride_w;
     const size_t esz = cnn_dtype_size(be->act_dtype);
     size_t wbytes = 0, bbytes = 0;
@@ -105,33 +109,77 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
         wbytes = fb > wbytes ? fb : wbytes;
         bbytes += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
     }
-    void *wt;
-    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, wbytes, &wt));
-    cb->stats.dgrad_fast_launches++;
-    if (direct) {
-        CNN_TRY(rewrite_filter(cb, cv, &ph[0], w, wt));
-        const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
-        return conv_fast_fprop_checked(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt, dx);
-    }
-    void *blocks = NULL;
-    if (bbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STAGED, bbytes, &blocks));
+    void *wt = NULL, *blocks = NULL;
+    if (wbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, wbytes, &wt));
+    if (!in_place && bbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STAGED, bbytes, &blocks));
+    const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
     dgrad_phase_args a;
     memset(&a, 0, sizeof a);
     a.n = cv->n, a.h = cv->h, a.w = cv->w, a.c = cv->c, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
     a.accumulate = accumulate, a.dx = dx;
     size_t off = 0;
     for (int i = 0; i < np; i++) {
-        if (!ph[i].cv.n) continue;
+        if (!ph[i].cv.n) {
+            a.zero_mask |= 1 << i;
+            continue;
+        }
+        CNN_TRY(rewrite_filter(cb, cv, &ph[i], w, wt));
+        if (in_place) {
+            const int pa = i / cv->stride_w, pb = i % cv->stride_w;
+            const conv_phase_out po = {.sh = cv->stride_h, .sw = cv->stride_w, .a = pa, .b = pb, .off_h = ph[i].off_h,
+                                       .off_w = ph[i].off_w, .rows = cdiv_i(cv->h - pa, cv->stride_h),
+                                       .cols = cdiv_i(cv->w - pb, cv->stride_w), .h = cv->h, .w = cv->w};
+            CNN_TRY(conv_fast_fprop_phase(be, &ph[i].cv, accumulate ? &ep : NULL, dy, wt, dx, &po));
+            continue;
+        }
         void *blk = (char *)blocks + off;
         off += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
-        CNN_TRY(rewrite_filter(cb, cv, &ph[i], w, wt));
         CNN_TRY(conv_fast_fprop_checked(be, &ph[i].cv, NULL, dy, wt, blk));
         a.block[i] = blk, a.pp[i] = ph[i].cv.p, a.pq[i] = ph[i].cv.q, a.off_h[i] = ph[i].off_h, a.off_w[i] = ph[i].off_w;
     }
+    if (in_place && (!a.zero_mask || accumulate)) return CNN_OK; /* accumulating: those phases keep dx */
     CUfunction f;
-    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, PIPE_DGRAD_INTERLEAVE, &f));
+    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, in_place ? PIPE_DGRAD_ZERO : PIPE_DGRAD_INTERLEAVE,
+                        &f));
     char what[200];
-    snprintf(what, sizeof what, "conv2d_dgrad_interleave[%s] n%d c%d h%d w%d stride %dx%d%s", cuda_dtype_str(be->act_dtype),
-             cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w, accumulate ? " accumulate" : "");
+    snprintf(what, sizeof what, "conv2d_dgrad_%s[%s] n%d c%d h%d w%d stride %dx%d%s", in_place ? "zero" : "interleave",
+             cuda_dtype_str(be->act_dtype), cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w,
+             accumulate ? " accumulate" : "");
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)cv->n * cv->h * cv->w * (cv->c / 8), 256), 1, 1, 256, 1, &a);
+}
+
+/* the choice's candidates: 0 through the blocks, 1 in place; into y, a scratch shaped as dx (op->ep's residual when
+ * accumulating: y itself) */
+static cnn_status phases_timed(const conv_operands *op, conv_cand c, void *y) {
+    dgrad_phase ph[DGRAD_MAX_PHASES];
+    bool direct;
+    const bool acc = op->ep != NULL, ok = plan(cuda_impl(op->be), op->cv, op->x, y, acc, ph, &direct);
+    CNN_ASSERT(ok && !direct);
+    return run_phases(op->be, op->cv, ph, op->x, op->w, y, acc, c.row == 1);
+}
+
+cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
+                             bool accumulate) {
+    cuda_be *cb = cuda_impl(be);
+    dgrad_phase ph[DGRAD_MAX_PHASES];
+    bool direct;
+    const bool ok = plan(cb, cv, dy, dx, accumulate, ph, &direct);
+    CNN_ASSERT(ok); /* the caller asked cuda_dgrad_phases_fits */
+    cb->stats.dgrad_fast_launches++;
+    const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
+    if (direct) {
+        void *wt;
+        CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, (size_t)cv->k * cv->r * cv->s * cv->c * cnn_dtype_size(be->act_dtype),
+                                    &wt));
+        CNN_TRY(rewrite_filter(cb, cv, &ph[0], w, wt));
+        return conv_fast_fprop_checked(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt, dx);
+    }
+    /* the heuristic: in place (no block written and read back), except accumulating over several phases with taps,
+     * whose epilogues would each read dx as a residual (perf-log step 75) */
+    int with_taps = 0;
+    for (int i = 0; i < cv->stride_h * cv->stride_w; i++) with_taps += ph[i].cv.n != 0;
+    const conv_operands op = {.be = be, .cv = cv, .ep = accumulate ? &ep : NULL, .x = dy, .w = w};
+    bool in_place;
+    CNN_TRY(conv_choose_dgrad_phases(&op, !accumulate || with_taps == 1, phases_timed, &in_place));
+    return run_phases(be, cv, ph, dy, w, dx, accumulate, in_place);
 }

@@ -3,7 +3,8 @@
  * per tile or a persistent grid) and warp-specialised wgmma (kernels/conv2d_warpspec.cu, persistent; TMA rows get their
  * tensor maps from conv2d_tma.c). A row that cannot run a problem hands it to its twin (conv2d_table.c) here, at
  * launch: a transposed row with a residual or a pair, a TMA-store row whose output map does not apply, a
- * filter-resident row whose filter block does not fit, a TMA row off its maps.
+ * filter-resident row whose filter block does not fit, a TMA row off its maps. A launch writing one phase of a
+ * strided dgrad into dx (conv_phase_out) runs its row's OUT_PHASE program (conv_phase_row, PASS_DGRAD's family).
  */
 #include "cuda/conv2d.h"
 
@@ -36,8 +37,9 @@ bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilo
 }
 
 cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                            const void *w, void *y, int row, int splits, const conv_pair *pr) {
+                            const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po) {
     cuda_be *cb = cuda_impl(be);
+    if (po) row = conv_phase_row(row); /* the rows with an OUT_PHASE program of their own */
     const conv_row *c = &conv_rows[row];
     CUfunction f, fe = NULL;
     if (conv_is(c, CNN_CUDA_CONV_TRANSPOSED) && ((ep && ep->residual) || pr || !conv_tma_fits(cv)))
@@ -53,7 +55,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     CNN_ASSERT(!pr || (tma && splits == 1)); /* pairs: the TMA rows only (pair_candidates, pair_fusable) */
     CNN_ASSERT(splits == 1 || !conv_hopper(c));
     int cfg;
-    const cuda_family *fam = conv_row_family(cb, row, PASS_FPROP, &cfg);
+    const cuda_family *fam = conv_row_family(cb, row, po ? PASS_DGRAD : PASS_FPROP, &cfg); /* po: OUT_PHASE's program */
     CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
     if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
@@ -71,6 +73,14 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     a.splits = splits;
     a.x = x, a.wt = w, a.out = y;
     if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
+    if (po) {
+        /* out_at numbers dx's pixels in int */
+        CNN_ASSERT(po->sh >= 1 && po->sw >= 1 && !pr && (int64_t)cv->n * po->h * po->w < INT_MAX);
+        a.ph_sh = po->sh, a.ph_sw = po->sw, a.ph_a = po->a, a.ph_b = po->b, a.ph_off_h = po->off_h;
+        a.ph_off_w = po->off_w, a.ph_rows = po->rows, a.ph_cols = po->cols, a.ph_h = po->h, a.ph_w = po->w;
+        cuda_fast_divisor(a.q, &a.ph_q_mul, &a.ph_q_shr);
+        cuda_fast_divisor(a.p, &a.ph_p_mul, &a.ph_p_shr);
+    }
     if (splits > 1) {
         CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_SPLITK_EPILOGUE, &fe));
         void *ws;
@@ -132,7 +142,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
 }
 
 static cnn_status fast_timed(const conv_operands *op, conv_cand c, void *y) {
-    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, NULL);
+    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, NULL, op->po);
 }
 
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
@@ -140,7 +150,19 @@ cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epil
     const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w};
     conv_cand c;
     CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
-    return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL);
+    return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL, NULL);
+}
+
+cnn_status conv_fast_fprop_phase(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                                 const void *w, void *dx, const conv_phase_out *po) {
+    CNN_ASSERT(conv_fast_eligible(cuda_impl(be), cv, ep, x, w, dx));
+    CNN_TRY(conv_check_problem(cv, PASS_FPROP));
+    /* the candidates are the phase programs themselves, timed into the tuner's scratch shaped as dx (the residual,
+     * when accumulating, read from dx itself) */
+    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w, .po = po};
+    conv_cand c;
+    CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
+    return conv_fast_launch(be, cv, ep, x, w, dx, c.row, c.splits, NULL, po);
 }
 
 cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,

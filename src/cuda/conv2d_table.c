@@ -255,13 +255,17 @@ const cuda_family cuda_family_conv2d_fprop_wgmma = {.name = "conv2d_fprop_wgmma"
                                                  .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = HALF_DTS,
                                                  .count = n_wgmma, .defines = def_fprop_wgmma, .config_name = wgmma_name};
 
-static void def_fprop_warpspec(int cfg, char *buf, size_t cap) {
+/* phase: the program writing a strided dgrad's phase in place (OUT_PHASE, conv2d_epilogue.cuh): that of the row's
+ * conv_phase_row */
+static void defines_warpspec(int cfg, bool phase, char *buf, size_t cap) {
     const conv_row *c = program_row(CNN_CUDA_CONV_WARPSPEC, cfg);
+    if (phase) c = &conv_rows[conv_phase_row((int)(c - conv_rows))];
     CNN_ASSERT(c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d -DOST=%d", c->bm,
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d -DOST=%d%s", c->bm,
              c->bn, c->stages, conv_is(c, BRES), conv_is(c, TMA), conv_is(c, COOP), conv_is(c, RSM), conv_is(c, SWAP),
-             conv_is(c, OST));
+             conv_is(c, OST), phase ? " -DOUT_PHASE=1" : "");
 }
+static void def_fprop_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, false, buf, cap); }
 static const char *const fprop_warpspec_entries[] = {"conv2d_fprop_warpspec"};
 const cuda_family cuda_family_conv2d_fprop_warpspec = {.name = "conv2d_fprop_warpspec", .file = "conv2d_warpspec.cu",
                                                  .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = HALF_DTS,
@@ -275,9 +279,9 @@ static void def_fprop_pipelined(int cfg, char *buf, size_t cap) {
 }
 static const char *const fprop_pipelined_entries[] = {"conv2d_fprop_pipelined",   "conv2d_pipelined_splitk_epilogue", "conv2d_s2d_input",
                                                "conv2d_s2d_filter", "conv2d_pad_channels",       "conv2d_dgrad_filter",
-                                               "conv2d_dgrad_interleave"};
+                                               "conv2d_dgrad_interleave", "conv2d_dgrad_zero"};
 const cuda_family cuda_family_conv2d_fprop_pipelined = {.name = "conv2d_fprop_pipelined", .file = "conv2d_pipelined.cu",
-                                                 .entries = fprop_pipelined_entries, .n_entries = 7, .dtypes = CUDA_DT_ALL,
+                                                 .entries = fprop_pipelined_entries, .n_entries = 8, .dtypes = CUDA_DT_ALL,
                                                  .count = n_pipelined, .defines = def_fprop_pipelined,
                                                  .config_name = pipelined_name};
 /* the same programs with the multiply-adds in fp32 FMA (FFMA=1): F32 without allow_tf32 (true fp32) */
@@ -287,7 +291,7 @@ static void def_fprop_pipelined_ffma(int cfg, char *buf, size_t cap) {
     snprintf(buf + len, cap - len, " -DFFMA=1");
 }
 const cuda_family cuda_family_conv2d_fprop_pipelined_ffma = {.name = "conv2d_fprop_pipelined_ffma", .file = "conv2d_pipelined.cu",
-                                                   .entries = fprop_pipelined_entries, .n_entries = 7, .dtypes = CUDA_DT_F32,
+                                                   .entries = fprop_pipelined_entries, .n_entries = 8, .dtypes = CUDA_DT_F32,
                                                    .count = n_pipelined, .defines = def_fprop_pipelined_ffma,
                                                    .config_name = pipelined_name};
 
@@ -295,6 +299,36 @@ const cuda_family *conv_pipelined_family(const cuda_be *cb) {
     return cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32 ? &cuda_family_conv2d_fprop_pipelined_ffma
                                                                  : &cuda_family_conv2d_fprop_pipelined;
 }
+
+/* The fast rows' dgrad programs: each forward program compiled with OUT_PHASE=1, writing one phase of a strided
+ * dgrad into dx in place (conv2d_dgrad.c); the main kernel and, for the pipelined rows, the split-K epilogue. */
+static void append_phase(char *buf, size_t cap) {
+    const size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, " -DOUT_PHASE=1");
+}
+static void def_phase_pipelined(int cfg, char *buf, size_t cap) { def_fprop_pipelined(cfg, buf, cap), append_phase(buf, cap); }
+static void def_phase_pipelined_ffma(int cfg, char *buf, size_t cap) {
+    def_fprop_pipelined_ffma(cfg, buf, cap), append_phase(buf, cap);
+}
+static void def_phase_wgmma(int cfg, char *buf, size_t cap) { def_fprop_wgmma(cfg, buf, cap), append_phase(buf, cap); }
+static void def_phase_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, true, buf, cap); }
+/* F32 phases multiply in fp32 FMA (conv2d_dgrad.c keeps dgrad off TF32) */
+const cuda_family cuda_family_conv2d_phase_pipelined = {.name = "conv2d_phase_pipelined", .file = "conv2d_pipelined.cu",
+                                                        .entries = fprop_pipelined_entries, .n_entries = 2,
+                                                        .dtypes = HALF_DTS, .count = n_pipelined,
+                                                        .defines = def_phase_pipelined, .config_name = pipelined_name};
+const cuda_family cuda_family_conv2d_phase_pipelined_ffma = {
+    .name = "conv2d_phase_pipelined_ffma", .file = "conv2d_pipelined.cu", .entries = fprop_pipelined_entries,
+    .n_entries = 2, .dtypes = CUDA_DT_F32, .count = n_pipelined, .defines = def_phase_pipelined_ffma,
+    .config_name = pipelined_name};
+const cuda_family cuda_family_conv2d_phase_wgmma = {.name = "conv2d_phase_wgmma", .file = "conv2d_wgmma.cu",
+                                                    .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                    .count = n_wgmma, .defines = def_phase_wgmma,
+                                                    .config_name = wgmma_name};
+const cuda_family cuda_family_conv2d_phase_warpspec = {.name = "conv2d_phase_warpspec", .file = "conv2d_warpspec.cu",
+                                                       .entries = fprop_warpspec_entries, .n_entries = 1,
+                                                       .dtypes = HALF_DTS, .count = n_warpspec,
+                                                       .defines = def_phase_warpspec, .config_name = warpspec_name};
 
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
 static int program_of(int v) {
@@ -323,9 +357,17 @@ const cuda_family *conv_row_family(const cuda_be *cb, int v, int pass, int *cfg)
     switch (kind_of(r)) {
     case CNN_CUDA_CONV_SIMT: return generic[0][pass];
     case CNN_CUDA_CONV_MMA: return generic[1][pass];
-    case CNN_CUDA_CONV_PIPELINED: CNN_ASSERT(pass == PASS_FPROP); return conv_pipelined_family(cb);
-    case CNN_CUDA_CONV_WGMMA: CNN_ASSERT(pass == PASS_FPROP); return &cuda_family_conv2d_fprop_wgmma;
-    default: CNN_ASSERT(pass == PASS_FPROP); return &cuda_family_conv2d_fprop_warpspec;
+    case CNN_CUDA_CONV_PIPELINED:
+        CNN_ASSERT(pass != PASS_WGRAD);
+        if (pass == PASS_FPROP) return conv_pipelined_family(cb);
+        return cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32 ? &cuda_family_conv2d_phase_pipelined_ffma
+                                                                     : &cuda_family_conv2d_phase_pipelined;
+    case CNN_CUDA_CONV_WGMMA:
+        CNN_ASSERT(pass != PASS_WGRAD);
+        return pass == PASS_FPROP ? &cuda_family_conv2d_fprop_wgmma : &cuda_family_conv2d_phase_wgmma;
+    default:
+        CNN_ASSERT(pass != PASS_WGRAD);
+        return pass == PASS_FPROP ? &cuda_family_conv2d_fprop_warpspec : &cuda_family_conv2d_phase_warpspec;
     }
 }
 
@@ -453,6 +495,15 @@ int conv_ost_twin(int v) {
     }
     CNN_ASSERT(!"a TMA-store row without its twin");
     return -1;
+}
+
+/* the row a strided dgrad's phase runs for row v (its OUT_PHASE program): v, but a TMA-store row's twin storing
+ * from registers (the phase's pixels are not y's rows) and a filter-resident row's twin without it (with the
+ * mapping, the filter-resident TMA programs spilled: test_nvrtc) */
+int conv_phase_row(int v) {
+    if (conv_is(&conv_rows[v], OST)) v = conv_ost_twin(v);
+    if (conv_is(&conv_rows[v], BRES)) v = conv_ws_twin(v, false, conv_is(&conv_rows[v], TMA));
+    return v;
 }
 
 /* ---- first layers (conv2d_first.cu) ------------------------------------------------------------------------ */

@@ -124,6 +124,9 @@ void cnn_cuda_conv_force_config(cnn_backend *be, int v);
 /* Split-K of the tensor-core forward kernels: -1 = the heuristic (splits when the output has too few tiles to
  * fill the GPU), 0 = never, s > 0 = s splits whenever the reduction has at least s slices. */
 void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
+/* A strided dgrad's phases on the forward kernels (conv2d_dgrad.c): -1 = tuned (or the heuristic), 0 = each into a
+ * block then the interleave kernel, 1 = each written into dx in place. */
+void cnn_cuda_dgrad_force_in_place(cnn_backend *be, int mode);
 /* wgrad on wgmma (conv2d_wgrad.c, sm_90a): its tile configs, whether one runs on this backend, and forcing one
  * (-1 = tuned or heuristic) with `splits` reduction splits (0 = the heuristic's) for every following conv2d_wgrad
  * call the kernel takes. */

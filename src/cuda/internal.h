@@ -249,6 +249,8 @@ typedef struct cuda_be {
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
+    int dgrad_in_place;       /* strided dgrad's phases: -1 tuned or heuristic, 0 through the blocks and the interleave,
+                               * 1 written into dx in place (cnn_cuda_dgrad_force_in_place, tests) */
     int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 tuned or heuristic, 0 never, 1 wherever it
                                * applies (cnn_cuda_conv_force_winograd, tests) */
     int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */
@@ -339,6 +341,9 @@ static inline cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
 }
 /* Grid size for a grid-stride loop over `work` items with `threads` per block. */
 unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads);
+/* (mul, shr) for kernels/common.cuh's div_by(x, d, mul, shr) = x / d, 0 <= x < 2^31, 1 <= d < 2^31: with
+ * l = ceil(log2 d), mul = ceil(2^(31+l) / d) and shr = l - 1 (unused for d == 1) */
+void cuda_fast_divisor(int d, int *mul, int *shr);
 /* act dtype names, "f32" "f16" "bf16" */
 static inline const char *cuda_dtype_str(cnn_dtype dt) {
     return dt == CNN_DTYPE_F32 ? "f32" : dt == CNN_DTYPE_F16 ? "f16" : dt == CNN_DTYPE_BF16 ? "bf16" : "?";

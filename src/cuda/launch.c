@@ -23,6 +23,14 @@ unsigned cuda_grid_1d(const cuda_be *cb, long long work, int threads) {
     return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
+void cuda_fast_divisor(int d, int *mul, int *shr) {
+    CNN_ASSERT(d >= 1);
+    int l = 0;
+    while ((1LL << l) < d) l++;
+    *mul = d == 1 ? 0 : (int)(unsigned)(((1ULL << (31 + l)) + (unsigned long long)d - 1) / (unsigned long long)d);
+    *shr = d == 1 ? 0 : l - 1;
+}
+
 cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, void *args) {
     return cuda_launch_smem(cb, f, what, gx, gy, gz, bx, by, 0, args);

@@ -1375,10 +1375,8 @@ static const dgrad_stride_case dgrad_stride_cases[] = {
     {.cc = {2, 16, 7, 9, 8, 2, 2, 2, 2, 0, 0}, .on_fast = true},    /* 2x2/2: one tap per phase */
     {.cc = {2, 8, 7, 7, 8, 1, 1, 2, 2, 1, 1}, .on_fast = false},    /* 1x1/2 pad 1: negative padding, generic */
 };
-/* every kind of fast row running a strided dgrad's phases (and the forward and wgrad of the same cases): the first
- * row of each distinct flag set, forced, on a 3x3/2 with odd sizes accumulating (a block row more than the phase)
- * and a 1x1/2 overwriting (three phases no tap reaches); the pipelined row also with 3 split-K slices */
-static void dgrad_phase_rows(ctx *t) {
+/* dgrad_phase_rows with the phases written one way (in_place: into dx; else through the blocks); seeds apart */
+static void dgrad_phase_rows_by(ctx *t, int in_place) {
     static const conv_case odd = {2, 16, 9, 7, 24, 3, 3, 2, 2, 1, 1}, one = {3, 24, 9, 7, 16, 1, 1, 2, 2, 0, 0};
     unsigned seen[64];
     int ns = 0;
@@ -1388,14 +1386,28 @@ static void dgrad_phase_rows(ctx *t) {
         for (int i = 0; i < ns; i++) dup |= seen[i] == fl;
         if (dup || ns == 64 || !cnn_cuda_conv_config_usable(t->gpu, cfg) || !row_selected(cfg)) continue;
         seen[ns++] = fl;
-        conv_one(t, &odd, cfg, 3, 7900 + 10 * cfg); /* scale/shift/residual/ReLU fprop; dgrad accumulating */
-        conv_one(t, &one, cfg, 0, 7901 + 10 * cfg); /* plain fprop; dgrad overwriting */
+        conv_one(t, &odd, cfg, 3, 7900 + 10 * cfg + 5000 * in_place); /* scale/shift/residual/ReLU fprop; dgrad accumulating */
+        conv_one(t, &one, cfg, 0, 7901 + 10 * cfg + 5000 * in_place); /* plain fprop; dgrad overwriting */
         if (row_has(cfg, CNN_CUDA_CONV_PIPELINED)) {
             cnn_cuda_conv_force_splitk(t->gpu, 3);
-            conv_one(t, &odd, cfg, 1, 7902 + 10 * cfg); /* split-K: partials and the epilogue kernel */
+            conv_one(t, &odd, cfg, 1, 7902 + 10 * cfg + 5000 * in_place); /* split-K: partials and the epilogue kernel */
             cnn_cuda_conv_force_splitk(t->gpu, -1);
         }
     }
+}
+
+/* every kind of fast row running a strided dgrad's phases (and the forward and wgrad of the same cases): the first
+ * row of each distinct flag set, forced, on a 3x3/2 with odd sizes accumulating (a block row more than the phase)
+ * and a 1x1/2 overwriting (three phases no tap reaches), each phase written into dx in place (the row's OUT_PHASE
+ * program) and through the blocks and the interleave; the pipelined row also with 3 split-K slices */
+static void dgrad_phase_rows(ctx *t) {
+    for (int in_place = 1; in_place >= 0; in_place--) {
+        cnn_cuda_dgrad_force_in_place(t->gpu, in_place);
+        t->tag = in_place ? ".in_place" : ".blocks";
+        dgrad_phase_rows_by(t, in_place);
+    }
+    t->tag = NULL;
+    cnn_cuda_dgrad_force_in_place(t->gpu, -1);
 }
 
 static void g_dgrad_fast(ctx *t) {

@@ -395,10 +395,40 @@ static void test_pdl_enter(void) {
     check(kernels >= 40, "nvrtc.pdl_enter.found", "%d kernel definitions in the embedded sources", kernels);
 }
 
+/* cuda_fast_divisor: div_by's multiply-and-shift (kernels/common.cuh, the same arithmetic here) equals x / d for
+ * every divisor up to 4096 and some large ones, over x near 0, near multiples of d and near 2^31 */
+static unsigned div_by_host(int x, int d, int mul, int shr) {
+    return d == 1 ? (unsigned)x : (unsigned)(((unsigned long long)(unsigned)x * (unsigned)mul) >> 32) >> shr;
+}
+static void test_fast_divisor(void) {
+    static const int big[] = {4097, 12544, 50176, 65535, 65536, 65537, 1000003, 2147395600 /* 46340^2 */, 0x40000000,
+                              0x7ffffffe, 0x7fffffff};
+    long bad = 0, tried = 0;
+    int first_d = 0, first_x = 0;
+    for (int i = 0; i < 4096 + (int)(sizeof big / sizeof big[0]); i++) {
+        const int d = i < 4096 ? i + 1 : big[i - 4096];
+        int mul, shr;
+        cuda_fast_divisor(d, &mul, &shr);
+        long long xs[64];
+        int nx = 0;
+        for (int k = 0; k < 8; k++) xs[nx++] = k, xs[nx++] = 0x7fffffffLL - k;
+        for (long long k = 1; k <= 12; k++)
+            for (long long e = -1; e <= 1; e++) xs[nx++] = k * 0x7fffffffLL / 13 / d * d + e; /* near multiples of d */
+        for (int k = 0; k < nx; k++) {
+            const long long x = xs[k];
+            if (x < 0 || x > 0x7fffffffLL) continue;
+            tried++;
+            if (div_by_host((int)x, d, mul, shr) != (unsigned)(x / d) && bad++ == 0) first_d = d, first_x = (int)x;
+        }
+    }
+    check(bad == 0, "fast_divisor.exact", "%ld of %ld quotients wrong (first: %d / %d)", bad, tried, first_x, first_d);
+}
+
 int main(void) {
     const char *q = getenv("CNN_TEST_QUICK");
     bool quick = q && q[0] && strcmp(q, "0") != 0;
     test_pdl_enter();
+    test_fast_divisor();
     test_cache();
     test_tune_cache();
     if (cnn_cuda_nvrtc_load(getenv("CUDA_HOME")) != CNN_OK) {
