@@ -171,7 +171,13 @@ cnn_status bench_train_ops(cnn_backend *be, cnn_model *m, int batch, const int64
         for (int r = 0; r < repeat; r++) col[r] = t[(size_t)r * K + k];
         char what[24];
         op_kind(net, node[k], what, sizeof what);
-        add_op(ops, n_ops, what, k > S, bench_median(col, repeat));
+        const double ms = bench_median(col, repeat);
+        add_op(ops, n_ops, what, k > S, ms);
+        if (node[k] >= 0) { /* -v: each step, where the sums above come from */
+            const cnn_node *nd = &net->nodes[node[k]];
+            cnn_log(2, "cnn: train step %s %s (%s, %dx%dx%d): %.4f ms", k > S ? "backward" : "forward", nd->name, what,
+                    nd->c, nd->h, nd->w, ms);
+        }
     }
     if (st == CNN_OK) add_op(ops, n_ops, "optimizer", true, bench_median(opt, repeat));
     free(t), free(col), free(opt), free(node);

@@ -1,11 +1,11 @@
 /* fuse.c — the steps of both plans: which nodes of the graph run as one backend call.
  *
- * Train (cnn_fuse_train): a BN takes in the residual add that alone reads it (where the add's other input is already
- * computed) and the ReLU that alone reads what it ends with: one bn_forward_train and one bn_backward, whose value
- * is the ReLU's (or the add's) and whose backward sends the residual its gradient. The BN's own output and the add's
- * are never stored. A conv that only a ReLU reads (VGG without BN) applies it in its epilogue and stores only the
- * ReLU's output, from which its backward takes the mask. Every other node is a step of its own (a conv's output
- * that a BN reads stays: the BN backward reads it).
+ * Train (cnn_fuse_train), visiting the nodes an add's shallower branch first (visit): a BN takes in the residual add
+ * that alone reads it (where the add's other input is already computed) and the ReLU that alone reads what it ends
+ * with: one bn_forward_train and one bn_backward, whose value is the ReLU's (or the add's) and whose backward sends
+ * the residual its gradient. The BN's own output and the add's are never stored. A conv that only a ReLU reads (VGG
+ * without BN) applies it in its epilogue and stores only the ReLU's output, from which its backward takes the mask.
+ * Every other node is a step of its own (a conv's output that a BN reads stays: the BN backward reads it).
  *
  * Eval (cnn_fuse_eval):
  * Walking the nodes in order, a step starts at each node not yet absorbed and takes in what follows it alone:
@@ -77,19 +77,54 @@ void cnn_train_step_inputs(const cnn_net *net, const cnn_step *sp, int in[2]) {
     in[1] = sp->has_residual ? sp->residual : nd->op == CNN_OP_ADD ? nd->in[1] : -2;
 }
 
+/* The order the train plan visits the nodes: a topological order (each node after its inputs) in which the two
+ * branches of an add come shallower first: a ResNet block's downsample conv and BN before its main branch. The
+ * backward runs the steps in reverse, and the first writer of a gradient overwrites it (plan.c): so the main
+ * branch's strided conv writes the block input's gradient whole and the downsample's 1x1/2, last, adds only the
+ * pixels its stride reaches (conv2d_dgrad.c in place), instead of the 1x1/2 zeroing three quarters of it and the
+ * main branch reading it back (perf-log step 77). Depth = the longest path from the network input. */
+static void visit(const cnn_net *net, const int *depth, int i, bool *seen, int *order, int *n) {
+    if (i < 0 || seen[i]) return;
+    seen[i] = true;
+    const cnn_node *nd = &net->nodes[i];
+    if (n_inputs(nd) == 2) {
+        const int a = nd->in[0], b = nd->in[1];
+        const int da = a < 0 ? 0 : depth[a], db = b < 0 ? 0 : depth[b];
+        visit(net, depth, db < da ? b : a, seen, order, n);
+        visit(net, depth, db < da ? a : b, seen, order, n);
+    } else {
+        visit(net, depth, nd->in[0], seen, order, n);
+    }
+    order[(*n)++] = i;
+}
+
 cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
     const int n = net->n_nodes;
-    bool *done = calloc((size_t)n, sizeof *done);
-    if (!done) return cnn_fail(CNN_E_OOM, "out of host memory planning");
+    bool *done = calloc((size_t)n, sizeof *done), *seen = calloc((size_t)n, sizeof *seen);
+    int *depth = calloc((size_t)n, sizeof *depth), *order = calloc((size_t)n, sizeof *order);
+    if (!done || !seen || !depth || !order) {
+        free(done), free(seen), free(depth), free(order);
+        return cnn_fail(CNN_E_OOM, "out of host memory planning");
+    }
+    for (int i = 0; i < n; i++) /* node indices are topological: inputs come first */
+        for (int s = 0; s < n_inputs(&net->nodes[i]); s++) {
+            const int in = net->nodes[i].in[s], d = in < 0 ? 1 : depth[in] + 1;
+            if (d > depth[i]) depth[i] = d;
+        }
+    int nv = 0;
+    visit(net, depth, net->output, seen, order, &nv);
+    for (int i = 0; i < n; i++) visit(net, depth, i, seen, order, &nv); /* nodes the output does not read */
+    CNN_ASSERT(nv == n);
     p->n_train_steps = 0;
-    for (int i = 0; i < n; i++) {
+    for (int v = 0; v < n; v++) {
+        const int i = order[v];
         if (done[i]) continue;
         cnn_step st = cnn_step_alone(i);
         if (net->nodes[i].op == CNN_OP_BN) {
             int j = sole_consumer(net, i);
             if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
                 const int other = net->nodes[j].in[0] == i ? net->nodes[j].in[1] : net->nodes[j].in[0];
-                if (other < 0 || done[other]) { /* computed by an earlier step (node order is topological) */
+                if (other < 0 || done[other]) { /* computed by an earlier step (the visit order is topological) */
                     st.has_residual = true, st.residual = other, st.out = j;
                     done[j] = true;
                 }
@@ -103,7 +138,7 @@ cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
         done[i] = true;
         p->train_steps[p->n_train_steps++] = st;
     }
-    free(done);
+    free(done), free(seen), free(depth), free(order);
     return CNN_OK;
 }
 
