@@ -237,6 +237,28 @@ static cnn_status time_candidates(const conv_operands *op, const char *key, cons
     return st;
 }
 
+/* Two algorithms of one problem, 0 and 1, timed (conv_choose_winograd, conv_choose_dgrad_phases) into a scratch of
+ * ybytes, the winner remembered under key; *pick stays the heuristic's where nothing could be timed. Each
+ * candidate's first (warm-up) run tunes what it nests, which counts as their tuning, not this one's. */
+static cnn_status time_two(const conv_operands *op, const char *key, size_t ybytes, conv_launch_fn launch,
+                           const char *const names[2], bool *pick) {
+    cuda_be *cb = cuda_impl(op->be);
+    const double t0 = cnn_now(), inner0 = cb->pub.tune_seconds;
+    static const conv_cand algos[2] = {{0, 1}, {1, 1}};
+    timed t = {launch, op, algos};
+    int best;
+    float ms;
+    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, timed_launch, &t, &best, &ms, NULL));
+    if (best >= 0) {
+        *pick = best == 1;
+        cuda_tune_put(cb, key, best, 1, ms);
+        cb->pub.n_tuned++;
+        cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, names[best], ms);
+    }
+    cb->pub.tune_seconds = inner0 + (cnn_now() - t0);
+    return CNN_OK;
+}
+
 /* ---- fast forward rows ------------------------------------------------------------------------------------- */
 
 /* a dgrad phase's candidates without the rows whose phase runs a twin (conv_phase_row: storing through TMA,
@@ -490,6 +512,7 @@ cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, con
     return st;
 }
 
+
 /* ---- Winograd or direct (F32 3x3/1) ------------------------------------------------------------------------
  * Where: F32 activations without TF32, 3x3, stride 1, on the fast path (C % 4 == 0, K % 8 == 0, aligned tensors,
  * no generic row forced), V and M of one image under WINO_WS_CAP. With tuning on, both are timed (each with its
@@ -533,22 +556,8 @@ cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, 
     int cfg, splits;
     if (cuda_tune_get(cb, key, &cfg, &splits) && (cfg == 0 || cfg == 1)) return *use = cfg == 1, CNN_OK;
     if (cb->capturing) return CNN_OK;
-    /* each candidate's first (warm-up) run tunes its own configs, which counts as their tuning, not this one's */
-    const double t0 = cnn_now(), inner0 = cb->pub.tune_seconds;
-    static const conv_cand algos[2] = {{0, 1}, {1, 1}}; /* the direct kernels, Winograd */
-    timed t = {launch, op, algos};
-    int best;
-    float ms;
-    const size_t ybytes = (size_t)cv->n * cv->p * cv->q * cv->k * 4;
-    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, timed_launch, &t, &best, &ms, NULL));
-    if (best >= 0) {
-        *use = best == 1;
-        cuda_tune_put(cb, key, best, 1, ms);
-        cb->pub.n_tuned++;
-        cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, best ? "winograd" : "direct", ms);
-    }
-    cb->pub.tune_seconds = inner0 + (cnn_now() - t0);
-    return CNN_OK;
+    static const char *const names[2] = {"direct", "winograd"};
+    return time_two(op, key, (size_t)cv->n * cv->p * cv->q * cv->k * 4, launch, names, use);
 }
 
 /* ---- strided dgrad: the phases in place or through blocks --------------------------------------------------- */
@@ -567,20 +576,6 @@ cnn_status conv_choose_dgrad_phases(const conv_operands *op, bool heuristic, con
     int v, splits;
     if (cuda_tune_get(cb, key, &v, &splits) && (v == 0 || v == 1)) return *in_place = v == 1, CNN_OK;
     if (cb->capturing) return CNN_OK;
-    /* each candidate's first (warm-up) run tunes its phases' tiles, which counts as their tuning, not this one's */
-    const double t0 = cnn_now(), inner0 = cb->pub.tune_seconds;
-    static const conv_cand algos[2] = {{0, 1}, {1, 1}}; /* through the blocks, in place */
-    timed t = {launch, op, algos};
-    int best;
-    float ms;
-    const size_t dxbytes = (size_t)cv->n * cv->h * cv->w * cv->c * act_size(cb);
-    CNN_TRY(cuda_tune_time(cb, key, 2, dxbytes, timed_launch, &t, &best, &ms, NULL));
-    if (best >= 0) {
-        *in_place = best == 1;
-        cuda_tune_put(cb, key, best, 1, ms);
-        cb->pub.n_tuned++;
-        cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, best ? "in place" : "blocks", ms);
-    }
-    cb->pub.tune_seconds = inner0 + (cnn_now() - t0);
-    return CNN_OK;
+    static const char *const names[2] = {"blocks", "in place"};
+    return time_two(op, key, (size_t)cv->n * cv->h * cv->w * cv->c * act_size(cb), launch, names, in_place);
 }

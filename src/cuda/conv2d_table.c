@@ -253,7 +253,8 @@ static void def_fprop_wgmma(int cfg, char *buf, size_t cap) {
 static const char *const fprop_wgmma_entries[] = {"conv2d_fprop_wgmma"};
 const cuda_family cuda_family_conv2d_fprop_wgmma = {.name = "conv2d_fprop_wgmma", .file = "conv2d_wgmma.cu",
                                                  .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = HALF_DTS,
-                                                 .count = n_wgmma, .defines = def_fprop_wgmma, .config_name = wgmma_name};
+                                                 .count = n_wgmma, .defines = def_fprop_wgmma, .config_name = wgmma_name,
+                                                 .sm90a = true};
 
 /* phase: the program writing a strided dgrad's phase in place (OUT_PHASE, conv2d_epilogue.cuh): that of the row's
  * conv_phase_row */
@@ -270,7 +271,7 @@ static const char *const fprop_warpspec_entries[] = {"conv2d_fprop_warpspec"};
 const cuda_family cuda_family_conv2d_fprop_warpspec = {.name = "conv2d_fprop_warpspec", .file = "conv2d_warpspec.cu",
                                                  .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = HALF_DTS,
                                                  .count = n_warpspec, .defines = def_fprop_warpspec,
-                                                 .config_name = warpspec_name};
+                                                 .config_name = warpspec_name, .sm90a = true};
 
 static void def_fprop_pipelined(int cfg, char *buf, size_t cap) {
     const conv_row *c = program_row(CNN_CUDA_CONV_PIPELINED, cfg);
@@ -307,28 +308,25 @@ static void append_phase(char *buf, size_t cap) {
     snprintf(buf + len, cap - len, " -DOUT_PHASE=1");
 }
 static void def_phase_pipelined(int cfg, char *buf, size_t cap) { def_fprop_pipelined(cfg, buf, cap), append_phase(buf, cap); }
-static void def_phase_pipelined_ffma(int cfg, char *buf, size_t cap) {
-    def_fprop_pipelined_ffma(cfg, buf, cap), append_phase(buf, cap);
-}
+static void def_phase_pipelined_ffma(int cfg, char *b, size_t n) { def_fprop_pipelined_ffma(cfg, b, n), append_phase(b, n); }
 static void def_phase_wgmma(int cfg, char *buf, size_t cap) { def_fprop_wgmma(cfg, buf, cap), append_phase(buf, cap); }
 static void def_phase_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, true, buf, cap); }
 /* F32 phases multiply in fp32 FMA (conv2d_dgrad.c keeps dgrad off TF32) */
-const cuda_family cuda_family_conv2d_phase_pipelined = {.name = "conv2d_phase_pipelined", .file = "conv2d_pipelined.cu",
-                                                        .entries = fprop_pipelined_entries, .n_entries = 2,
-                                                        .dtypes = HALF_DTS, .count = n_pipelined,
-                                                        .defines = def_phase_pipelined, .config_name = pipelined_name};
+const cuda_family cuda_family_conv2d_phase_pipelined = {
+    .name = "conv2d_phase_pipelined", .file = "conv2d_pipelined.cu", .entries = fprop_pipelined_entries,
+    .n_entries = 2, .dtypes = HALF_DTS, .count = n_pipelined, .defines = def_phase_pipelined,
+    .config_name = pipelined_name};
 const cuda_family cuda_family_conv2d_phase_pipelined_ffma = {
     .name = "conv2d_phase_pipelined_ffma", .file = "conv2d_pipelined.cu", .entries = fprop_pipelined_entries,
     .n_entries = 2, .dtypes = CUDA_DT_F32, .count = n_pipelined, .defines = def_phase_pipelined_ffma,
     .config_name = pipelined_name};
-const cuda_family cuda_family_conv2d_phase_wgmma = {.name = "conv2d_phase_wgmma", .file = "conv2d_wgmma.cu",
-                                                    .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = HALF_DTS,
-                                                    .count = n_wgmma, .defines = def_phase_wgmma,
-                                                    .config_name = wgmma_name};
-const cuda_family cuda_family_conv2d_phase_warpspec = {.name = "conv2d_phase_warpspec", .file = "conv2d_warpspec.cu",
-                                                       .entries = fprop_warpspec_entries, .n_entries = 1,
-                                                       .dtypes = HALF_DTS, .count = n_warpspec,
-                                                       .defines = def_phase_warpspec, .config_name = warpspec_name};
+const cuda_family cuda_family_conv2d_phase_wgmma = {
+    .name = "conv2d_phase_wgmma", .file = "conv2d_wgmma.cu", .entries = fprop_wgmma_entries, .n_entries = 1,
+    .dtypes = HALF_DTS, .count = n_wgmma, .defines = def_phase_wgmma, .config_name = wgmma_name, .sm90a = true};
+const cuda_family cuda_family_conv2d_phase_warpspec = {
+    .name = "conv2d_phase_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
+    .n_entries = 1, .dtypes = HALF_DTS, .count = n_warpspec, .defines = def_phase_warpspec,
+    .config_name = warpspec_name, .sm90a = true};
 
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
 static int program_of(int v) {
@@ -357,18 +355,15 @@ const cuda_family *conv_row_family(const cuda_be *cb, int v, int pass, int *cfg)
     switch (kind_of(r)) {
     case CNN_CUDA_CONV_SIMT: return generic[0][pass];
     case CNN_CUDA_CONV_MMA: return generic[1][pass];
-    case CNN_CUDA_CONV_PIPELINED:
-        CNN_ASSERT(pass != PASS_WGRAD);
-        if (pass == PASS_FPROP) return conv_pipelined_family(cb);
-        return cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32 ? &cuda_family_conv2d_phase_pipelined_ffma
-                                                                     : &cuda_family_conv2d_phase_pipelined;
-    case CNN_CUDA_CONV_WGMMA:
-        CNN_ASSERT(pass != PASS_WGRAD);
-        return pass == PASS_FPROP ? &cuda_family_conv2d_fprop_wgmma : &cuda_family_conv2d_phase_wgmma;
-    default:
-        CNN_ASSERT(pass != PASS_WGRAD);
-        return pass == PASS_FPROP ? &cuda_family_conv2d_fprop_warpspec : &cuda_family_conv2d_phase_warpspec;
+    default: break;
     }
+    CNN_ASSERT(pass != PASS_WGRAD); /* the fast rows: forward, or (PASS_DGRAD) their OUT_PHASE programs */
+    const bool fwd = pass == PASS_FPROP, ffma = cb->pub.act_dtype == CNN_DTYPE_F32 && !cb->allow_tf32;
+    if (kind_of(r) == CNN_CUDA_CONV_PIPELINED)
+        return fwd ? conv_pipelined_family(cb)
+                   : ffma ? &cuda_family_conv2d_phase_pipelined_ffma : &cuda_family_conv2d_phase_pipelined;
+    if (kind_of(r) == CNN_CUDA_CONV_WGMMA) return fwd ? &cuda_family_conv2d_fprop_wgmma : &cuda_family_conv2d_phase_wgmma;
+    return fwd ? &cuda_family_conv2d_fprop_warpspec : &cuda_family_conv2d_phase_warpspec;
 }
 
 /* ---- what a row needs --------------------------------------------------------------------------------------- */
@@ -585,7 +580,8 @@ static void wgrad_defines(int cfg, char *buf, size_t cap) {
 static const char *const wgrad_wgmma_entries[] = {"conv2d_wgrad_wgmma", "conv2d_wgrad_wgmma_reduce"};
 const cuda_family cuda_family_conv2d_wgrad_wgmma = {
     .name = "conv2d_wgrad_wgmma", .file = "conv2d_wgrad_wgmma.cu", .entries = wgrad_wgmma_entries, .n_entries = 2,
-    .dtypes = HALF_DTS, .count = wgrad_n_configs, .defines = wgrad_defines, .config_name = wgrad_config_name};
+    .dtypes = HALF_DTS, .count = wgrad_n_configs, .defines = wgrad_defines, .config_name = wgrad_config_name,
+    .sm90a = true};
 
 unsigned first_smem(const first_config *c) {
     int tp = c->pool ? 2 * c->tp + 1 : c->tp, tq = c->pool ? 2 * c->tq + 1 : c->tq;

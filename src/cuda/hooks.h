@@ -24,6 +24,7 @@ typedef struct cnn_cuda_program_info {
     char defines[256];        /* "-DACT=2 -DPASS=0 -DBM=128 ..." */
     const char *const *entries; /* kernel names in the program */
     int n_entries;
+    bool sm90a;               /* built for sm_90a alone (wgmma): no other arch runs it */
 } cnn_cuda_program_info;
 
 int cnn_cuda_program_count(void);

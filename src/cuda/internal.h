@@ -166,6 +166,7 @@ typedef struct cuda_family {
     int (*count)(void);           /* or: configs counted from a table (the conv rows: conv2d_table.c)      */
     void (*defines)(int cfg, char *buf, size_t cap);
     const char *(*config_name)(int cfg);
+    bool sm90a;                   /* wgmma programs: built for sm_90a alone (the only arch their rows run on) */
 } cuda_family;
 
 /* The families of the ops but the convolution's (families.c; the convolution's are conv2d.h's), and each one's

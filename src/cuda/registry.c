@@ -109,6 +109,7 @@ void cnn_cuda_program_describe(int id, cnn_cuda_program_info *out) {
     out->file = f->file;
     out->entries = f->entries;
     out->n_entries = f->n_entries;
+    out->sm90a = f->sm90a;
     char defs[200];
     f->defines(cfg, defs, sizeof defs);
     const char *cname = f->config_name ? f->config_name(cfg) : "";
