@@ -18,6 +18,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_erro
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # OpenMP threads that find their cores busy with the other jobs yield instead of spinning
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+# OpenBLAS (PyTorch's float64 references) one thread per call: the jobs and PyTorch's own threads use the cores
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 cd "$(dirname "$0")/.."
 LOG=${TEST_LOG_DIR:-$BUILD/test-logs}
 mkdir -p "$LOG"
