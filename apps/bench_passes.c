@@ -157,12 +157,13 @@ cnn_status bench_train_ops(cnn_backend *be, cnn_model *m, int batch, const int64
     double *opt = calloc((size_t)repeat, sizeof *opt);
     int *node = calloc((size_t)K, sizeof *node);
     cnn_status st = t && col && opt && node ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory for the profile");
-    cnn_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    /* the update as cnn_train runs it: the weights' working copies written in the same pass */
+    cnn_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .weight_decay = 5e-4f, .act_copy = cnn_model_act_weights(m)};
     for (int r = 0; st == CNN_OK && r < repeat; r++) {
         st = cnn_model_profile_train(m, batch, labels, t + (size_t)r * K, node);
         if (st == CNN_OK) st = be->time_mark(be, 0);
         if (st == CNN_OK) st = be->sgd_update(be, &sgd, net->n_trainable, cnn_model_params(m), cnn_model_grads(m), mom, 1.0f);
-        if (st == CNN_OK) st = cnn_model_params_changed(m);
+        if (st == CNN_OK) cnn_model_params_updated(m);
         if (st == CNN_OK) st = be->time_mark(be, 1);
         if (st == CNN_OK) st = be->time_between(be, 0, 1, &opt[r]);
     }

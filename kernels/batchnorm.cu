@@ -12,7 +12,8 @@
  * order. Double as the CPU backend: BN backward over few rows per channel cancels almost completely, and a float32
  * sum would lose the result's leading digits. Two paths (src/cuda/batchnorm.c picks):
  *   - vector (C % 8 == 0, 16-byte aligned tensors): each thread loads 8 channels at once (act8); one pass of
- *     sums of x and x^2 (the variance from them in double), one apply pass; the ResNet/VGG case;
+ *     sums of x and x^2 (the variance from them in double), one apply pass; the ResNet/VGG case. For a small
+ *     tensor the partial sums, the finalize and the apply run as one cooperative kernel (the fused kernels below);
  *   - scalar (any C): 32 channels x 8 rows per block; mean, then the centred variance, then apply.
  * Specialisation: ACT.
  */
@@ -139,17 +140,19 @@ extern "C" __global__ void bn_var_finalize(const red_args a) {
     a.running_var[c] = (float)(mom * unbiased + (1.0 - mom) * (double)a.running_var[c]);
 }
 
-/* From the mode 2 partials: dbeta = sum dy, dgamma = sum dy*xhat, and the coefficients of dx in double. */
-extern "C" __global__ void bn_bwd_finalize(const red_args a) {
-    pdl_enter();
-    const int c = FIN_CHANNEL;
-    const double sdy = chunk_sum(a, 0, c), sdyx = chunk_sum(a, 1, c);
-    if (!FIN_WRITES(c)) return;
+/* From the mode 2 sums of channel c: dbeta = sum dy, dgamma = sum dy*xhat, and the coefficients of dx in double. */
+__device__ __forceinline__ void bwd_coef_store(const red_args &a, int c, double sdy, double sdyx) {
     a.coef[c] = (double)a.gamma[c] * (double)a.invstd[c];
     a.coef[a.c + c] = sdy / (double)a.m;
     a.coef[2 * a.c + c] = sdyx / (double)a.m;
     if (a.dbeta) a.dbeta[c] = (float)sdy;
     if (a.dgamma) a.dgamma[c] = (float)sdyx;
+}
+extern "C" __global__ void bn_bwd_finalize(const red_args a) {
+    pdl_enter();
+    const int c = FIN_CHANNEL;
+    const double sdy = chunk_sum(a, 0, c), sdyx = chunk_sum(a, 1, c);
+    if (FIN_WRITES(c)) bwd_coef_store(a, c, sdy, sdyx);
 }
 
 /* Elementwise over (M, C): each thread takes 4 consecutive elements per grid-stride step, channel = i % C. */
@@ -331,13 +334,10 @@ extern "C" __global__ void __launch_bounds__(VEC_T, 2) bn_bwd_partial_vec(const 
     partial_vec<2>(a);
 }
 
-/* From the vector path's mode 0 partials: mean, the biased variance E[x^2] - mean^2 in double (normalises),
- * invstd; running statistics as bn_var_finalize. */
-extern "C" __global__ void bn_stats_finalize(const red_args a) {
-    pdl_enter();
-    const int c = FIN_CHANNEL;
-    const double mean = chunk_sum(a, 0, c) / (double)a.m, ex2 = chunk_sum(a, 1, c) / (double)a.m;
-    if (!FIN_WRITES(c)) return;
+/* From the vector path's sums of channel c, sum x and sum x^2: the mean, the biased variance E[x^2] - mean^2 in
+ * double (normalises), invstd; running statistics as bn_var_finalize. */
+__device__ __forceinline__ void stats_store(const red_args &a, int c, double sx, double sxx) {
+    const double mean = sx / (double)a.m, ex2 = sxx / (double)a.m;
     double var = ex2 - mean * mean, mom = a.momentum;
     if (var < 0.0) var = 0.0;
     a.mean[c] = (float)mean;
@@ -345,6 +345,12 @@ extern "C" __global__ void bn_stats_finalize(const red_args a) {
     double unbiased = var * (double)a.m / (double)(a.m - 1);
     a.running_mean[c] = (float)(mom * mean + (1.0 - mom) * (double)a.running_mean[c]);
     a.running_var[c] = (float)(mom * unbiased + (1.0 - mom) * (double)a.running_var[c]);
+}
+extern "C" __global__ void bn_stats_finalize(const red_args a) {
+    pdl_enter();
+    const int c = FIN_CHANNEL;
+    const double sx = chunk_sum(a, 0, c), sxx = chunk_sum(a, 1, c);
+    if (FIN_WRITES(c)) stats_store(a, c, sx, sxx);
 }
 
 /* the per-channel factors of a thread's 8 channels, reloaded only when its channel group changes: with a grid
@@ -363,33 +369,56 @@ __device__ __forceinline__ void bn_chan8_at(const red_args &a, int c, bn_chan8 &
 /* bn_apply over 8 channels per thread and step. With a mask, byte v of it gets the ReLU's pass bits of vector v.
  * (Loading the next step's x before this step's stores, as bn_bwd_apply_vec does, did not make this pass faster:
  * perf-log step 68.) */
-extern "C" __global__ void bn_apply_vec(const red_args a) {
-    pdl_enter();
+/* vector v of y (and of the mask) from x's and the residual's raw vectors */
+__device__ __forceinline__ void apply8(const red_args &a, const bn_chan8 &p, const act8 &rx, const act8 &rr,
+                                       long long v) {
+    float xv[8], rv[8];
+    act8_unpack(rx, xv);
+    if (a.residual) act8_unpack(rr, rv);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        float t = (xv[e] - p.mean[e]) * p.k[e] + p.beta[e];
+        if (a.residual) t += rv[e];
+        xv[e] = a.relu && !(t > 0.0f) ? 0.0f : t;
+    }
+    const act8 out = act8_pack(xv);
+    act8_store_packed((act_t *)a.out + v * 8, out);
+    if (a.mask) a.mask[v] = (unsigned char)act8_positive_bits(out); /* y as stored > 0: a tiny t may round to 0 */
+}
+/* Vectors v, v + stride, ...; U at a time, their loads issued together, where every one a thread takes is of the same
+ * channel group (stride a multiple of C / 8): the fused kernel's one wave of CTAs needs the loads in flight that the
+ * standalone kernel (U = 1) gets from its occupancy (perf-log step 79). */
+template <int U> __device__ __forceinline__ void apply_vec(const red_args &a, long long v, long long stride) {
     const int cvs = a.c / 8;
     const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
-    act_t *y = (act_t *)a.out;
+    const long long n = a.m * cvs;
     bn_chan8 p;
     p.c = -1;
-    long long v = GRID_TID;
     int cg = (int)(v % cvs);
-    const int cstep = (int)(GRID_STRIDE % cvs);
-    for (const long long n = a.m * cvs; v < n; v += GRID_STRIDE) {
+    const int cstep = (int)(stride % cvs);
+    if (U > 1 && cstep == 0) {
         bn_chan8_at(a, cg * 8, p);
-        float xv[8], rv[8];
-        act8_unpack(act8_load(x + v * 8), xv);
-        if (res) act8_unpack(act8_load(res + v * 8), rv);
+        for (; v + (U - 1) * stride < n; v += U * stride) {
+            act8 rx[U], rr[U];
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            float t = (xv[e] - p.mean[e]) * p.k[e] + p.beta[e];
-            if (res) t += rv[e];
-            xv[e] = a.relu && !(t > 0.0f) ? 0.0f : t;
+            for (int k = 0; k < U; k++) {
+                rx[k] = act8_load(x + (v + k * stride) * 8);
+                rr[k] = res ? act8_load(res + (v + k * stride) * 8) : act8_zero();
+            }
+#pragma unroll
+            for (int k = 0; k < U; k++) apply8(a, p, rx[k], rr[k], v + k * stride);
         }
-        const act8 out = act8_pack(xv);
-        act8_store_packed(y + v * 8, out);
-        if (a.mask) a.mask[v] = (unsigned char)act8_positive_bits(out); /* y as stored > 0: a tiny t may round to 0 */
+    }
+    for (; v < n; v += stride) {
+        bn_chan8_at(a, cg * 8, p);
+        apply8(a, p, act8_load(x + v * 8), res ? act8_load(res + v * 8) : act8_zero(), v);
         cg += cstep;
         if (cg >= cvs) cg -= cvs;
     }
+}
+extern "C" __global__ void bn_apply_vec(const red_args a) {
+    pdl_enter();
+    apply_vec<1>(a, GRID_TID, GRID_STRIDE);
 }
 
 /* bn_bwd_apply over 8 channels per thread and step. The next step's dy, x and pass bits are loaded before this
@@ -400,15 +429,13 @@ typedef double bwd_t;
 #else
 typedef float bwd_t;
 #endif
-extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
-    pdl_enter();
+__device__ __forceinline__ void bwd_apply_vec(const red_args &a, long long v, const long long stride) {
     const int cvs = a.c / 8;
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
     const long long n = a.m * cvs;
-    long long v = GRID_TID;
     int cg = (int)(v % cvs), c_loaded = -1;
-    const int cstep = (int)(GRID_STRIDE % cvs);
+    const int cstep = (int)(stride % cvs);
     bwd_t k0[8], k1[8], k2[8], mu[8]; /* the channels' coefficients (k2: times invstd), per group of channels */
     act8 ng, nx = act8_zero();
     unsigned nb = 0;
@@ -417,11 +444,11 @@ extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
         if (dx) nx = act8_load(x + v * 8);
         nb = relu_pass8(a, v);
     }
-    for (; v < n; v += GRID_STRIDE, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
+    for (; v < n; v += stride, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
         const act8 rg = ng, rx = nx;
         const unsigned pass = nb;
-        if (v + GRID_STRIDE < n) {
-            const long long vn = v + GRID_STRIDE;
+        if (v + stride < n) {
+            const long long vn = v + stride;
             ng = act8_load(dy + vn * 8);
             if (dx) nx = act8_load(x + vn * 8);
             nb = relu_pass8(a, vn);
@@ -458,6 +485,55 @@ extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
             act8_store(dres + v * 8, g);
         }
     }
+}
+extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
+    pdl_enter();
+    bwd_apply_vec(a, GRID_TID, GRID_STRIDE);
+}
+
+/* ---- the fused kernels: a whole BatchNorm pass in one cooperative launch -------------------------------------
+ * The vector path's three kernels (partial sums, finalize, apply) as the phases of one kernel whose CTAs are all
+ * resident (src/cuda/batchnorm.c sizes the grid to fit and launches it cooperatively), separated by grid barriers:
+ * for a small tensor the three launches' ramps and gaps were most of the pass (perf-log step 79). The sums are
+ * the same two-level deterministic sums: partial_vec's chunks (the grid is chunks x channel groups), then one warp
+ * per channel adds that channel's chunks, lane l taking chunks l, l + 32, ... in order and the lanes combining by a
+ * fixed butterfly. Shared memory carries nothing across a barrier (the emulator runs the blocks of a phase one at a
+ * time over one copy of it). */
+__device__ __forceinline__ unsigned cta_rank(void) { return blockIdx.y * gridDim.x + blockIdx.x; }
+__device__ __forceinline__ unsigned cta_count(void) { return gridDim.x * gridDim.y; }
+/* the sum over the chunks of channel c of partial array `which`, in every lane of the calling warp */
+__device__ __forceinline__ double warp_chunk_sum(const red_args &a, int which, int c, int lane) {
+    const double *p = a.partial + (long long)which * a.chunks * a.c + c;
+    double t = 0.0;
+    for (int k = lane; k < a.chunks; k += 32) t += p[(long long)k * a.c];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+}
+/* MODE 0 the forward (statistics, running statistics, y), MODE 2 the backward (dgamma, dbeta, dx's coefficients, dx
+ * and dres); the finalize phase: warp w of the grid takes channels w, w + warps, ... */
+template <int MODE> __device__ __forceinline__ void fused_vec(const red_args &a) {
+    partial_vec<MODE>(a);
+    grid_sync(a.barrier);
+    const int lane = threadIdx.x % 32, warps = (int)(cta_count() * (VEC_T / 32));
+    for (int c = (int)(cta_rank() * (VEC_T / 32) + threadIdx.x / 32); c < a.c; c += warps) {
+        const double s0 = warp_chunk_sum(a, 0, c, lane), s1 = warp_chunk_sum(a, 1, c, lane);
+        if (lane == 0 && MODE == 0) stats_store(a, c, s0, s1);
+        if (lane == 0 && MODE == 2) bwd_coef_store(a, c, s0, s1);
+    }
+    if (MODE == 2 && !a.out && !a.dres) return;
+    grid_sync(a.barrier);
+    const long long v = (long long)cta_rank() * VEC_T + threadIdx.x, stride = (long long)cta_count() * VEC_T;
+    if (MODE == 0) apply_vec<4>(a, v, stride);
+    else bwd_apply_vec(a, v, stride);
+}
+extern "C" __global__ void __launch_bounds__(VEC_T) bn_fused_vec(const red_args a) {
+    pdl_enter();
+    fused_vec<0>(a);
+}
+extern "C" __global__ void __launch_bounds__(VEC_T, 2) bn_bwd_fused_vec(const red_args a) {
+    pdl_enter();
+    fused_vec<2>(a);
 }
 
 /* y = relu?(x * scale + shift + residual); scale NULL = 1, shift NULL = 0, residual NULL = none */

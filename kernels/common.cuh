@@ -364,6 +364,32 @@ __device__ __forceinline__ void pdl_enter(void) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+/* grid_sync(bar): every thread of the grid waits here until all have arrived, and then sees every write made before
+ * the barrier. Only in a cooperative launch (src/cuda/launch.c, cuda_launch_cooperative: all CTAs resident at once)
+ * with every CTA arriving. bar: a device word shared by the launch, zero when the backend starts; each barrier adds
+ * 2^31 in all (CTA 0 adds 2^31 - (CTAs - 1), the others 1), so the word's top bit flips when the last CTA arrives
+ * and the low bits come back to where they were, for the next barrier or launch. The emulator parks the thread
+ * while its scheduler runs the other blocks. */
+__device__ __forceinline__ void grid_sync(unsigned *bar) {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        const unsigned ctas = gridDim.x * gridDim.y * gridDim.z;
+        const unsigned add = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 ? 0x80000000u - (ctas - 1u) : 1u;
+        unsigned old, now;
+        __threadfence();
+        asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(bar), "r"(add) : "memory");
+        do {
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(bar) : "memory");
+        } while (((old ^ now) & 0x80000000u) == 0u);
+        __threadfence();
+    }
+    __syncthreads();
+#else
+    (void)bar;
+    emu_rt_ptr->grid_sync();
+#endif
+}
 __device__ __forceinline__ void cp_async_commit(void) {
 #ifdef __CUDA_ARCH__
     asm volatile("cp.async.commit_group;");

@@ -140,6 +140,7 @@ typedef struct red_args {
     double *totals;                  /* bn_chunk_totals: (sums, C) workspace, summed over a sync group's ranks */
     unsigned char *mask;             /* bn with relu: the ReLU's pass bits, element e at bit e % 8 of byte e / 8 (the
                                       * forward writes them, the backward reads them instead of y), or NULL */
+    unsigned *barrier;               /* the fused kernels' grid barrier word (common.cuh, grid_sync) */
 } red_args;
 
 /* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */
@@ -212,6 +213,9 @@ typedef struct optim_args {
     const float *x;          /* count_nonfinite input */
     unsigned long long *counter;  /* count_nonfinite result (integer atomics: order-independent) */
     const unsigned int *skip;     /* sgd/adamw: the guard's verdict word (nonzero: no update) or NULL */
+    void *wact;                   /* sgd/adamw: the act_t copy of w to write as well (count elements) or NULL */
+    int vec;                      /* sgd/adamw: every array 16-byte aligned (8 elements per thread and step) */
+    int pad1;
 } optim_args;
 
 /* The training step's non-finite guard (optim.cu guard_step); the host's cnn_guard_state (backend.h) has this

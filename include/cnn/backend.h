@@ -156,12 +156,14 @@ typedef struct cnn_sgd {
     bool first_step;   /* PyTorch initialises the momentum buffer with the first gradient */
     const uint32_t *skip; /* device word (cnn_guard_state.skip) read by the update itself: nonzero = leave the
                            * weights and the state untouched; NULL = always update */
+    void *act_copy;       /* the backend's act_dtype copy of w (count elements) written with the update, or NULL */
 } cnn_sgd;
 
 typedef struct cnn_adamw {
     float lr, beta1, beta2, eps, weight_decay;
     int64_t step;      /* 1-based, for bias correction */
     const uint32_t *skip; /* as cnn_sgd.skip */
+    void *act_copy;       /* as cnn_sgd.act_copy */
 } cnn_adamw;
 
 /* The non-finite guard of a training step, run on the device between the loss and the optimizer so that no

@@ -69,14 +69,14 @@ typedef struct cnn_param {
     int ndim;
     int64_t shape[4];        /* torchvision shape (OIHW for conv weights); ndim 0 = scalar         */
     bool krsc;               /* stored KRSC inside, OIHW outside                                   */
-    bool act_copy;           /* conv/linear weight: the backend also keeps an act_dtype copy       */
+    bool act_copy;           /* conv/linear weight: the backend also keeps an act_dtype copy, at the
+                              * same offset of an arena laid out as the trainable one             */
     cnn_param_kind kind;
     cnn_init init;
     int64_t fan_in;          /* for CNN_INIT_UNIFORM_FAN_IN / KAIMING                               */
     int64_t fan_out;
     int64_t count;           /* elements                                                           */
     int64_t offset;          /* element offset into its arena (trainable or buffer)                */
-    int64_t act_offset;      /* element offset into the act_dtype weight arena when act_copy       */
 } cnn_param;
 
 typedef enum cnn_stem { CNN_STEM_IMAGENET = 0, CNN_STEM_CIFAR } cnn_stem;
@@ -103,7 +103,6 @@ typedef struct cnn_net {
     int n_params, cap_params;
     int64_t n_trainable;     /* float32 elements in the trainable arena */
     int64_t n_buffer;        /* float32 elements in the buffer arena    */
-    int64_t n_act_weights;   /* act_dtype elements of the weight copies */
     int output;              /* node producing the logits               */
 } cnn_net;
 
@@ -236,5 +235,10 @@ float *cnn_model_grads(cnn_model *m);       /* (n_trainable) */
 float *cnn_model_buffers(cnn_model *m);     /* (n_buffer)    */
 /* After the master weights changed: refresh act_dtype copies and invalidate folded BN. */
 cnn_status cnn_model_params_changed(cnn_model *m);
+/* The act_dtype copies of the weights, laid out as the trainable arena (n_trainable elements; cnn_param.act_copy
+ * says which slices are read), or NULL when the backend reads the float32 masters. An optimizer that writes them
+ * with its update (cnn_sgd.act_copy) then calls cnn_model_params_updated instead of cnn_model_params_changed. */
+void *cnn_model_act_weights(cnn_model *m);
+void cnn_model_params_updated(cnn_model *m);
 
 #endif

@@ -64,7 +64,7 @@ static const float *pf(const cnn_model *m, int pi) {
 static const void *weight(const cnn_model *m, int pi) {
     const cnn_param *p = &m->net->params[pi];
     if (!m->wact) return m->params + p->offset;
-    return (const char *)m->wact + (size_t)p->act_offset * m->esz;
+    return (const char *)m->wact + (size_t)p->offset * m->esz;
 }
 
 static float *gradp(const cnn_model *m, int pi) { return m->grads + m->net->params[pi].offset; }
@@ -180,7 +180,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     if (train) ALLOC(m->grads, (size_t)net->n_trainable * 4, "gradients");
     ALLOC(m->buffers, (size_t)(net->n_buffer ? net->n_buffer : 1) * 4, "BatchNorm running statistics");
     ALLOC(m->bn, (size_t)(bn_floats ? bn_floats : 1) * 4, "BatchNorm batch statistics");
-    if (be->act_dtype != CNN_DTYPE_F32) ALLOC(m->wact, (size_t)net->n_act_weights * m->esz, "weight copies");
+    if (be->act_dtype != CNN_DTYPE_F32) ALLOC(m->wact, (size_t)net->n_trainable * m->esz, "weight copies");
     if (m->pairw_bytes) ALLOC(m->pairw, m->pairw_bytes, "folded filters of fused conv pairs");
     ALLOC(m->arena, m->arena_bytes, "activations");
     if (mask_bytes) ALLOC(m->masks, mask_bytes, "ReLU masks and max-pool positions");

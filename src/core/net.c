@@ -84,7 +84,6 @@ static int add_param(cnn_net *net, const char *module, const char *leaf, cnn_par
         p->shape[i] = shape[i];
         p->count *= shape[i];
     }
-    p->act_offset = -1;
     if (kind == CNN_PARAM_TRAINABLE) {
         p->offset = net->n_trainable;
         net->n_trainable += (p->count + 63) / 64 * 64; /* 256-byte aligned slices */
@@ -95,12 +94,7 @@ static int add_param(cnn_net *net, const char *module, const char *leaf, cnn_par
     return net->n_params++;
 }
 
-static void mark_act_copy(cnn_net *net, int pi) {
-    cnn_param *p = &net->params[pi];
-    p->act_copy = true;
-    p->act_offset = net->n_act_weights;
-    net->n_act_weights += (p->count + 127) / 128 * 128;
-}
+static void mark_act_copy(cnn_net *net, int pi) { net->params[pi].act_copy = true; }
 
 int cnn_net_conv(cnn_net *net, const char *name, int in, int k, int r, int stride, int pad, bool bias) {
     cnn_node *nd = push_node(net, CNN_OP_CONV, name, in);

@@ -276,16 +276,18 @@ static void progress(const cnn_train_opts *o, int64_t step, int64_t total, doubl
 static cnn_status optimizer_step(train_state *ts, const cnn_train_opts *o, int64_t step, float lr, float grad_scale) {
     cnn_backend *be = cnn_model_backend(ts->m);
     float *w = cnn_model_params(ts->m), *g = cnn_model_grads(ts->m);
+    void *wact = cnn_model_act_weights(ts->m); /* the working copies, written in the same pass */
     if (o->optim == CNN_OPTIM_SGD) {
         cnn_sgd s = {.lr = lr, .momentum = o->momentum, .dampening = 0.0f, .weight_decay = o->weight_decay,
-                     .nesterov = o->nesterov, .first_step = step == 1, .skip = &ts->guard->skip};
+                     .nesterov = o->nesterov, .first_step = step == 1, .skip = &ts->guard->skip, .act_copy = wact};
         CNN_TRY(be->sgd_update(be, &s, ts->n_trainable, w, g, ts->n_opt ? ts->opt[0] : NULL, grad_scale));
     } else {
         cnn_adamw a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
-                       .weight_decay = o->weight_decay, .step = step, .skip = &ts->guard->skip};
+                       .weight_decay = o->weight_decay, .step = step, .skip = &ts->guard->skip, .act_copy = wact};
         CNN_TRY(be->adamw_update(be, &a, ts->n_trainable, w, g, ts->opt[0], ts->opt[1], grad_scale));
     }
-    return cnn_model_params_changed(ts->m);
+    cnn_model_params_updated(ts->m);
+    return CNN_OK;
 }
 
 static void join_path(char *buf, size_t cap, const char *dir, const char *file) {

@@ -121,11 +121,12 @@ cnn_status cnn_model_params_changed(cnn_model *m) {
     for (int i = 0; i < m->net->n_params; i++) {
         const cnn_param *p = &m->net->params[i];
         if (!p->act_copy) continue;
-        CNN_TRY(m->be->to_act(m->be, p->count, m->params + p->offset,
-                              (char *)m->wact + (size_t)p->act_offset * m->esz));
+        CNN_TRY(m->be->to_act(m->be, p->count, m->params + p->offset, (char *)m->wact + (size_t)p->offset * m->esz));
     }
     return CNN_OK;
 }
+void *cnn_model_act_weights(cnn_model *m) { return m->wact; }
+void cnn_model_params_updated(cnn_model *m) { m->fold_valid = false; }
 
 cnn_status cnn_model_init_weights(cnn_model *m, uint64_t seed) {
     const cnn_net *net = m->net;

@@ -36,6 +36,7 @@ cnn_status cnn_cpu_op_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t coun
         }
         w[i] = w[i] - lr * d;
     }
+    if (o->act_copy) memcpy(o->act_copy, w, (size_t)count * sizeof *w); /* act_dtype is float32 here */
     return CNN_OK;
 }
 
@@ -63,6 +64,7 @@ cnn_status cnn_cpu_op_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t 
         m[i] = mi;
         v[i] = vi;
     }
+    if (o->act_copy) memcpy(o->act_copy, w, (size_t)count * sizeof *w);
     return CNN_OK;
 }
 

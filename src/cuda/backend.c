@@ -303,6 +303,11 @@ void cnn_cuda_dgrad_force_in_place(cnn_backend *be, int mode) {
     CNN_ASSERT(mode >= -1 && mode <= 1);
     cuda_impl(be)->dgrad_in_place = mode;
 }
+void cnn_cuda_bn_force_fused(cnn_backend *be, int mode) {
+    CNN_ASSERT(mode >= -1 && mode <= 1);
+    cuda_impl(be)->bn_fused = mode;
+}
+bool cnn_cuda_coop_ok(cnn_backend *be) { return cuda_impl(be)->coop; }
 void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode) {
     CNN_ASSERT(mode >= -1 && mode <= 1);
     cuda_impl(be)->winograd = mode;
@@ -397,6 +402,12 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     CU_TRY(cu.EventCreate(&cb->ev_begin, CU_EVENT_DEFAULT), "cuEventCreate");
     CU_TRY(cu.EventCreate(&cb->ev_end, CU_EVENT_DEFAULT), "cuEventCreate");
     CNN_TRY(cuda_dev_alloc(cb, 256, "backend scratch", &cb->scratch));
+    CU_TRY(cu.MemsetD8Async(cb->scratch, 0, 256, cb->stream), "cuMemsetD8Async (backend scratch)");
+    int coop = 0;
+    CU_TRY(cu.DeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, cb->dev), "cuDeviceGetAttribute");
+    cb->coop = coop && cu.LaunchKernelEx;
+    CU_TRY(cu.DeviceGetAttribute(&cb->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, cb->dev), "cuDeviceGetAttribute");
+    cb->bn_fused = -1;
 
     cb->n_mods = cuda_program_total();
     cb->mods = calloc((size_t)cb->n_mods, sizeof *cb->mods);

@@ -6,8 +6,10 @@
  * chunking depends only on (M, C) and the SM count. Where C % 8 == 0 and the tensors are 16-byte aligned (every
  * BN of the zoo) the vector kernels run: one pass of sums of x and x^2 (the variance from them in double, exact
  * enough for |mean| / std up to ~1e6), one apply pass, each thread 8 channels; elsewhere the scalar ones: the
- * mean, then the centred variance, then apply (and the ReLU's mask from its output). With cnn_bn.relu_mask both
- * paths write the mask in the forward and read it in the backward, whichever path each of the two takes.
+ * mean, then the centred variance, then apply (and the ReLU's mask from its output). A small tensor's vector pass
+ * runs as one cooperative launch (plan_fused: its size rule; the same sums, finalized by warps). With
+ * cnn_bn.relu_mask both paths write the mask in the forward and read it in the backward, whichever path each of the
+ * two takes.
  * Synchronised BatchNorm (cnn_bn.comm) adds each sum's chunks into per-channel totals, sums those over the ranks,
  * and finalizes from them.
  */
@@ -60,6 +62,41 @@ static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int mode, CUfunction
     a->rows_per_chunk = (a->m + chunks - 1) / chunks;
     a->chunks = (int)((a->m + a->rows_per_chunk - 1) / a->rows_per_chunk);
     return CNN_OK;
+}
+
+/* The fused kernels (one cooperative launch for a whole pass: kernels/batchnorm.cu) where they can run (the vector
+ * path, this rank's statistics alone, cooperative launches, not left out by CNN_CONV_SKIP=bn_fused nor forced off)
+ * and, unless forced on, pay: where the tensors the first phase reads (x; the backward's x and dy) are small against
+ * the L2, half of it forward and three times it backward. Above that the three launches, which programmatic
+ * serialization overlaps and a cooperative launch cannot, ran the training steps faster (perf-log step 79).
+ * The grid, chunks x channel groups CTAs, must be resident at once: chunks = the CTAs that fit (per SM x SMs) over
+ * the groups, at least 64 rows each as plan_chunks_vec. False (the three launches) when not even one chunk per
+ * group fits. The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
+static cnn_status plan_fused(cuda_be *cb, const cnn_bn *bn, red_args *a, bool vec, int entry, CUfunction *f, bool *ok) {
+    *ok = false;
+    if (!vec || bn->comm || !cb->coop || cb->bn_fused == 0 || cuda_conv_skipped(cb, "bn_fused")) return CNN_OK;
+    const double bytes = (double)a->m * a->c * cnn_dtype_size(cb->pub.act_dtype) * (entry == BN_FUSED_VEC ? 1 : 2);
+    if (cb->bn_fused < 0 && bytes > (entry == BN_FUSED_VEC ? cb->l2_bytes / 2.0 : 3.0 * cb->l2_bytes)) return CNN_OK;
+    CNN_TRY(kern(cb, entry, f));
+    int per_sm = 1;
+    CNN_TRY(cuda_blocks_per_sm(cb, *f, entry == BN_FUSED_VEC ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
+    const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
+    long long chunks = (long long)per_sm * cb->sm_count / groups;
+    const long long max_chunks = (a->m + 63) / 64;
+    if (chunks > max_chunks) chunks = max_chunks;
+    if (chunks < 1 || groups > 65535) return CNN_OK;
+    a->rows_per_chunk = (a->m + chunks - 1) / chunks;
+    a->chunks = (int)((a->m + a->rows_per_chunk - 1) / a->rows_per_chunk);
+    a->barrier = (unsigned *)(uintptr_t)(cb->scratch + CUDA_GRID_BARRIER);
+    *ok = true;
+    return CNN_OK;
+}
+
+static cnn_status run_fused(cuda_be *cb, CUfunction f, red_args *a, int mode, const char *what) {
+    a->mode = mode;
+    cb->stats.bn_fused_launches++;
+    const int cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T;
+    return cuda_launch_cooperative(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c / 8 + cvt - 1) / cvt), VEC_T, a);
 }
 
 static cnn_status run_partial_vec(cuda_be *cb, CUfunction f, red_args *a, int mode, const char *what) {
@@ -152,8 +189,10 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     check_group(be, bn);
     const bool vec = vec_ok(&a);
     CUfunction fpart = NULL;
-    if (vec) CNN_TRY(plan_chunks_vec(cb, &a, 0, &fpart));
-    else plan_chunks(cb, &a);
+    bool fused;
+    CNN_TRY(plan_fused(cb, bn, &a, vec, BN_FUSED_VEC, &fpart, &fused));
+    if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, 0, &fpart));
+    if (!fused && !vec) plan_chunks(cb, &a);
     void *ws;
     const size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + (bn->comm ? 2 * (size_t)a.c : 0)) * sizeof(double), &ws));
@@ -165,6 +204,7 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     /* synchronised: each finalize reads the group's totals instead of this rank's chunks */
     red_args g, *fin = &a;
     if (bn->comm) g = group_view(&a, bn), fin = &g;
+    if (fused) return run_fused(cb, fpart, &a, 0, what);
     if (vec) {
         CNN_TRY(run_partial_vec(cb, fpart, &a, 0, what));
         if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 2, what));
@@ -198,8 +238,10 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     check_group(be, bn);
     const bool vec = vec_ok(&a);
     CUfunction fpart = NULL;
-    if (vec) CNN_TRY(plan_chunks_vec(cb, &a, 2, &fpart));
-    else plan_chunks(cb, &a);
+    bool fused;
+    CNN_TRY(plan_fused(cb, bn, &a, vec, BN_BWD_FUSED_VEC, &fpart, &fused));
+    if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, 2, &fpart));
+    if (!fused && !vec) plan_chunks(cb, &a);
     void *ws;
     size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + 5 * (size_t)a.c) * sizeof(double), &ws));
@@ -209,6 +251,7 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     char what[112];
     snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
              a.c, relu ? " relu" : "", dres ? " +residual" : "", bn->comm ? " sync" : "");
+    if (fused) return run_fused(cb, fpart, &a, 2, what);
     CNN_TRY(vec ? run_partial_vec(cb, fpart, &a, 2, what) : run_partial(cb, &a, 2, what));
     CNN_TRY(run_per_channel(cb, &a, BN_BWD_FIN, what)); /* dgamma, dbeta: this rank's sums */
     if (bn->comm) { /* dx's coefficients from the group's sums */

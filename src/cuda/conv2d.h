@@ -251,8 +251,6 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
 /* conv2d_wgrad.c: wgrad on wgmma (sm_90a, F16/BF16): whether it takes a problem (C % 64 == 0, K % 8 == 0, the
  * tensor maps' limits, 16-byte aligned operands), and the tuned or heuristic launch of one it takes */
 bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);
-/* whether CNN_CONV_SKIP (comma-separated parts of names) names a conv row or path (conv2d_table.c) */
-bool cuda_conv_skipped(const cuda_be *cb, const char *name);
 /* conv2d_wgrad.c: wgrad over few input channels on mma.sync (F16/BF16, sm_80+; kernels/conv2d_wgrad_few.cu):
  * whether it takes a problem (K <= 64, K % 8 == 0, R*S*C <= 160, C <= 4, dy 16-byte aligned, 32-bit indices,
  * CNN_CONV_SKIP not naming "wgrad_few"), and the launch */

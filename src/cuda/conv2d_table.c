@@ -389,18 +389,6 @@ int64_t conv_row_smem(const conv_row *c, int stages, int64_t gk) {
     return epi + (int64_t)(c->bm + c->bn) * c->bk * 2 * stages + align;
 }
 
-bool cuda_conv_skipped(const cuda_be *cb, const char *name) {
-    for (const char *p = cb->conv_skip; *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        char part[sizeof cb->conv_skip];
-        memcpy(part, p, len);
-        part[len] = 0;
-        if (len && strstr(name, part)) return true;
-        p += len + (e ? 1 : 0);
-    }
-    return false;
-}
 static bool row_skipped(const cuda_be *cb, int v) { return cuda_conv_skipped(cb, conv_row_name(v)); }
 
 /* a fast row on this backend: wgmma needs exactly sm_90a and F16/BF16, every row its shared memory */

@@ -27,7 +27,7 @@ static const char *const batchnorm_entries[BN_N] = {"chan_partial",     "chan_su
                                                     "bn_bwd_apply",     "scale_shift",       "bn_partial_vec",
                                                     "bn_stats_finalize", "bn_apply_vec",     "bn_bwd_apply_vec",
                                                     "bn_chunk_totals",  "bn_mask_of_y",
-                                                    "bn_bwd_partial_vec"};
+                                                    "bn_bwd_partial_vec", "bn_fused_vec",    "bn_bwd_fused_vec"};
 const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchnorm.cu", .entries = batchnorm_entries,
                                            .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
                                            .defines = no_defines};
@@ -52,7 +52,7 @@ static const char *const prep_entries[PREP_N] = {"prep_images", "resample_images
 const cuda_family cuda_family_prep = {.name = "prep", .file = "prep.cu", .entries = prep_entries, .n_entries = PREP_N,
                                       .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
 
-/* optim.cu: float32 state whatever the activations (dtype-free) */
+/* optim.cu: float32 state whatever the activations; per activation dtype for the weight copies the updates write */
 static const char *const optim_entries[OPT_N] = {"sgd_update", "adamw_update", "count_nonfinite", "guard_step"};
 const cuda_family cuda_family_optim = {.name = "optim", .file = "optim.cu", .entries = optim_entries,
-                                       .n_entries = OPT_N, .dtypes = 0, .n_configs = 1, .defines = no_defines};
+                                       .n_entries = OPT_N, .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};

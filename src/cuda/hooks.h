@@ -84,6 +84,7 @@ typedef struct cnn_cuda_stats {
     long wgrad_wgmma_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
     long wgrad_few_launches; /* filter gradients over few channels on mma.sync (conv2d_wgrad.c) */
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
+    long bn_fused_launches; /* BatchNorm passes in one cooperative launch (batchnorm.c) */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);
@@ -128,6 +129,11 @@ void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
 /* A strided dgrad's phases on the forward kernels (conv2d_dgrad.c): -1 = tuned (or the heuristic), 0 = each into a
  * block then the interleave kernel, 1 = each written into dx in place. */
 void cnn_cuda_dgrad_force_in_place(cnn_backend *be, int mode);
+/* BatchNorm's training passes (batchnorm.c) in one cooperative launch each: -1 = where the heuristic says, 0 = never
+ * (three launches), 1 = wherever they can (the vector path, one rank's statistics, cooperative launches). */
+void cnn_cuda_bn_force_fused(cnn_backend *be, int mode);
+/* whether this backend has cooperative launches (the fused BatchNorm kernels need them) */
+bool cnn_cuda_coop_ok(cnn_backend *be);
 /* wgrad on wgmma (conv2d_wgrad.c, sm_90a): its tile configs, whether one runs on this backend, and forcing one
  * (-1 = tuned or heuristic) with `splits` reduction splits (0 = the heuristic's) for every following conv2d_wgrad
  * call the kernel takes. */

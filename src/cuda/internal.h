@@ -148,7 +148,7 @@ cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap);
 
 /* ---- the kernel registry (registry.c) ------------------------------------------------------------------- */
 
-#define CUDA_MAX_ENTRIES 16
+#define CUDA_MAX_ENTRIES 20
 
 /* A family: one kernel file compiled with one set of -D defines per (dtype, config). The configs (the
  * search space) are declared next to their launcher; `defines` writes config cfg's options. */
@@ -180,7 +180,8 @@ enum {
 enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
 enum {
     BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
-    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_MASK_OF_Y, BN_BWD_PARTIAL_VEC, BN_N
+    BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_MASK_OF_Y, BN_BWD_PARTIAL_VEC,
+    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_N
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
@@ -224,6 +225,7 @@ typedef struct cuda_tune_entry {
 
 enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_STAGED = 2, CUDA_WS_SLOTS = 3 };
 enum { CUDA_UPLOAD_SLOTS = 32, CUDA_UPLOAD_SLOT_BYTES = 64 << 10 };
+enum { CUDA_GRID_BARRIER = 128 }; /* byte offset of the grid barrier word in cuda_be.scratch */
 
 typedef struct cuda_be {
     cnn_backend pub;
@@ -272,7 +274,12 @@ typedef struct cuda_be {
     size_t ws_bytes[CUDA_WS_SLOTS];
     CUdeviceptr *retired;
     int n_retired;
-    CUdeviceptr scratch;      /* 256 bytes: count_nonfinite's counter */
+    CUdeviceptr scratch;      /* 256 bytes: count_nonfinite's counter at 0; at CUDA_GRID_BARRIER, the cooperative
+                               * kernels' grid barrier word (zero from the start; kernels/common.cuh, grid_sync) */
+    int l2_bytes;             /* the L2 cache's size */
+    bool coop;                /* cooperative launches (a driver with cuLaunchKernelEx and a GPU that has them) */
+    int bn_fused;             /* BatchNorm passes in one cooperative launch: -1 where the heuristic says, 0 never,
+                               * 1 wherever they can (cnn_cuda_bn_force_fused, tests) */
     /* small uploads queued without a host wait (backend.c): a ring of staging slots, each reusable once its
      * event has passed */
     uint8_t *up_ring;
@@ -326,6 +333,13 @@ cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx,
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args);
 /* A 1-D launch on another stream than the backend's (the communicator's), without PDL. */
+/* whether CNN_CONV_SKIP (comma-separated parts of names; the A/B mechanism) names a conv row or a path ("wgrad_few",
+ * "wgrad_x_rows", "bn_fused"): launch.c */
+bool cuda_conv_skipped(const cuda_be *cb, const char *name);
+/* A cooperative launch (every CTA resident at once; kernels/common.cuh, grid_sync), without programmatic
+ * serialization: the grid must fit the GPU, as cuda_blocks_per_sm says. Only where cb->coop. */
+cnn_status cuda_launch_cooperative(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned bx,
+                                   void *args);
 cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char *what, unsigned gx, unsigned bx,
                           void *args);
 /* How many blocks of f (`threads` threads, `smem` bytes of dynamic shared memory) fit on one SM at once, at

@@ -64,6 +64,16 @@ cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsig
     return CNN_OK;
 }
 
+/* cuLaunchKernelEx on the backend's stream with one launch attribute */
+static CUresult launch_with(cuda_be *cb, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned smem, CUlaunchAttribute attr, void **params) {
+    CUlaunchConfig lc;
+    memset(&lc, 0, sizeof lc);
+    lc.gridDimX = gx, lc.gridDimY = gy, lc.gridDimZ = gz, lc.blockDimX = bx, lc.blockDimY = by, lc.blockDimZ = 1;
+    lc.sharedMemBytes = smem, lc.hStream = cb->stream, lc.attrs = &attr, lc.numAttrs = 1;
+    return cu.LaunchKernelEx(&lc, f, params, NULL);
+}
+
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
@@ -76,11 +86,7 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
         memset(&attr, 0, sizeof attr);
         attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig lc;
-        memset(&lc, 0, sizeof lc);
-        lc.gridDimX = gx, lc.gridDimY = gy, lc.gridDimZ = gz, lc.blockDimX = bx, lc.blockDimY = by, lc.blockDimZ = 1;
-        lc.sharedMemBytes = smem, lc.hStream = cb->stream, lc.attrs = &attr, lc.numAttrs = 1;
-        r = cu.LaunchKernelEx(&lc, f, params, NULL);
+        r = launch_with(cb, f, gx, gy, gz, bx, by, smem, attr, params);
     } else {
         r = cu.LaunchKernel(f, gx, gy, gz, bx, by, 1, smem, cb->stream, params, NULL);
     }
@@ -101,6 +107,25 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
     return CNN_OK;
 }
 
+cnn_status cuda_launch_cooperative(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned bx,
+                                   void *args) {
+    CNN_ASSERT(cb->coop && gx >= 1 && gy >= 1 && gy <= 65535 && bx >= 1 && bx <= 1024);
+    void *params[1] = {args};
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attr.value.cooperative = 1;
+    CUresult r = launch_with(cb, f, gx, gy, 1, bx, 1, 0, attr, params);
+    if (r == CUDA_SUCCESS) cb->stats.launches++;
+    if (r == CUDA_SUCCESS && cb->sync_debug && !cb->capturing) r = cu.StreamSynchronize(cb->stream);
+    if (r != CUDA_SUCCESS) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cooperative kernel %s (grid %u x %u, block %u)", what, gx, gy, bx);
+        return cuda_fail(r, msg);
+    }
+    return CNN_OK;
+}
+
 cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char *what, unsigned gx, unsigned bx,
                           void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && bx >= 1 && bx <= 1024);
@@ -114,6 +139,19 @@ cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char
         return cuda_fail(r, msg);
     }
     return CNN_OK;
+}
+
+bool cuda_conv_skipped(const cuda_be *cb, const char *name) {
+    for (const char *p = cb->conv_skip; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        char part[sizeof cb->conv_skip];
+        memcpy(part, p, len);
+        part[len] = 0;
+        if (len && strstr(name, part)) return true;
+        p += len + (e ? 1 : 0);
+    }
+    return false;
 }
 
 /* ---- memory ------------------------------------------------------------------------------------------- */

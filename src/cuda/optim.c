@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* the host's view of the guard state is the device's */
@@ -12,13 +13,17 @@ _Static_assert(sizeof(cnn_guard_state) == sizeof(guard_state), "guard state layo
 _Static_assert(offsetof(cnn_guard_state, skip) == offsetof(guard_state, skip), "guard state layout");
 _Static_assert(offsetof(cnn_guard_state, loss) == offsetof(guard_state, loss), "guard state layout");
 
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* the kernels' program: the activation dtype's (the type of the weight copies the updates write) */
 static cnn_status run(cnn_backend *be, int entry, optim_args *a) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     CNN_ASSERT(a->count >= 0);
     if (a->count == 0) return CNN_OK;
+    a->vec = aligned16(a->w) && aligned16(a->g) && aligned16(a->buf) && aligned16(a->v) && aligned16(a->wact);
     CUfunction f;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_optim, CNN_DTYPE_F32, 0, entry, &f));
+    CNN_TRY(cuda_kernel(cb, &cuda_family_optim, cb->pub.act_dtype, 0, entry, &f));
     char what[64];
     snprintf(what, sizeof what, "%s count %lld", cuda_family_optim.entries[entry], a->count);
     return cuda_launch(cb, f, what, cuda_grid_1d(cb, a->count, 256), 1, 1, 256, 1, a);
@@ -30,7 +35,7 @@ cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, flo
     CNN_ASSERT(o->momentum == 0.0f || momentum_buf);
     optim_args a = {.count = count, .w = w, .g = g, .buf = momentum_buf, .grad_scale = grad_scale, .lr = o->lr,
                     .momentum = o->momentum, .dampening = o->dampening, .weight_decay = o->weight_decay,
-                    .nesterov = o->nesterov, .first_step = o->first_step, .skip = o->skip};
+                    .nesterov = o->nesterov, .first_step = o->first_step, .skip = o->skip, .wact = o->act_copy};
     return run(be, OPT_SGD, &a);
 }
 
@@ -41,7 +46,8 @@ cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count,
     double bc1 = 1.0 - pow((double)o->beta1, (double)o->step), bc2 = 1.0 - pow((double)o->beta2, (double)o->step);
     optim_args a = {.count = count, .w = w, .g = g, .buf = m, .v = v, .grad_scale = grad_scale, .lr = o->lr,
                     .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
-                    .step_size = (float)(o->lr / bc1), .bc2_sqrt = (float)sqrt(bc2), .skip = o->skip};
+                    .step_size = (float)(o->lr / bc1), .bc2_sqrt = (float)sqrt(bc2), .skip = o->skip,
+                    .wact = o->act_copy};
     return run(be, OPT_ADAMW, &a);
 }
 
@@ -67,6 +73,6 @@ cnn_status cuda_guard_step(cnn_backend *be, const cnn_guard *g, cnn_guard_state 
     guard_args a = {.loss = g->loss, .stats = g->stats, .backup = g->backup, .n_stats = g->n_stats,
                     .halt_on_bad = g->halt_on_bad, .state = (guard_state *)state};
     CUfunction f;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_optim, CNN_DTYPE_F32, 0, OPT_GUARD, &f));
+    CNN_TRY(cuda_kernel(cb, &cuda_family_optim, cb->pub.act_dtype, 0, OPT_GUARD, &f));
     return cuda_launch(cb, f, "guard_step", 1, 1, 1, 256, 1, &a);
 }

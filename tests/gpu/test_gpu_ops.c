@@ -679,18 +679,21 @@ static cnn_status replica_allreduce(cnn_backend *be, void *comm, void *x, int64_
 
 /* BatchNorm in training, alone and with what follows it fused (y = relu?(bn(x) + residual)), forward and backward
  * (from y's ReLU mask, the residual's gradient accumulated onto what was there), against float64 and the CPU
- * backend; C % 8 == 0 runs the vector kernels (16-byte aligned operands), other C the scalar ones. The sync
- * cases synchronise over SYNC_WORLD replicas (replica_allreduce): the sums must go through the collective. */
+ * backend; C % 8 == 0 runs the vector kernels (16-byte aligned operands), other C the scalar ones. A vector case
+ * runs each pass in one cooperative launch (the fused kernels, counted) unless `three` forces the three launches.
+ * The sync cases synchronise over SYNC_WORLD replicas (replica_allreduce): the sums must go through the
+ * collective. */
 static void g_bn(ctx *t) {
     const struct {
         int64_t m;
         int c;
         float offset;
-        bool sync;
-    } cases[] = {{3 * 5 * 7, 13, 0, false}, {2, 3, 0, false} /* M = 2: dx cancels almost completely */,
-                 {2 * 16 * 16, 64, 0.5f, false}, {5 * 6, 24, 1.0f, true}, {4096, 7, 10.0f, false},
-                 {1 * 7 * 7, 136, -3, false}, {9 * 11, 2056, 0.25f, false} /* two groups of channel vectors */,
-                 {3 * 5 * 7, 13, 0, true}};
+        bool sync, three;
+    } cases[] = {{3 * 5 * 7, 13, 0, false, false}, {2, 3, 0, false, false} /* M = 2: dx cancels almost completely */,
+                 {2 * 16 * 16, 64, 0.5f, false, false}, {2 * 16 * 16, 64, 0.5f, false, true},
+                 {5 * 6, 24, 1.0f, true, false}, {4096, 7, 10.0f, false, false}, {1 * 7 * 7, 136, -3, false, false},
+                 {1 * 7 * 7, 136, -3, false, true}, {9 * 11, 2056, 0.25f, false, false} /* two groups of vectors */,
+                 {3 * 5 * 7, 13, 0, true, false}};
     cnn_status (*const gpu_allreduce)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) =
         t->gpu->comm_allreduce;
     cnn_status (*const cpu_allreduce)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) =
@@ -706,11 +709,15 @@ static void g_bn(ctx *t) {
                  {true, true, false, ".residual_relu"}, {false, true, false, ".relu"},
                  {true, false, false, ".residual"},  {true, true, true, ".residual_relu.mask"}};
     static int sync_token; /* the communicator replica_allreduce is handed */
-    for (size_t k = 0; k < (quick ? 4 : sizeof cases / sizeof cases[0]); k++)
+    for (size_t k = 0; k < (quick ? 5 : sizeof cases / sizeof cases[0]); k++)
         for (size_t f = 0; f < (quick ? 3 : sizeof fused / sizeof fused[0]); f++) {
             const bool use_res = fused[f].residual, relu = fused[f].relu, sync = cases[k].sync, masked = fused[f].mask;
             int64_t m = cases[k].m;
             int c = cases[k].c;
+            /* one launch per pass: the vector path (every operand of the arenas is 16-byte aligned), one rank */
+            const long one_launch = c % 8 == 0 && !sync && !cases[k].three && cnn_cuda_coop_ok(t->gpu) ? 1 : 0;
+            cnn_cuda_bn_force_fused(t->gpu, cases[k].three ? 0 : -1);
+            cnn_cuda_stats st0, st1;
             const int64_t mm = sync ? m * SYNC_WORLD : m; /* the running variance's count */
             cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .comm = sync ? &sync_token : NULL,
                          .world = sync ? SYNC_WORLD : 1};
@@ -743,12 +750,17 @@ static void g_bn(ctx *t) {
                     ry[r * c + j] = relu && v2 < 0 ? 0 : v2;
                 }
             }
-            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s%s", t->dts, (long long)m, c,
-                     (double)cases[k].offset, fused[f].tag, sync ? ".sync" : "");
+            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s%s%s", t->dts, (long long)m, c,
+                     (double)cases[k].offset, fused[f].tag, sync ? ".sync" : "", cases[k].three ? ".three_launches" : "");
             int64_t sums0 = replica_sums;
+            cnn_cuda_stats_get(t->gpu, &st0);
             expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, x.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p,
                                                use_res ? res.g.p : NULL, relu, y.g.p),
                       name);
+            cnn_cuda_stats_get(t->gpu, &st1);
+            check(st1.bn_fused_launches - st0.bn_fused_launches == one_launch, name,
+                  "%ld passes in one cooperative launch, expected %ld", st1.bn_fused_launches - st0.bn_fused_launches,
+                  one_launch);
             if (sync) /* the vector kernels sum x and x^2 in one pass; the scalar ones the mean, then the variance */
                 check(replica_sums - sums0 == (c % 8 == 0 ? 1 : 2), name, "%lld collective sums",
                       (long long)(replica_sums - sums0));
@@ -814,14 +826,19 @@ static void g_bn(ctx *t) {
                         rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) + gamma.h[j] * (double)sinv.h[j] / m * (m * g - sdy - xh * sdyx);
                     }
                 }
-                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s%s", t->dts, (long long)m, c, fused[f].tag,
-                         acc ? ".acc" : "", sync ? ".sync" : "");
+                snprintf(name, sizeof name, "bn_backward.%s.m%lld_c%d%s%s%s%s", t->dts, (long long)m, c, fused[f].tag,
+                         acc ? ".acc" : "", sync ? ".sync" : "", cases[k].three ? ".three_launches" : "");
                 sums0 = replica_sums;
                 arr ypoison = arr_in(t, m * c, true, 1390 + k, -2, -1, 0);
+                cnn_cuda_stats_get(t->gpu, &st0);
                 expect_ok(t->gpu->bn_backward(t->gpu, &bn, x.g.p, masked ? ypoison.g.p : yin.g.p, dy.g.p, gamma.g.p,
                                               smean.g.p, sinv.g.p, relu, dx.g.p, acc, use_res ? dres.g.p : NULL, true,
                                               dg.g.p, db.g.p),
                           name);
+                cnn_cuda_stats_get(t->gpu, &st1);
+                check(st1.bn_fused_launches - st0.bn_fused_launches == one_launch, name,
+                      "%ld passes in one cooperative launch, expected %ld",
+                      st1.bn_fused_launches - st0.bn_fused_launches, one_launch);
                 if (sync) check(replica_sums - sums0 == 1, name, "%lld collective sums", (long long)(replica_sums - sums0));
                 if (t->cpu)
                     cpu_ok(t, t->cpu->bn_backward(t->cpu, &cbn, x.c, yin.c, dy.c, gamma.c, smean.c, sinv.c, relu, dx.c, acc,
@@ -848,6 +865,7 @@ static void g_bn(ctx *t) {
             arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
             arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
         }
+    cnn_cuda_bn_force_fused(t->gpu, -1);
     t->gpu->comm_allreduce = gpu_allreduce;
     if (t->cpu) t->cpu->comm_allreduce = cpu_allreduce;
 }
@@ -2317,6 +2335,14 @@ static void g_jpeg(ctx *t) {
 
 /* ---- optimizers ----------------------------------------------------------------------------------------- */
 
+/* SGD and AdamW against float64, and the act_dtype copy of the weights they write with the update where asked
+ * (cnn_sgd.act_copy): the cases with a copy expect it to be the updated weights in the dtype. n = 1001: 125 vectors of
+ * 8 elements, then one alone. */
+static void check_act_copy(ctx *t, const char *name, arr *copy, const double *rw, int64_t n) {
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s.act_copy", name);
+    verify(t, nm, copy, rw, NULL, NULL, 0);
+}
 static void g_optim(ctx *t) {
     const int64_t n = 1001;
     const cnn_sgd sgds[] = {
@@ -2328,7 +2354,8 @@ static void g_optim(ctx *t) {
     const float gscale[] = {1.0f, 0.5f, 1.0f, 0.25f};
     for (int k = 0; k < 4; k++) {
         const cnn_sgd *o = &sgds[k];
-        arr w = arr_in(t, n, false, 7000 + k, -1, 1, 0), g = arr_in(t, n, false, 7010 + k, -1, 1, 0);
+        /* case 3's w 4 bytes off 16: one element per thread throughout */
+        arr w = arr_in(t, n, false, 7000 + k, -1, 1, k == 3 ? 4 : 0), g = arr_in(t, n, false, 7010 + k, -1, 1, 0);
         arr mbuf = arr_in(t, n, false, 7020 + k, -0.5f, 0.5f, 0);
         double *rw = dalloc(n), *rb = dalloc(n);
         for (int64_t i = 0; i < n; i++) {
@@ -2341,10 +2368,17 @@ static void g_optim(ctx *t) {
             rw[i] = w.h[i] - (double)o->lr * d;
         }
         char name[96];
-        snprintf(name, sizeof name, "sgd_update.case%d%s%s", k, o->nesterov ? ".nesterov" : "", o->first_step ? ".first" : "");
+        snprintf(name, sizeof name, "sgd_update.%s.case%d%s%s", t->dts, k, o->nesterov ? ".nesterov" : "",
+                 o->first_step ? ".first" : "");
         float *mb = o->momentum != 0 ? mbuf.g.p : NULL;
-        expect_ok(t->gpu->sgd_update(t->gpu, o, n, w.g.p, g.g.p, mb, gscale[k]), name);
-        if (t->cpu) cpu_ok(t, t->cpu->sgd_update(t->cpu, o, n, w.c, g.c, o->momentum != 0 ? mbuf.c : NULL, gscale[k]), name);
+        cnn_sgd og = *o;
+        arr copy = arr_out(t, n, true, 0);
+        if (k % 2) og.act_copy = copy.g.p;
+        expect_ok(t->gpu->sgd_update(t->gpu, &og, n, w.g.p, g.g.p, mb, gscale[k]), name);
+        if (k % 2) og.act_copy = copy.c; /* the CPU backend's copies are float32 */
+        if (t->cpu) cpu_ok(t, t->cpu->sgd_update(t->cpu, &og, n, w.c, g.c, o->momentum != 0 ? mbuf.c : NULL, gscale[k]), name);
+        if (k % 2) check_act_copy(t, name, &copy, rw, n);
+        arr_free(t, &copy);
         char nm[128];
         arr *in[] = {&g};
         snprintf(nm, sizeof nm, "%s.w", name);
@@ -2370,9 +2404,15 @@ static void g_optim(ctx *t) {
             rw[i] = ww - (double)o->lr / bc1 * rm[i] / (sqrt(rv[i]) / sqrt(bc2) + o->eps);
         }
         char name[64], nm[96];
-        snprintf(name, sizeof name, "adamw_update.step%lld", (long long)o->step);
-        expect_ok(t->gpu->adamw_update(t->gpu, o, n, w.g.p, g.g.p, m.g.p, v.g.p, gsc), name);
-        if (t->cpu) cpu_ok(t, t->cpu->adamw_update(t->cpu, o, n, w.c, g.c, m.c, v.c, gsc), name);
+        snprintf(name, sizeof name, "adamw_update.%s.step%lld", t->dts, (long long)o->step);
+        cnn_adamw og = *o;
+        arr copy = arr_out(t, n, true, 0);
+        if (k % 2 == 0) og.act_copy = copy.g.p;
+        expect_ok(t->gpu->adamw_update(t->gpu, &og, n, w.g.p, g.g.p, m.g.p, v.g.p, gsc), name);
+        if (k % 2 == 0) og.act_copy = copy.c;
+        if (t->cpu) cpu_ok(t, t->cpu->adamw_update(t->cpu, &og, n, w.c, g.c, m.c, v.c, gsc), name);
+        if (k % 2 == 0) check_act_copy(t, name, &copy, rw, n);
+        arr_free(t, &copy);
         arr *in[] = {&g};
         snprintf(nm, sizeof nm, "%s.w", name);
         verify(t, nm, &w, rw, NULL, in, 1);
@@ -3053,7 +3093,7 @@ static const group groups[] = {
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"resample", g_resample, false, false},
     {"jpeg", g_jpeg, false, false},
-    {"optim", g_optim, false, false},
+    {"optim", g_optim, true, false},
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
     {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},

@@ -36,6 +36,7 @@ struct emu_rt {
     void (*allgather)(const void *in, void *out, int bytes); /* out: the 32 lanes' `bytes`, in lane order */
     void (*yield)(void);      /* a thread spinning on memory (an mbarrier wait) lets the others run */
     unsigned long long events; /* counts mbarrier arrivals: a round of yields without one is a deadlock */
+    void (*grid_sync)(void);   /* a cooperative launch's grid-wide barrier (kernels/common.cuh, grid_sync) */
 };
 
 extern emu_rt *emu_rt_ptr;

@@ -60,6 +60,7 @@ struct op {
     CUdeviceptr dst, src;
     size_t bytes;
     unsigned char value;
+    bool coop; /* a cooperative launch (CU_LAUNCH_ATTRIBUTE_COOPERATIVE): its blocks meet at grid barriers */
 };
 
 struct graph {
@@ -77,7 +78,7 @@ static CUresult fail(CUresult r, const std::string &msg) {
 
 /* ---- the fiber scheduler ------------------------------------------------------------------------------ */
 
-enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE, F_YIELD };
+enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE, F_YIELD, F_GRID };
 #define SLOT 64
 #define STACK (512 * 1024)
 
@@ -143,6 +144,13 @@ static void emu_yield(void) {
     to_scheduler(false);
 }
 
+/* a cooperative kernel's grid-wide barrier (kernels/common.cuh, grid_sync): the thread parks until every thread of
+ * the grid is there (exec_launch runs the other blocks meanwhile) */
+static void emu_grid_sync(void) {
+    fstate[cur] = F_GRID;
+    to_scheduler(false);
+}
+
 static void emu_allgather(const void *in, void *out, int bytes) {
     fbytes[cur] = bytes;
     memcpy(slot[cur].data(), in, (size_t)bytes);
@@ -160,80 +168,97 @@ static void emu_shfl(const void *in, void *out, int bytes, int mask) {
     memcpy(out, result[cur].data(), (size_t)bytes);
 }
 
-/* run one block; false on divergence or deadlock */
-static bool run_block(kfunc *f, const void *args, const unsigned g[3], const unsigned b[3], unsigned bx, unsigned by,
-                      unsigned bz) {
-    int n = (int)(b[0] * b[1] * b[2]);
-    if ((int)fctx.size() < n) {
-        fctx.resize((size_t)n);
-        fstate.resize((size_t)n);
-        fmask.resize((size_t)n);
-        fbytes.resize((size_t)n);
-        slot.resize((size_t)n, std::vector<unsigned char>(SLOT));
-        result.resize((size_t)n, std::vector<unsigned char>(SLOT));
-        while ((int)stacks.size() < n) stacks.push_back((char *)malloc(STACK));
+/* fibers for threads [base, base + n) of the launch, each starting at the kernel */
+static void make_fibers(int base, int n) {
+    const size_t total = (size_t)base + (size_t)n;
+    if (fctx.size() < total) {
+        fctx.resize(total);
+        fstate.resize(total);
+        fmask.resize(total);
+        fbytes.resize(total);
+        slot.resize(total, std::vector<unsigned char>(SLOT));
+        result.resize(total, std::vector<unsigned char>(SLOT));
+        while (stacks.size() < total) stacks.push_back((char *)malloc(STACK));
     }
+    for (size_t t = (size_t)base; t < total; t++) {
+        getcontext(&fctx[t]);
+        fctx[t].uc_stack.ss_sp = stacks[t];
+        fctx[t].uc_stack.ss_size = STACK;
+        fctx[t].uc_link = &sched;
+        makecontext(&fctx[t], fiber_main, 0);
+        fstate[t] = F_RUN;
+    }
+}
+
+enum { BLOCK_DONE, BLOCK_AT_GRID, BLOCK_FAILED };
+
+/* run one block, whose threads are fibers base .. base + n - 1, until every thread has exited (BLOCK_DONE) or waits
+ * at the grid barrier (BLOCK_AT_GRID: a cooperative launch resumes it once every block is there); BLOCK_FAILED on
+ * divergence or deadlock */
+static int run_block(kfunc *f, const unsigned g[3], const unsigned b[3], unsigned bx, unsigned by, unsigned bz,
+                     int base) {
+    const int n = (int)(b[0] * b[1] * b[2]);
+    int *st = &fstate[(size_t)base];
     rt.bid = {bx, by, bz};
     rt.bdim = {b[0], b[1], b[2]};
     rt.gdim = {g[0], g[1], g[2]};
-    cur_fn = f->call;
-    cur_args = args;
-    for (int t = 0; t < n; t++) {
-        getcontext(&fctx[(size_t)t]);
-        fctx[(size_t)t].uc_stack.ss_sp = stacks[(size_t)t];
-        fctx[(size_t)t].uc_stack.ss_size = STACK;
-        fctx[(size_t)t].uc_link = &sched;
-        makecontext(&fctx[(size_t)t], fiber_main, 0);
-        fstate[(size_t)t] = F_RUN;
-    }
     for (;;) {
         /* threads that yielded (spinning on an mbarrier) run again; the round made progress if a barrier was
          * arrived at or some thread did anything but spin (it was released, or it stopped somewhere else) */
         unsigned long long events0 = rt.events;
         bool fresh = false;
         for (int t = 0; t < n; t++) {
-            const bool retry = fstate[(size_t)t] == F_YIELD;
-            if (retry) fstate[(size_t)t] = F_RUN;
-            if (fstate[(size_t)t] != F_RUN) continue;
+            const bool retry = st[t] == F_YIELD;
+            if (retry) st[t] = F_RUN;
+            if (st[t] != F_RUN) continue;
             rt.tid = {(unsigned)t % b[0], (unsigned)t / b[0] % b[1], (unsigned)t / (b[0] * b[1])};
-            to_fiber(t);
-            fresh = fresh || !retry || fstate[(size_t)t] != F_YIELD;
+            to_fiber(base + t);
+            fresh = fresh || !retry || st[t] != F_YIELD;
         }
-        int done = 0, bar = 0, warp = 0, spin = 0;
+        int done = 0, bar = 0, warp = 0, spin = 0, grid = 0;
         for (int t = 0; t < n; t++) {
-            done += fstate[(size_t)t] == F_DONE;
-            bar += fstate[(size_t)t] == F_BAR;
-            warp += fstate[(size_t)t] == F_WARP || fstate[(size_t)t] == F_GATHER;
-            spin += fstate[(size_t)t] == F_YIELD;
+            done += st[t] == F_DONE;
+            bar += st[t] == F_BAR;
+            warp += st[t] == F_WARP || st[t] == F_GATHER;
+            spin += st[t] == F_YIELD;
+            grid += st[t] == F_GRID;
         }
-        if (done == n) return true;
+        if (done == n) return BLOCK_DONE;
+        if (grid > 0 && grid + done == n) {
+            if (done == 0) return BLOCK_AT_GRID;
+            char where[128];
+            snprintf(where, sizeof where, "block (%u,%u,%u): %d of %d threads exited while the others wait at the grid barrier",
+                     bx, by, bz, done, n);
+            fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " barrier divergence in " + where);
+            return BLOCK_FAILED;
+        }
         bool progress = false;
         for (int w = 0; w * 32 < n; w++) {
             int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, waiting = 0, gathering = 0, live = 0;
             for (int t = lo; t < hi; t++) {
-                live += fstate[(size_t)t] != F_DONE;
-                waiting += fstate[(size_t)t] == F_WARP;
-                gathering += fstate[(size_t)t] == F_GATHER;
+                live += st[t] != F_DONE;
+                waiting += st[t] == F_WARP;
+                gathering += st[t] == F_GATHER;
             }
             /* every lane of a warp's collective gives the same payload size (warps run theirs interleaved, each
              * with its own sizes) */
             bool sizes_differ = false;
-            for (int t = lo; t < hi; t++) sizes_differ |= fbytes[(size_t)t] != fbytes[(size_t)lo];
+            for (int t = lo; t < hi; t++) sizes_differ |= fbytes[(size_t)(base + t)] != fbytes[(size_t)(base + lo)];
             if ((gathering > 0 && gathering == live) || (waiting > 0 && waiting == live)) {
                 if (sizes_differ && live == hi - lo) {
                     char where[96];
                     snprintf(where, sizeof where, "block (%u,%u,%u) warp %d", bx, by, bz, w);
                     fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " " + where + ": lanes in collectives of different sizes");
-                    return false;
+                    return BLOCK_FAILED;
                 }
             }
-            const size_t slot_bytes = (size_t)fbytes[(size_t)lo];
+            const size_t slot_bytes = (size_t)fbytes[(size_t)(base + lo)];
             if (gathering > 0 && gathering == live && live == hi - lo) {
                 for (int t = lo; t < hi; t++) {
-                    unsigned char *out = (unsigned char *)gather_out[t];
+                    unsigned char *out = (unsigned char *)gather_out[base + t];
                     for (int l = lo; l < hi; l++)
-                        memcpy(out + (size_t)(l - lo) * slot_bytes, slot[(size_t)l].data(), slot_bytes);
-                    fstate[(size_t)t] = F_RUN;
+                        memcpy(out + (size_t)(l - lo) * slot_bytes, slot[(size_t)(base + l)].data(), slot_bytes);
+                    st[t] = F_RUN;
                 }
                 progress = true;
                 continue;
@@ -243,14 +268,14 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
                 char where[96];
                 snprintf(where, sizeof where, "block (%u,%u,%u) warp %d", bx, by, bz, w);
                 fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " " + where + ": a warp shuffle with exited lanes");
-                return false;
+                return BLOCK_FAILED;
             }
             for (int t = lo; t < hi; t++) {
-                int src = lo + ((t - lo) ^ fmask[(size_t)t]);
+                int src = lo + ((t - lo) ^ fmask[(size_t)(base + t)]);
                 if (src >= hi) src = t;
-                memcpy(result[(size_t)t].data(), slot[(size_t)src].data(), slot_bytes);
+                memcpy(result[(size_t)(base + t)].data(), slot[(size_t)(base + src)].data(), slot_bytes);
             }
-            for (int t = lo; t < hi; t++) fstate[(size_t)t] = F_RUN;
+            for (int t = lo; t < hi; t++) st[t] = F_RUN;
             progress = true;
         }
         if (progress) continue;
@@ -260,7 +285,7 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
             snprintf(where, sizeof where, "block (%u,%u,%u): %d waiting on mbarriers nobody will arrive at, %d at __syncthreads, %d at a shuffle, %d done",
                      bx, by, bz, spin, bar, warp, done);
             fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + where);
-            return false;
+            return BLOCK_FAILED;
         }
         if (bar > 0 && bar + done == n) {
             if (done > 0) {
@@ -268,32 +293,68 @@ static bool run_block(kfunc *f, const void *args, const unsigned g[3], const uns
                 snprintf(where, sizeof where, "block (%u,%u,%u): %d of %d threads exited while the others wait at __syncthreads",
                          bx, by, bz, done, n);
                 fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " barrier divergence in " + where);
-                return false;
+                return BLOCK_FAILED;
             }
-            for (int t = 0; t < n; t++) fstate[(size_t)t] = F_RUN;
+            for (int t = 0; t < n; t++) st[t] = F_RUN;
             continue;
         }
-        char where[128];
-        snprintf(where, sizeof where, "block (%u,%u,%u): %d at __syncthreads, %d at a shuffle, %d done", bx, by, bz, bar,
-                 warp, done);
+        char where[160];
+        snprintf(where, sizeof where, "block (%u,%u,%u): %d at __syncthreads, %d at a shuffle, %d at the grid barrier, %d done",
+                 bx, by, bz, bar, warp, grid, done);
         fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + " deadlock in " + where);
-        return false;
+        return BLOCK_FAILED;
     }
 }
 
-static CUresult exec_launch(kfunc *f, const unsigned g[3], const unsigned b[3], const void *args) {
+/* A plain launch runs its blocks one after another. A cooperative one keeps every block's fibers: the blocks run in
+ * turn up to the grid barrier (grid_sync), then all of them on from it, and so on. Within a phase one block runs at a
+ * time, so a kernel's static shared memory (emu.h: one copy) must not carry values across a grid barrier; the
+ * kernels keep that rule (kernels/batchnorm.cu). */
+static CUresult exec_launch(kfunc *f, const unsigned g[3], const unsigned b[3], const void *args, bool coop) {
     if (sticky) return sticky;
-    for (unsigned z = 0; z < g[2]; z++)
-        for (unsigned y = 0; y < g[1]; y++)
-            for (unsigned x = 0; x < g[0]; x++)
-                if (!run_block(f, args, g, b, x, y, z)) return sticky;
-    return CUDA_SUCCESS;
+    cur_fn = f->call;
+    cur_args = args;
+    const int n = (int)(b[0] * b[1] * b[2]);
+    if (!coop) {
+        for (unsigned z = 0; z < g[2]; z++)
+            for (unsigned y = 0; y < g[1]; y++)
+                for (unsigned x = 0; x < g[0]; x++) {
+                    make_fibers(0, n);
+                    int r = run_block(f, g, b, x, y, z, 0);
+                    if (r == BLOCK_AT_GRID)
+                        return fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + ": a grid barrier in a launch that is not cooperative");
+                    if (r != BLOCK_DONE) return sticky;
+                }
+        return CUDA_SUCCESS;
+    }
+    const int blocks = (int)(g[0] * g[1] * g[2]);
+    make_fibers(0, blocks * n);
+    std::vector<int> state((size_t)blocks, BLOCK_AT_GRID);
+    for (;;) {
+        int done = 0;
+        for (int k = 0; k < blocks; k++) {
+            if (state[(size_t)k] == BLOCK_DONE) {
+                done++;
+                continue;
+            }
+            for (int t = 0; t < n; t++)
+                if (fstate[(size_t)(k * n + t)] == F_GRID) fstate[(size_t)(k * n + t)] = F_RUN;
+            const unsigned x = (unsigned)k % g[0], y = (unsigned)k / g[0] % g[1], z = (unsigned)k / (g[0] * g[1]);
+            state[(size_t)k] = run_block(f, g, b, x, y, z, k * n);
+            if (state[(size_t)k] == BLOCK_FAILED) return sticky;
+            done += state[(size_t)k] == BLOCK_DONE;
+        }
+        if (done == blocks) return CUDA_SUCCESS;
+        if (done > 0)
+            return fail(CUDA_ERROR_LAUNCH_FAILED, "kernel " + f->name + ": " + std::to_string(done) + " of " +
+                                                      std::to_string(blocks) + " blocks exited while the others wait at the grid barrier");
+    }
 }
 
 static CUresult exec_op(const op &o) {
     if (o.kind == 0) {
         rt.dyn_smem = o.smem;
-        return exec_launch(o.f, o.g, o.b, o.args.data());
+        return exec_launch(o.f, o.g, o.b, o.args.data(), o.coop);
     }
     if (o.kind == 1) memmove((void *)o.dst, (const void *)o.src, o.bytes);
     if (o.kind == 2) memset((void *)o.dst, o.value, o.bytes);
@@ -334,6 +395,7 @@ static CUresult e_Init(unsigned) {
     rt.shfl_xor = emu_shfl;
     rt.allgather = emu_allgather;
     rt.yield = emu_yield;
+    rt.grid_sync = emu_grid_sync;
     return CUDA_SUCCESS;
 }
 static CUresult e_DriverGetVersion(int *v) { FAULT(CUDA_ERROR_UNKNOWN); *v = 13000; return CUDA_SUCCESS; }
@@ -371,6 +433,8 @@ static CUresult e_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
          : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? sm_count
          : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? 227 * 1024 /* H100 */
+         : a == CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH       ? 1
+         : a == CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE            ? 50 << 20 /* H100 */
                                                              : 0;
     return CUDA_SUCCESS;
 }
@@ -539,9 +603,8 @@ static CUresult e_OccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction, 
     *n = 1;
     return CUDA_SUCCESS;
 }
-static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                               unsigned smem, CUstream, void **params, void **extra) {
-    FAULT(CUDA_ERROR_UNKNOWN);
+static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, void **params, void **extra, bool coop) {
     if (sticky) return sticky;
     kfunc *f = (kfunc *)fn;
     if (!params || extra || smem > 227 * 1024) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel " + f->name + ": unexpected launch form");
@@ -552,6 +615,10 @@ static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned
     o.f = f;
     o.g[0] = gx, o.g[1] = gy, o.g[2] = gz, o.b[0] = bx, o.b[1] = by, o.b[2] = bz;
     o.smem = smem;
+    o.coop = coop;
+    /* a cooperative grid must fit the GPU at once: one block per SM here (e_OccupancyMaxActiveBlocksPerMultiprocessor) */
+    if (coop && (unsigned long long)gx * gy * gz > (unsigned long long)sm_count)
+        return fail(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "cooperative launch of " + f->name + ": more blocks than fit at once");
     size_t n = f->size();
     o.args.assign((const unsigned char *)params[0], (const unsigned char *)params[0] + n);
     if (capturing) {
@@ -560,18 +627,28 @@ static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned
     }
     return exec_op(o);
 }
-/* the launch with attributes: only programmatic stream serialization, which changes nothing here (launches run
- * one after another), and no clusters */
+static CUresult e_LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned smem, CUstream, void **params, void **extra) {
+    FAULT(CUDA_ERROR_UNKNOWN);
+    return launch(fn, gx, gy, gz, bx, by, bz, smem, params, extra, false);
+}
+/* the launch with attributes: programmatic stream serialization, which changes nothing here (launches run one
+ * after another), and cooperative launches; no clusters */
 static CUresult e_LaunchKernelEx(const CUlaunchConfig *c, CUfunction fn, void **params, void **extra) {
     FAULT(CUDA_ERROR_UNKNOWN);
     if (sticky) return sticky;
     if (!c) return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx: no launch config");
-    for (unsigned i = 0; i < c->numAttrs; i++)
-        if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
-            c->attrs[i].value.programmaticStreamSerializationAllowed > 1)
+    bool coop = false;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        const CUlaunchAttribute &at = c->attrs[i];
+        if (at.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && at.value.cooperative <= 1)
+            coop = at.value.cooperative == 1;
+        else if (at.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
+                 at.value.programmaticStreamSerializationAllowed > 1)
             return fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernelEx " + ((kfunc *)fn)->name + ": unexpected attribute");
-    return e_LaunchKernel(fn, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
-                          c->sharedMemBytes, c->hStream, params, extra);
+    }
+    return launch(fn, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                  c->sharedMemBytes, params, extra, coop);
 }
 static CUresult e_StreamBeginCapture(CUstream, CUstreamCaptureMode) {
     FAULT(CUDA_ERROR_UNKNOWN);
