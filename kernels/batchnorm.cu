@@ -366,9 +366,6 @@ __device__ __forceinline__ void bn_chan8_at(const red_args &a, int c, bn_chan8 &
     for (int e = 0; e < 8; e++) p.mean[e] = a.mean[c + e], p.k[e] = a.invstd[c + e] * a.gamma[c + e], p.beta[e] = a.beta[c + e];
 }
 
-/* bn_apply over 8 channels per thread and step. With a mask, byte v of it gets the ReLU's pass bits of vector v.
- * (Loading the next step's x before this step's stores, as bn_bwd_apply_vec does, did not make this pass faster:
- * perf-log step 68.) */
 /* vector v of y (and of the mask) from x's and the residual's raw vectors */
 __device__ __forceinline__ void apply8(const red_args &a, const bn_chan8 &p, const act8 &rx, const act8 &rr,
                                        long long v) {
@@ -385,9 +382,11 @@ __device__ __forceinline__ void apply8(const red_args &a, const bn_chan8 &p, con
     act8_store_packed((act_t *)a.out + v * 8, out);
     if (a.mask) a.mask[v] = (unsigned char)act8_positive_bits(out); /* y as stored > 0: a tiny t may round to 0 */
 }
-/* Vectors v, v + stride, ...; U at a time, their loads issued together, where every one a thread takes is of the same
- * channel group (stride a multiple of C / 8): the fused kernel's one wave of CTAs needs the loads in flight that the
- * standalone kernel (U = 1) gets from its occupancy (perf-log step 79). */
+/* bn_apply over 8 channels per thread and step: vectors v, v + stride, ... With a mask, byte v of it gets the ReLU's
+ * pass bits of vector v. U vectors at a time, their loads issued together, where every one a thread takes is of the
+ * same channel group (stride a multiple of C / 8): the fused kernel's one wave of CTAs needs the loads in flight that
+ * the standalone kernel (U = 1) gets from its occupancy (perf-log step 79; for the standalone kernel, loading the next
+ * step's x before this step's stores did not pay: step 68). */
 template <int U> __device__ __forceinline__ void apply_vec(const red_args &a, long long v, long long stride) {
     const int cvs = a.c / 8;
     const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
