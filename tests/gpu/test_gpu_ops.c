@@ -2338,7 +2338,7 @@ static void g_jpeg(ctx *t) {
 /* SGD and AdamW against float64, and the act_dtype copy of the weights they write with the update where asked
  * (cnn_sgd.act_copy): the cases with a copy expect it to be the updated weights in the dtype. n = 1001: 125 vectors of
  * 8 elements, then one alone. */
-static void check_act_copy(ctx *t, const char *name, arr *copy, const double *rw, int64_t n) {
+static void check_act_copy(ctx *t, const char *name, arr *copy, const double *rw) {
     char nm[160];
     snprintf(nm, sizeof nm, "%s.act_copy", name);
     verify(t, nm, copy, rw, NULL, NULL, 0);
@@ -2377,7 +2377,7 @@ static void g_optim(ctx *t) {
         expect_ok(t->gpu->sgd_update(t->gpu, &og, n, w.g.p, g.g.p, mb, gscale[k]), name);
         if (k % 2) og.act_copy = copy.c; /* the CPU backend's copies are float32 */
         if (t->cpu) cpu_ok(t, t->cpu->sgd_update(t->cpu, &og, n, w.c, g.c, o->momentum != 0 ? mbuf.c : NULL, gscale[k]), name);
-        if (k % 2) check_act_copy(t, name, &copy, rw, n);
+        if (k % 2) check_act_copy(t, name, &copy, rw);
         arr_free(t, &copy);
         char nm[128];
         arr *in[] = {&g};
@@ -2411,7 +2411,7 @@ static void g_optim(ctx *t) {
         expect_ok(t->gpu->adamw_update(t->gpu, &og, n, w.g.p, g.g.p, m.g.p, v.g.p, gsc), name);
         if (k % 2 == 0) og.act_copy = copy.c;
         if (t->cpu) cpu_ok(t, t->cpu->adamw_update(t->cpu, &og, n, w.c, g.c, m.c, v.c, gsc), name);
-        if (k % 2 == 0) check_act_copy(t, name, &copy, rw, n);
+        if (k % 2 == 0) check_act_copy(t, name, &copy, rw);
         arr_free(t, &copy);
         arr *in[] = {&g};
         snprintf(nm, sizeof nm, "%s.w", name);
