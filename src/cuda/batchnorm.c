@@ -41,7 +41,7 @@ static void plan_chunks(const cuda_be *cb, red_args *a) {
 static bool vec_ok(const red_args *a) {
     const void *p[] = {a->x, a->dy, a->y, a->residual, a->out, a->dres};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
-        if ((uintptr_t)p[i] & 15) return false;
+        if (!aligned16(p[i])) return false;
     return a->c % 8 == 0;
 }
 

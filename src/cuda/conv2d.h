@@ -128,7 +128,6 @@ bool first_config_fits(const first_config *c, const cnn_conv2d *cv, bool pool);
 /* ---- problem geometry (conv2d_table.c) ------------------------------------------------------------------ */
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static inline int act_size(const cuda_be *cb) { return (int)cnn_dtype_size(cb->pub.act_dtype); }
 /* GEMM view of a pass, in 64 bits (callers check the int range) */
 void conv_gemm_dims(const cnn_conv2d *cv, int pass, int64_t *gm, int64_t *gn, int64_t *gk);

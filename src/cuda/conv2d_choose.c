@@ -512,7 +512,6 @@ cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, con
     return st;
 }
 
-
 /* ---- Winograd or direct (F32 3x3/1) ------------------------------------------------------------------------
  * Where: F32 activations without TF32, 3x3, stride 1, on the fast path (C % 4 == 0, K % 8 == 0, aligned tensors,
  * no generic row forced), V and M of one image under WINO_WS_CAP. With tuning on, both are timed (each with its

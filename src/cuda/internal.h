@@ -15,6 +15,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <nvrtc.h>
+#include <stdint.h>
 
 #include "../../kernels/params.cuh"
 
@@ -294,6 +295,8 @@ typedef struct cuda_be {
 } cuda_be;
 
 static inline cuda_be *cuda_impl(cnn_backend *be) { return (cuda_be *)be->impl; }
+/* the vector kernels' precondition on an operand (NULL passes) */
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* tune.c: the winning (config, splits) of a problem key, in process and in the disk cache. */
 bool cuda_tune_get(cuda_be *cb, const char *key, int *cfg, int *splits);
@@ -332,7 +335,6 @@ cnn_status cuda_launch(cuda_be *cb, CUfunction f, const char *what, unsigned gx,
  * fails cleanly (CNN_E_UNSUPPORTED) where the GPU has less per block. */
 cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned smem, void *args);
-/* A 1-D launch on another stream than the backend's (the communicator's), without PDL. */
 /* whether CNN_CONV_SKIP (comma-separated parts of names; the A/B mechanism) names a conv row or a path ("wgrad_few",
  * "wgrad_x_rows", "bn_fused"): launch.c */
 bool cuda_conv_skipped(const cuda_be *cb, const char *name);
@@ -340,6 +342,7 @@ bool cuda_conv_skipped(const cuda_be *cb, const char *name);
  * serialization: the grid must fit the GPU, as cuda_blocks_per_sm says. Only where cb->coop. */
 cnn_status cuda_launch_cooperative(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned bx,
                                    void *args);
+/* A 1-D launch on another stream than the backend's (the communicator's), without PDL. */
 cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char *what, unsigned gx, unsigned bx,
                           void *args);
 /* How many blocks of f (`threads` threads, `smem` bytes of dynamic shared memory) fit on one SM at once, at

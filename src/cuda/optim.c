@@ -5,15 +5,12 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 
 /* the host's view of the guard state is the device's */
 _Static_assert(sizeof(cnn_guard_state) == sizeof(guard_state), "guard state layout");
 _Static_assert(offsetof(cnn_guard_state, skip) == offsetof(guard_state, skip), "guard state layout");
 _Static_assert(offsetof(cnn_guard_state, loss) == offsetof(guard_state, loss), "guard state layout");
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* the kernels' program: the activation dtype's (the type of the weight copies the updates write) */
 static cnn_status run(cnn_backend *be, int entry, optim_args *a) {

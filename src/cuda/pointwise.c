@@ -7,8 +7,6 @@
 
 #include <stdio.h>
 
-static bool aligned16(const void *p) { return p == NULL || ((uintptr_t)p & 15) == 0; }
-
 static int pick_vec(const void *a, const void *b, const void *c) {
     return aligned16(a) && aligned16(b) && aligned16(c) ? PW_CFG_VEC16 : PW_CFG_SCALAR;
 }
