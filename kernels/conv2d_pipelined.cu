@@ -322,67 +322,79 @@ extern "C" __global__ void conv2d_pad_channels(const conv_args a) {
     }
 }
 
-/* conv2d_dgrad_filter: one phase of dgrad's filter, flipped and transposed: w (K, R, S, C) -> out (C, RT, ST, K),
- *     out[c][t][u][k] = w[k][r0 + sh * (RT-1-t)][s0 + sw * (ST-1-u)][c],
- * the taps r = r0 (mod sh), s = s0 (mod sw) of the phase, reversed: dgrad run as forward convolutions of dy
- * (src/cuda/conv2d_dgrad.c; a stride-1 convolution is one phase, r0 = s0 = 0, RT = R, ST = S). One thread per output
- * element. Fields: k r s c (w's), p q (RT, ST), pad_h pad_w (r0, s0), stride_h stride_w (sh, sw), wt, out. */
-extern "C" __global__ void conv2d_dgrad_filter(const conv_args a) {
+/* conv2d_dgrad_filter: dgrad's filters, every phase in one launch (src/cuda/conv2d_dgrad.c): tap (r, s) of
+ * w (K, R, S, C) belongs to the phase (a, b) with r = a + pad_h (mod sh) and s = b + pad_w (mod sw), whose filter
+ * out[a * sw + b] (C, RT, ST, K; RT = the phase's taps r0, r0 + sh, ... < R) holds the taps reversed:
+ *     out[c][RT-1 - r / sh][ST-1 - s / sw][k] = w[k][r][s][c]
+ * (a stride-1 convolution: one phase, the filter flipped and transposed). Per tap a K x C transpose, 32 x 32 at a
+ * time through shared memory, so that the reads (along C) and the writes (along K) are both coalesced. Grid
+ * (cdiv(C, 32), cdiv(K, 32), R * S), block 32 x 8; out[phase] NULL: a phase whose filter is not wanted. */
+extern "C" __global__ void __launch_bounds__(256) conv2d_dgrad_filter(const dgrad_filter_args a) {
     pdl_enter();
-    const act_t *w = (const act_t *)a.wt;
-    act_t *out = (act_t *)a.out;
-    const long long total = (long long)a.c * a.p * a.q * a.k;
-    for (long long o = GRID_TID; o < total; o += GRID_STRIDE) {
-        const int k = (int)(o % a.k);
-        const long long t = o / a.k;
-        const int u = (int)(t % a.q), v = (int)(t / a.q % a.p);
-        const long long c = t / a.q / a.p;
-        const int r = a.pad_h + a.stride_h * (a.p - 1 - v), s = a.pad_w + a.stride_w * (a.q - 1 - u);
-        act_store(out, o, act_to_f32(w[((k * a.r + r) * a.s + s) * a.c + c]));
+    __shared__ act_t tile[32][33];
+    const int r = blockIdx.z / a.s, s = blockIdx.z - r * a.s;
+    const int r0 = r % a.stride_h, s0 = s % a.stride_w;
+    const int pa = ((r0 - a.pad_h) % a.stride_h + a.stride_h) % a.stride_h;
+    const int pb = ((s0 - a.pad_w) % a.stride_w + a.stride_w) % a.stride_w;
+    act_t *out = (act_t *)a.out[pa * a.stride_w + pb];
+    if (!out) return; /* the whole block */
+    const int rt = (a.r - r0 + a.stride_h - 1) / a.stride_h, st = (a.s - s0 + a.stride_w - 1) / a.stride_w;
+    const int t = rt - 1 - r / a.stride_h, u = st - 1 - s / a.stride_w;
+    const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    const act_t *w = (const act_t *)a.w;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int k = k0 + i, c = c0 + threadIdx.x;
+        if (k < a.k && c < a.c) tile[i][threadIdx.x] = w[((k * a.r + r) * a.s + s) * a.c + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = c0 + i, k = k0 + threadIdx.x;
+        if (k < a.k && c < a.c) out[((c * rt + t) * st + u) * a.k + k] = tile[threadIdx.x][i];
     }
 }
 
 /* conv2d_dgrad_interleave: dx (N, H, W, C) (+)= the phases' outputs: dx[n][h][w] from phase (h % sh, w % sw)'s
  * block (N, PP, PQ, C) at row h / sh + off_h, column w / sw + off_w, or 0 where no filter tap reaches the phase
- * (its pointer NULL). C % 8 == 0 and 16-byte aligned blocks (checked by the host): 8 channels per thread and
- * step (act8). */
+ * (its pointer NULL). One block per dx row (blockIdx.x = n * H + h), its threads over the row's 8-channel groups,
+ * pixels counted in 32 bits (the host checks N * H * W < 2^31), elements in 64; C % 8 == 0 and 16-byte aligned
+ * blocks (checked by the host). */
 extern "C" __global__ void conv2d_dgrad_interleave(const dgrad_phase_args a) {
     pdl_enter();
-    act_t *dx = (act_t *)a.dx;
-    const long long total = (long long)a.n * a.h * a.w * (a.c / 8);
-    for (long long v = GRID_TID; v < total; v += GRID_STRIDE) {
-        const int c = (int)(v % (a.c / 8)) * 8;
-        const long long pix = v / (a.c / 8);
-        const int w = (int)(pix % a.w), h = (int)(pix / a.w % a.h);
-        const long long n = pix / a.w / a.h;
-        const int i = h / a.stride_h, j = w / a.stride_w;
-        const int ph = (h - i * a.stride_h) * a.stride_w + (w - j * a.stride_w);
+    const int n = blockIdx.x / a.h, h = blockIdx.x - n * a.h;
+    const int i = h / a.stride_h, pa = h - i * a.stride_h;
+    const int c8 = a.c / 8, groups = a.w * c8;
+    act_t *d = (act_t *)a.dx + (long long)blockIdx.x * a.w * a.c;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int w = g / c8, c = (g - w * c8) * 8;
+        const int j = w / a.stride_w, ph = pa * a.stride_w + (w - j * a.stride_w);
         float val[8], old[8];
-        const act8 blk = a.block[ph] ? act8_load((const act_t *)a.block[ph] +
-                                                 ((n * a.pp[ph] + i + a.off_h[ph]) * a.pq[ph] + j + a.off_w[ph]) * a.c + c)
-                                     : act8_zero();
+        const act8 blk =
+            a.block[ph] ? act8_load((const act_t *)a.block[ph] +
+                                    ((long long)(n * a.pp[ph] + i + a.off_h[ph]) * a.pq[ph] + j + a.off_w[ph]) * a.c + c)
+                        : act8_zero();
         act8_unpack(blk, val);
-        act_t *d = dx + pix * a.c + c;
         if (a.accumulate) {
-            act8_unpack(act8_load(d), old);
+            act8_unpack(act8_load(d + g * 8), old);
 #pragma unroll
             for (int e = 0; e < 8; e++) val[e] += old[e];
         }
-        act8_store(d, val);
+        act8_store(d + g * 8, val);
     }
 }
 
 /* conv2d_dgrad_zero: dx's pixels (h, w) of the phases (h % sh, w % sw) in a.zero_mask, zeroed: those no filter
  * tap reaches (the odd rows and columns of a 1x1/2), when dx is not accumulated; the other phases' convolutions
- * wrote theirs in place. C % 8 == 0 and a 16-byte aligned dx (checked by the host): 8 channels per thread and step. */
+ * wrote theirs in place. One block per dx row as the interleave; a row none of whose phases is zeroed returns.
+ * C % 8 == 0 and a 16-byte aligned dx (checked by the host). */
 extern "C" __global__ void conv2d_dgrad_zero(const dgrad_phase_args a) {
     pdl_enter();
-    act_t *dx = (act_t *)a.dx;
-    const long long total = (long long)a.n * a.h * a.w * (a.c / 8);
-    for (long long v = GRID_TID; v < total; v += GRID_STRIDE) {
-        const long long pix = v / (a.c / 8);
-        const int w = (int)(pix % a.w), h = (int)(pix / a.w % a.h);
-        const int ph = (h % a.stride_h) * a.stride_w + w % a.stride_w;
-        if ((a.zero_mask >> ph) & 1) act8_store_packed(dx + pix * a.c + (int)(v % (a.c / 8)) * 8, act8_zero());
+    const int h = blockIdx.x % a.h, pa = h % a.stride_h;
+    const int row_mask = (a.zero_mask >> (pa * a.stride_w)) & ((1 << a.stride_w) - 1);
+    if (!row_mask) return;
+    const int c8 = a.c / 8, groups = a.w * c8;
+    act_t *d = (act_t *)a.dx + (long long)blockIdx.x * a.w * a.c;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int w = g / c8;
+        if ((row_mask >> (w % a.stride_w)) & 1) act8_store_packed(d + g * 8, act8_zero());
     }
 }

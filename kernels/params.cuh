@@ -92,6 +92,13 @@ typedef struct dgrad_phase_args {
     int pp[DGRAD_MAX_PHASES], pq[DGRAD_MAX_PHASES];       /* the blocks' rows and columns */
     int off_h[DGRAD_MAX_PHASES], off_w[DGRAD_MAX_PHASES]; /* dx row h / stride_h is block row h / stride_h + off_h */
 } dgrad_phase_args;
+/* conv2d_dgrad_filter: w (K, R, S, C) act -> each phase's filter out[a * stride_w + b] (C, RT, ST, K) act, or NULL */
+typedef struct dgrad_filter_args {
+    int k, r, s, c;
+    int stride_h, stride_w, pad_h, pad_w;
+    const void *w;
+    void *out[DGRAD_MAX_PHASES];
+} dgrad_filter_args;
 
 /* Elementwise and layout ops (pointwise.cu). */
 typedef struct pw_args {

@@ -57,11 +57,14 @@ static bool plan_phase(const cnn_conv2d *cv, int a, int b, dgrad_phase *ph) {
 }
 
 /* every phase, or false where one cannot run on the forward tensor-core kernels (or stride_h * stride_w is more
- * than DGRAD_MAX_PHASES); *direct: the single phase of a stride-1 dgrad whose block is dx itself */
+ * than DGRAD_MAX_PHASES, or the glue kernels' 32-bit counts overflow); *direct: the single phase of a stride-1
+ * dgrad whose block is dx itself */
 static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
                  dgrad_phase *ph, bool *direct) {
     const int np = cv->stride_h * cv->stride_w;
     if (np > DGRAD_MAX_PHASES || cb->allow_tf32) return false; /* TF32 forward kernels; dgrad stays true fp32 */
+    /* the filter rewrite counts the filter's elements, the interleave and zero kernels dx's pixels, in 32 bits */
+    if ((int64_t)cv->k * cv->r * cv->s * cv->c > INT32_MAX || (int64_t)cv->n * cv->h * cv->w > INT32_MAX) return false;
     for (int i = 0; i < np; i++) {
         if (!plan_phase(cv, i / cv->stride_w, i % cv->stride_w, &ph[i])) return false;
         if (ph[i].cv.n == 0) continue;
@@ -79,21 +82,50 @@ bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void 
     return (cv->c % 8 == 0 || cv->stride_h * cv->stride_w == 1) && plan(cb, cv, dy, dx, accumulate, ph, &direct);
 }
 
-/* the phase's filter, flipped and transposed, into out (C, RT, ST, K) */
-static cnn_status rewrite_filter(cuda_be *cb, const cnn_conv2d *cv, const dgrad_phase *ph, const void *w, void *out) {
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/* every phase's filter, flipped and transposed (C, RT, ST, K), in one launch, into the workspace: *wt[i] phase i's,
+ * NULL where no tap reaches it */
+static cnn_status rewrite_filters(cuda_be *cb, const cnn_conv2d *cv, const dgrad_phase *ph, const void *w,
+                                  void *wt[DGRAD_MAX_PHASES]) {
+    const int np = cv->stride_h * cv->stride_w;
+    const size_t esz = cnn_dtype_size(cb->pub.act_dtype);
+    size_t bytes = 0;
+    for (int i = 0; i < np; i++)
+        if (ph[i].cv.n) bytes += align256((size_t)cv->k * ph[i].cv.r * ph[i].cv.s * cv->c * esz);
+    void *ws;
+    CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, bytes, &ws));
+    dgrad_filter_args a = {.k = cv->k, .r = cv->r, .s = cv->s, .c = cv->c, .stride_h = cv->stride_h,
+                           .stride_w = cv->stride_w, .pad_h = cv->pad_h, .pad_w = cv->pad_w, .w = w};
+    size_t off = 0;
+    for (int i = 0; i < np; i++) {
+        wt[i] = NULL;
+        if (!ph[i].cv.n) continue;
+        a.out[i] = wt[i] = (char *)ws + off;
+        off += align256((size_t)cv->k * ph[i].cv.r * ph[i].cv.s * cv->c * esz);
+    }
     CUfunction f;
     CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), cb->pub.act_dtype, 0, PIPE_DGRAD_FILTER, &f));
-    conv_args a = {0};
-    a.k = cv->k, a.r = cv->r, a.s = cv->s, a.c = cv->c, a.p = ph->cv.r, a.q = ph->cv.s;
-    a.pad_h = ph->r0, a.pad_w = ph->s0, a.stride_h = cv->stride_h, a.stride_w = cv->stride_w;
-    a.wt = w, a.out = out;
     char what[200];
-    snprintf(what, sizeof what, "conv2d_dgrad_filter k%d c%d r%d s%d taps %dx%d from (%d, %d) by %dx%d", cv->k, cv->c,
-             cv->r, cv->s, ph->cv.r, ph->cv.s, ph->r0, ph->s0, cv->stride_h, cv->stride_w);
-    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)cv->c * ph->cv.r * ph->cv.s * cv->k, 256), 1, 1, 256, 1, &a);
+    snprintf(what, sizeof what, "conv2d_dgrad_filter k%d c%d r%d s%d stride %dx%d pad %dx%d", cv->k, cv->c, cv->r,
+             cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
+    return cuda_launch(cb, f, what, (unsigned)cdiv_i(cv->c, 32), (unsigned)cdiv_i(cv->k, 32), (unsigned)(cv->r * cv->s),
+                       32, 8, &a);
 }
 
-static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+/* conv2d_dgrad_zero (zero) or conv2d_dgrad_interleave over dx, one block per dx row */
+static cnn_status launch_glue(cuda_be *cb, const cnn_conv2d *cv, dgrad_phase_args *a, bool zero) {
+    CUfunction f;
+    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), cb->pub.act_dtype, 0, zero ? PIPE_DGRAD_ZERO : PIPE_DGRAD_INTERLEAVE,
+                        &f));
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_dgrad_%s[%s] n%d c%d h%d w%d stride %dx%d%s", zero ? "zero" : "interleave",
+             cuda_dtype_str(cb->pub.act_dtype), cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w,
+             a->accumulate ? " accumulate" : "");
+    const int groups = cv->w * (cv->c / 8); /* a dx row's */
+    return cuda_launch(cb, f, what, (unsigned)(cv->n * cv->h), 1, 1, groups >= 256 ? 256 : (unsigned)cdiv_i(groups, 32) * 32,
+                       1, a);
+}
 
 /* the phases of a strided dgrad (not direct): each into its block of the staging workspace then the interleave
  * (in_place false), or each written into dx then zeros for the phases no tap reaches (in_place) */
@@ -102,15 +134,11 @@ static cnn_status run_phases(cnn_backend *be, const cnn_conv2d *cv, const dgrad_
     cuda_be *cb = cuda_impl(be);
     const int np = cv->stride_h * cv->stride_w;
     const size_t esz = cnn_dtype_size(be->act_dtype);
-    size_t wbytes = 0, bbytes = 0;
-    for (int i = 0; i < np; i++) {
-        if (!ph[i].cv.n) continue;
-        const size_t fb = (size_t)cv->k * ph[i].cv.r * ph[i].cv.s * cv->c * esz;
-        wbytes = fb > wbytes ? fb : wbytes;
-        bbytes += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
-    }
-    void *wt = NULL, *blocks = NULL;
-    if (wbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, wbytes, &wt));
+    size_t bbytes = 0;
+    for (int i = 0; i < np; i++)
+        if (ph[i].cv.n) bbytes += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
+    void *wt[DGRAD_MAX_PHASES], *blocks = NULL;
+    CNN_TRY(rewrite_filters(cb, cv, ph, w, wt));
     if (!in_place && bbytes) CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STAGED, bbytes, &blocks));
     const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
     dgrad_phase_args a;
@@ -123,29 +151,21 @@ static cnn_status run_phases(cnn_backend *be, const cnn_conv2d *cv, const dgrad_
             a.zero_mask |= 1 << i;
             continue;
         }
-        CNN_TRY(rewrite_filter(cb, cv, &ph[i], w, wt));
         if (in_place) {
             const int pa = i / cv->stride_w, pb = i % cv->stride_w;
             const conv_phase_out po = {.sh = cv->stride_h, .sw = cv->stride_w, .a = pa, .b = pb, .off_h = ph[i].off_h,
                                        .off_w = ph[i].off_w, .rows = cdiv_i(cv->h - pa, cv->stride_h),
                                        .cols = cdiv_i(cv->w - pb, cv->stride_w), .h = cv->h, .w = cv->w};
-            CNN_TRY(conv_fast_fprop_phase(be, &ph[i].cv, accumulate ? &ep : NULL, dy, wt, dx, &po));
+            CNN_TRY(conv_fast_fprop_phase(be, &ph[i].cv, accumulate ? &ep : NULL, dy, wt[i], dx, &po));
             continue;
         }
         void *blk = (char *)blocks + off;
         off += align256((size_t)cv->n * ph[i].cv.p * ph[i].cv.q * cv->c * esz);
-        CNN_TRY(conv_fast_fprop_checked(be, &ph[i].cv, NULL, dy, wt, blk));
+        CNN_TRY(conv_fast_fprop_checked(be, &ph[i].cv, NULL, dy, wt[i], blk));
         a.block[i] = blk, a.pp[i] = ph[i].cv.p, a.pq[i] = ph[i].cv.q, a.off_h[i] = ph[i].off_h, a.off_w[i] = ph[i].off_w;
     }
     if (in_place && (!a.zero_mask || accumulate)) return CNN_OK; /* accumulating: those phases keep dx */
-    CUfunction f;
-    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), be->act_dtype, 0, in_place ? PIPE_DGRAD_ZERO : PIPE_DGRAD_INTERLEAVE,
-                        &f));
-    char what[200];
-    snprintf(what, sizeof what, "conv2d_dgrad_%s[%s] n%d c%d h%d w%d stride %dx%d%s", in_place ? "zero" : "interleave",
-             cuda_dtype_str(be->act_dtype), cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w,
-             accumulate ? " accumulate" : "");
-    return cuda_launch(cb, f, what, cuda_grid_1d(cb, (long long)cv->n * cv->h * cv->w * (cv->c / 8), 256), 1, 1, 256, 1, &a);
+    return launch_glue(cb, cv, &a, in_place);
 }
 
 /* the choice's candidates: 0 through the blocks, 1 in place; into y, a scratch shaped as dx (op->ep's residual when
@@ -168,11 +188,9 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
     cb->stats.dgrad_fast_launches++;
     const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
     if (direct) {
-        void *wt;
-        CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, (size_t)cv->k * cv->r * cv->s * cv->c * cnn_dtype_size(be->act_dtype),
-                                    &wt));
-        CNN_TRY(rewrite_filter(cb, cv, &ph[0], w, wt));
-        return conv_fast_fprop_checked(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt, dx);
+        void *wt[DGRAD_MAX_PHASES];
+        CNN_TRY(rewrite_filters(cb, cv, ph, w, wt));
+        return conv_fast_fprop_checked(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt[0], dx);
     }
     /* the heuristic: in place (no block written and read back), except accumulating over several phases with taps,
      * whose epilogues would each read dx as a residual (perf-log step 75) */

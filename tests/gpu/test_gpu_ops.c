@@ -1387,6 +1387,7 @@ static const dgrad_stride_case dgrad_stride_cases[] = {
     {.cc = {2, 16, 9, 9, 24, 3, 3, 2, 2, 1, 1}, .on_fast = true},   /* 3x3/2 pad 1, odd H: a block row more */
     {.cc = {2, 16, 8, 10, 24, 3, 3, 2, 2, 1, 1}, .on_fast = true},  /* even H and W */
     {.cc = {3, 24, 9, 7, 16, 1, 1, 2, 2, 0, 0}, .on_fast = true},   /* 1x1/2: three phases no tap reaches */
+    {.cc = {2, 48, 7, 9, 40, 3, 3, 2, 2, 1, 1}, .on_fast = true},   /* C, K over 32, not multiples: partial filter tiles */
     {.cc = {1, 16, 15, 13, 8, 7, 7, 2, 2, 3, 3}, .on_fast = true},  /* 7x7/2 pad 3, batch 1, H != W */
     {.cc = {2, 8, 9, 10, 16, 3, 3, 2, 1, 1, 1}, .on_fast = true},   /* stride 2x1 */
     {.cc = {1, 16, 11, 11, 16, 3, 3, 3, 3, 0, 0}, .on_fast = true}, /* stride 3, pad 0: 9 phases */
