@@ -34,9 +34,10 @@ void cli_add_data(cli_table *t, cli_data *d, bool train) {
                          "counted"});
     cli_add(t, (cli_opt){"workers", 0, CLI_INT, "N", &d->workers, 0, 256, NULL,
                          "folder data: decode threads (0 = one per CPU)"});
-    cli_add(t, (cli_opt){"decode", 0, CLI_CHOICE, NULL, &d->decode, 0, 0, "auto|cpu|gpu",
+    cli_add(t, (cli_opt){"decode", 0, CLI_CHOICE, NULL, &d->decode, 0, 0, "auto|cpu|gpu|mixed",
                          "folder data: JPEGs decoded in batches on the GPU (nvJPEG, loaded at run time), on the CPU, "
-                         "or on the GPU when nvJPEG loads (auto)"});
+                         "by both (mixed: the decode threads take the share that keeps both busy), or on the GPU when "
+                         "nvJPEG loads (auto)"});
 }
 
 cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t seed, int classes, int h, int w,
@@ -47,9 +48,10 @@ cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t
                        .scale_lo = d->crop_scale, .on_bad = strcmp(d->on_bad, "skip") == 0 ? CNN_BAD_IMAGE_SKIP
                                                                                          : CNN_BAD_IMAGE_FAIL,
                        .threads = d->workers,
-                       .decode = strcmp(d->decode, "cpu") == 0   ? CNN_DECODE_CPU
-                                 : strcmp(d->decode, "gpu") == 0 ? CNN_DECODE_GPU
-                                                                 : CNN_DECODE_AUTO};
+                       .decode = strcmp(d->decode, "cpu") == 0     ? CNN_DECODE_CPU
+                                 : strcmp(d->decode, "gpu") == 0   ? CNN_DECODE_GPU
+                                 : strcmp(d->decode, "mixed") == 0 ? CNN_DECODE_MIXED
+                                                                   : CNN_DECODE_AUTO};
     CNN_TRY(cnn_dataset_load(&o, ds));
     cnn_status st = cnn_dataset_set_norm(ds, d->mean, d->std);
     if (st == CNN_OK && d->pad >= 0) ds->pad = d->pad;

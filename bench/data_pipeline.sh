@@ -6,7 +6,8 @@
 #      DCT-domain shrinking) and the evaluation one (Resize + CenterCrop at full decode): images/s, and images per
 #      CPU-second of the process (what one core delivers, whatever else the machine runs);
 #   2. (GPU) ResNet-50 bf16 training at batch 256 from that folder (`cnn train`, 4 epochs), JPEGs decoded on the CPU
-#      (--decode cpu) and on the GPU by nvJPEG (--decode gpu; skipped, and said, where nvJPEG does not load), against
+#      (--decode cpu), on the GPU by nvJPEG (--decode gpu; skipped, and said, where nvJPEG does not load) and by both
+#      (--decode mixed: the decode threads take a share of each batch), against
 #      the same step on data already on the GPU (`cnn bench --mode train`): img/s of each (epoch 4's line: its steps
 #      only; the checkpoint after each epoch is timed apart) and the share of the loop spent on data;
 #   3. (GPU) CIFAR-sized uint8 data whole on the GPU (one gather + augment kernel per batch): ResNet-18 (CIFAR stem)
@@ -40,7 +41,7 @@ done
 if [ -n "$gpu" ]; then
     echo "== 2. ResNet-50 bf16 training, batch 256: data on the GPU (cnn bench) vs the JPEG folder (cnn train)"
     build/cnn bench --model resnet50 --mode train --batch 256 --dtype bf16 --device cuda --repeat 10 --warmup 3 -o csv | tee "$WORK/bench_r50.txt"
-    for dec in cpu gpu; do
+    for dec in cpu gpu mixed; do
         build/cnn train --model resnet50 --data folder:"$WORK/jpegs" --batch 256 --epochs 4 --eval-size 0 --dtype bf16 \
             --device cuda --decode $dec --no-progress --out "$WORK/r50_$dec" 2>&1 | tee "$WORK/train_r50_$dec.txt"
     done
@@ -66,6 +67,7 @@ fi
         syn=$(awk -F, 'NR > 1 && /resnet50/ { for (i = 1; i <= NF; i++) if (h[i] == "images_per_s") print $i } NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i }' "$WORK/bench_r50.txt" | head -n1)
         jpg_cpu=$(grep '^epoch 4' "$WORK/train_r50_cpu.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
         jpg_gpu=$(grep '^epoch 4' "$WORK/train_r50_gpu.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
+        jpg_mixed=$(grep '^epoch 4' "$WORK/train_r50_mixed.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
         ckpt=$(grep '^epoch 4' "$WORK/train_r50_cpu.txt" | sed -n 's/.*checkpoint \([0-9.]*\) s.*/\1/p')
         r18=$(grep '^epoch 3' "$WORK/train_r18.txt" | sed -n 's/.*  \([0-9]*\) img\/s  data \([0-9.]*\)%.*/\1 \2/p')
         echo
@@ -77,6 +79,9 @@ fi
             echo "$jpg_gpu $syn" | awk '{ printf "| ResNet-50 bf16 b256 from the JPEG folder, epoch 4, GPU decode (`--decode gpu`, nvJPEG) | %s | %s%% | %.3f |\n", $1, $2, ($3 > 0 ? $1 / $3 : 0) }'
         else
             echo "| ResNet-50 bf16 b256 from the JPEG folder, GPU decode (\`--decode gpu\`) | not run: $(tail -n1 "$WORK/train_r50_gpu.txt" | tail -c 200 | tr '|' '/') | - | - |"
+        fi
+        if [ -n "$jpg_mixed" ]; then
+            echo "$jpg_mixed $syn" | awk '{ printf "| ResNet-50 bf16 b256 from the JPEG folder, epoch 4, GPU and CPU decode (`--decode mixed`, nvJPEG + the decode threads) | %s | %s%% | %.3f |\n", $1, $2, ($3 > 0 ? $1 / $3 : 0) }'
         fi
         echo "$r18" | awk '{ printf "| ResNet-18 CIFAR bf16 b512, uint8 data on the GPU, epoch 3 | %s | %s%% | - |\n", $1, $2 }'
         echo

@@ -11,6 +11,12 @@
  * the slot's device buffer (uploading the CPU-decoded images beside them); JPEGs the device refuses are decoded on
  * the CPU by that thread and uploaded after. The caller then gets device planes. The crops are the same
  * draws as the CPU path's, planned in the full-size image.
+ *
+ * --decode mixed: the threads also decode the first n_cpu JPEGs of each batch themselves, uploaded beside the
+ * device's, n_cpu chosen when the batch is queued so that the threads and the device finish it together: with T
+ * threads, t_dec the seconds one thread takes to decode an image, t_read to only read one, and t_dev the device
+ * stage's seconds per image it decodes (running averages), the threads' (n_cpu t_dec + (n - n_cpu) t_read) / T
+ * equals the device's (n - n_cpu) t_dev.
  */
 #include "pipeline.h"
 
@@ -44,6 +50,7 @@ typedef struct slot {
     cnn_jpeg_image *im;   /* (max_batch) file bytes (owned: malloc'd) and crop, or host planes in pix */
     uint8_t *ok;          /* (max_batch) */
     bool busy;            /* the device thread works on it */
+    int n_cpu;            /* --decode mixed: its first n_cpu images decoded by the threads */
 } slot;
 
 struct cnn_pipeline {
@@ -68,6 +75,10 @@ struct cnn_pipeline {
     void *dec;            /* device JPEG decoder, or NULL */
     pthread_t dev_thread;
     bool dev_started;
+    bool mixed;           /* --decode mixed with a device decoder */
+    double t_dec, t_read, t_dev; /* seconds (running averages; 0: none yet): a thread decoding an image, reading one
+                                  * JPEG for the device; the device stage per image it decoded */
+    int64_t queued, queued_cpu;  /* images queued, of them assigned to the threads */
 };
 
 /* ---- one image ---------------------------------------------------------------------------------------------- */
@@ -153,6 +164,19 @@ static void drop_bytes(cnn_pipeline *p, slot *s) {
     }
 }
 
+/* --decode mixed: how many of a batch of n the threads decode (lock held; the file comment has the balance); a
+ * quarter until both sides have been timed */
+static int cpu_share(const cnn_pipeline *p, int n) {
+    if (!p->mixed) return 0;
+    if (p->t_dec <= 0 || p->t_dev <= 0) return n / 4;
+    const double T = p->nthreads > 0 ? p->nthreads : 1;
+    const double f = (p->t_dev - p->t_read / T) / ((p->t_dec - p->t_read) / T + p->t_dev);
+    return f <= 0 ? 0 : f >= 1 ? n : (int)(f * n + 0.5);
+}
+
+/* a running average: the first sample, then a step of `rate` toward each new one */
+static void average(double *v, double x, double rate) { *v = *v > 0 ? *v + rate * (x - *v) : x; }
+
 /* queue predicted batches into the free slots (lock held) */
 static void fill(cnn_pipeline *p) {
     while (p->count < p->depth && p->have_next) {
@@ -168,6 +192,8 @@ static void fill(cnn_pipeline *p) {
         s->msg[0] = 0;
         const int32_t *ord = epoch_order(p, s->epoch);
         for (int i = 0; i < s->n; i++) s->index[i] = ord[s->start + i];
+        s->n_cpu = cpu_share(p, s->n);
+        p->queued += s->n, p->queued_cpu += s->n_cpu;
         s->state = SLOT_FILL;
         p->count++;
         p->have_next = predict(p, s->epoch, s->start, s->n);
@@ -242,21 +268,27 @@ static void *worker(void *arg) {
         int64_t epoch = s->epoch, pos = s->start + i;
         int32_t index = s->index[i];
         uint8_t *dst = s->pix + (size_t)i * p->per;
+        const bool read_only = p->dec && i >= s->n_cpu;
         p->in_flight++;
         pthread_mutex_unlock(&p->mu);
         bool counted = false;
-        /* with a device decoder a JPEG is only read here; anything else is decoded here as on the CPU path */
+        /* with a device decoder a JPEG is only read here (but the first n_cpu of a mixed batch); anything else is
+         * decoded here as on the CPU path */
+        const double t0 = cnn_now();
         cnn_jpeg_image ji = {0};
-        cnn_status st = p->dec ? read_jpeg(p, epoch, pos, index, &ji) : CNN_E_UNSUPPORTED;
-        if (st != CNN_OK) {
+        cnn_status st = read_only ? read_jpeg(p, epoch, pos, index, &ji) : CNN_E_UNSUPPORTED;
+        const bool read = st == CNN_OK;
+        if (!read) {
             ji = (cnn_jpeg_image){.planes = dst};
             st = decode_with_skips(p, epoch, pos, &index, dst, &counted);
         }
+        const double dt = cnn_now() - t0;
         char msg[512] = "";
         if (st != CNN_OK) snprintf(msg, sizeof msg, "%s", cnn_error_msg());
         pthread_mutex_lock(&p->mu);
         p->in_flight--;
         p->skipped += counted;
+        if (p->mixed && st == CNN_OK && !counted && (read || !read_only)) average(read ? &p->t_read : &p->t_dec, dt, 0.05);
         if (s->gen == gen && s->state == SLOT_FILL) {
             s->index[i] = index;
             if (s->im) s->im[i] = ji;
@@ -318,15 +350,19 @@ static void *device_worker(void *arg) {
         }
         s->busy = true;
         uint64_t gen = s->gen;
+        const int on_device = s->n - s->n_cpu;
         p->in_flight++;
         pthread_mutex_unlock(&p->mu);
         bool counted = false;
+        const double t0 = cnn_now();
         cnn_status st = device_batch(p, s, si, &counted);
+        const double dt = cnn_now() - t0;
         char msg[512] = "";
         if (st != CNN_OK) snprintf(msg, sizeof msg, "%s", cnn_error_msg());
         pthread_mutex_lock(&p->mu);
         p->in_flight--;
         p->skipped += counted;
+        if (p->mixed && st == CNN_OK && on_device > 0) average(&p->t_dev, dt / on_device, 0.3);
         s->busy = false;
         drop_bytes(p, s);
         if (s->gen == gen && s->state == SLOT_DECODE) {
@@ -365,6 +401,11 @@ void cnn_pipeline_free(cnn_pipeline *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
     if (p->dev_started) pthread_join(p->dev_thread, NULL);
+    if (p->mixed)
+        cnn_log(2, "cnn: --decode mixed: the threads took %lld of %lld images queued (%d threads; last averages: decode "
+                   "%.3f ms, read %.3f ms a thread, device %.3f ms an image)",
+                (long long)p->queued_cpu, (long long)p->queued, p->nthreads, 1e3 * p->t_dec, 1e3 * p->t_read,
+                1e3 * p->t_dev);
     if (p->dec) p->o.be->jpeg_free(p->o.be, p->dec);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work);
@@ -411,17 +452,18 @@ cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
     if (mode == CNN_DECODE_AUTO && want >= AUTO_CPU_DECODERS) mode = CNN_DECODE_CPU;
     if (st == CNN_OK && mode != CNN_DECODE_CPU && be && be->jpeg_create) {
         cnn_status sd = be->jpeg_create(be, o->max_batch, p->depth, &p->dec);
-        if (sd != CNN_OK && mode == CNN_DECODE_GPU) {
-            st = cnn_error_prefix(sd, "--decode gpu");
+        if (sd != CNN_OK && (mode == CNN_DECODE_GPU || mode == CNN_DECODE_MIXED)) {
+            st = cnn_error_prefix(sd, mode == CNN_DECODE_GPU ? "--decode gpu" : "--decode mixed");
         } else if (sd != CNN_OK) {
             cnn_log(1, "cnn: JPEGs are decoded on the CPU: %s", cnn_error_msg());
             cnn_error_clear();
             p->dec = NULL;
         }
-    } else if (st == CNN_OK && mode == CNN_DECODE_GPU) {
-        st = cnn_fail(CNN_E_UNSUPPORTED, "--decode gpu: the %s backend has no device JPEG decoder",
-                      be ? be->name : "host");
+    } else if (st == CNN_OK && (mode == CNN_DECODE_GPU || mode == CNN_DECODE_MIXED)) {
+        st = cnn_fail(CNN_E_UNSUPPORTED, "--decode %s: the %s backend has no device JPEG decoder",
+                      mode == CNN_DECODE_GPU ? "gpu" : "mixed", be ? be->name : "host");
     }
+    p->mixed = p->dec && mode == CNN_DECODE_MIXED;
     for (int i = 0; st == CNN_OK && p->dec && i < p->depth; i++) {
         slot *s = &p->slots[i];
         s->im = calloc((size_t)o->max_batch, sizeof *s->im);

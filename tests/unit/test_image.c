@@ -201,7 +201,7 @@ static uint64_t run_pipeline(const cnn_dataset *ds, int threads, bool train, boo
  * pipeline must then decode it on the CPU and pass it back as planes), and checks that it is called by one
  * thread at a time. */
 typedef struct fake_dec {
-    int busy, calls, refused, fences, slots;
+    int busy, calls, refused, fences, slots, decoded, planes; /* planes: images handed over decoded by the CPU */
 } fake_dec;
 
 static cnn_status fake_create(cnn_backend *be, int max_batch, int slots, void **dec) {
@@ -220,7 +220,7 @@ static cnn_status fake_decode(cnn_backend *be, void *decv, int slot, const cnn_r
     for (int i = 0; i < b->n; i++) {
         ok[i] = 0;
         if (!im[i].data) {
-            if (im[i].planes) memcpy(dst + i * per, im[i].planes, per), ok[i] = 1;
+            if (im[i].planes) memcpy(dst + i * per, im[i].planes, per), ok[i] = 1, d->planes++;
             continue;
         }
         if (im[i].len % 2) {
@@ -237,6 +237,7 @@ static cnn_status fake_decode(cnn_backend *be, void *decv, int slot, const cnn_r
         CNN_ASSERT(be->resample_images(be, &one, &j, x.pix, dst + i * per) == CNN_OK);
         cnn_image_free(&x);
         ok[i] = 1;
+        d->decoded++;
     }
     __atomic_store_n(&d->busy, 0, __ATOMIC_SEQ_CST);
     return CNN_OK;
@@ -291,9 +292,10 @@ static void test_device_pipeline(const cnn_dataset *ds) {
     uint64_t a = device_epoch(ds, be, 1, false, dev, dev_idx), b = device_epoch(ds, be, 3, false, NULL, NULL);
     check(a == b, "pipeline.device.threads_eval", "hash %016llx vs %016llx", (unsigned long long)a,
           (unsigned long long)b);
-    check(fake_last.refused > 0 && fake_last.calls > fake_last.refused / 4 && fake_last.fences > 0,
-          "pipeline.device.fallback", "%d decode calls, %d images refused (decoded on the CPU), %d fences",
-          fake_last.calls, fake_last.refused, fake_last.fences);
+    check(fake_last.refused > 0 && fake_last.calls > fake_last.refused / 4 && fake_last.fences > 0 &&
+              fake_last.planes == fake_last.refused,
+          "pipeline.device.fallback", "%d decode calls, %d images refused (decoded on the CPU), %d fences, %d planes",
+          fake_last.calls, fake_last.refused, fake_last.fences, fake_last.planes);
     a = device_epoch(ds, be, 1, true, NULL, NULL), b = device_epoch(ds, be, 3, true, NULL, NULL);
     check(a == b, "pipeline.device.threads_train", "hash %016llx vs %016llx", (unsigned long long)a,
           (unsigned long long)b);
@@ -312,12 +314,40 @@ static void test_device_pipeline(const cnn_dataset *ds) {
     }
     check(maxd <= 2 && same_idx, "pipeline.device.eval_vs_cpu", "max |device - cpu| %d levels, mean %.4f, indices %s",
           maxd, sum / ((double)per * ds->n), same_idx ? "equal" : "DIFFER");
+    /* --decode mixed: the threads decode a share of each batch themselves (a quarter before both sides are timed),
+     * the device the rest: every image is the CPU path's exactly or the device's (within its rounding), and both
+     * decoded some */
+    ds->files->decode = CNN_DECODE_MIXED;
+    device_epoch(ds, be, 2, false, dev, dev_idx);
+    int exact = 0;
+    maxd = 0, same_idx = 1;
+    for (int i = 0; i < ds->n; i++) {
+        int di = 0;
+        for (size_t k = 0; k < per; k++) {
+            int d = abs((int)dev[(size_t)i * per + k] - (int)cpu[(size_t)i * per + k]);
+            di = d > di ? d : di;
+        }
+        exact += di == 0;
+        maxd = di > maxd ? di : maxd;
+        same_idx &= dev_idx[i] == i;
+    }
+    const int by_threads = fake_last.planes - fake_last.refused; /* JPEGs the device was not offered */
+    check(maxd <= 2 && same_idx && fake_last.decoded > 0 && by_threads > 0 &&
+              fake_last.decoded + fake_last.planes == ds->n && exact >= by_threads,
+          "pipeline.device.mixed", "%d of %d images decoded by the device, %d by the threads unoffered, %d refused; %d "
+          "exactly the CPU path's, max |d| %d, indices %s", fake_last.decoded, ds->n, by_threads, fake_last.refused,
+          exact, maxd, same_idx ? "equal" : "DIFFER");
     /* --decode gpu without a decoder is a clear error; auto falls back to the CPU */
     cnn_backend *plain;
     CNN_ASSERT(cnn_cpu_backend_create(1, &plain) == CNN_OK);
     cnn_pipeline *p = NULL;
     cnn_pipeline_opts po = {.ds = ds, .be = plain, .max_batch = 4, .depth = 3};
     cnn_status st = cnn_pipeline_create(&po, &p);
+    check(st == CNN_E_UNSUPPORTED && strstr(cnn_error_msg(), "--decode mixed") && !p, "pipeline.device.mixed_required",
+          "%s: %s", cnn_status_str(st), cnn_error_msg());
+    cnn_error_clear();
+    ds->files->decode = CNN_DECODE_GPU;
+    st = cnn_pipeline_create(&po, &p);
     check(st == CNN_E_UNSUPPORTED && strstr(cnn_error_msg(), "--decode gpu") && !p, "pipeline.device.gpu_required",
           "%s: %s", cnn_status_str(st), cnn_error_msg());
     cnn_error_clear();
