@@ -104,6 +104,7 @@ typedef struct cli_data {
     bool coarse;
     float holdout, crop_scale;
     int resize, pad, workers;
+    bool deterministic; /* not an option: --deterministic (auto decoding keeps timing out of the pixels) */
 } cli_data;
 
 void cli_add_data(cli_table *t, cli_data *d, bool train);

@@ -36,8 +36,9 @@ void cli_add_data(cli_table *t, cli_data *d, bool train) {
                          "folder data: decode threads (0 = one per CPU)"});
     cli_add(t, (cli_opt){"decode", 0, CLI_CHOICE, NULL, &d->decode, 0, 0, "auto|cpu|gpu|mixed",
                          "folder data: JPEGs decoded in batches on the GPU (nvJPEG, loaded at run time), on the CPU, "
-                         "by both (mixed: the decode threads take the share that keeps both busy), or on the GPU when "
-                         "nvJPEG loads (auto)"});
+                         "by both (mixed: the decode threads take the share that keeps both busy), or by both when "
+                         "nvJPEG loads and fewer than 16 decode threads run, else on the CPU (auto; with "
+                         "--deterministic the GPU takes every JPEG it can)"});
 }
 
 cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t seed, int classes, int h, int w,
@@ -51,6 +52,7 @@ cnn_status cli_load_data(const cli_data *d, cnn_split split, int limit, uint64_t
                        .decode = strcmp(d->decode, "cpu") == 0     ? CNN_DECODE_CPU
                                  : strcmp(d->decode, "gpu") == 0   ? CNN_DECODE_GPU
                                  : strcmp(d->decode, "mixed") == 0 ? CNN_DECODE_MIXED
+                                 : d->deterministic                ? CNN_DECODE_AUTO_FIXED
                                                                    : CNN_DECODE_AUTO};
     CNN_TRY(cnn_dataset_load(&o, ds));
     cnn_status st = cnn_dataset_set_norm(ds, d->mean, d->std);

@@ -138,6 +138,7 @@ int cmd_train(int argc, char **argv) {
     if ((rc = input_size("train", &t, &mm, &h, &w)) >= 0) return rc;
 
     cnn_dataset train = {0}, test = {0};
+    cd.deterministic = c.deterministic;
     cnn_status st = cli_load_data(&cd, CNN_SPLIT_TRAIN, train_size, o.seed, classes, h, w, &train);
     if (st != CNN_OK) return cli_fail(st);
     if (eval_size < 0) eval_size = tensors ? 0 : 1 << 30;
@@ -224,6 +225,7 @@ int cmd_eval(int argc, char **argv) {
     int h, w;
     if ((rc = input_size("eval", &t, &mm, &h, &w)) >= 0) return rc;
     cnn_dataset ds = {0};
+    cd.deterministic = c.deterministic;
     cnn_status st = cli_load_data(&cd, CNN_SPLIT_TEST, eval_size, (uint64_t)mm.seed,
                                    cli_seen(&t, "num-classes") ? mm.num_classes : 0, h, w, &ds);
     if (st != CNN_OK) return cli_fail(st);

@@ -42,6 +42,13 @@ def main():
         md, _ = report.report(report.load(f), os.path.join(d, "plots-" + base), f"{title}: {base}",
                               f"bench/run.sh  (records: bench/results/{base}.json)")
         md = md.replace("](plots-", "](bench/results/plots-")
+        # training rows of a suite older than the newest training summary: say where the newer step is
+        trained = [t for t in glob.glob(os.path.join(d, "*-training.md")) if os.path.basename(t)[:10] > base[:10]]
+        if title == "GPU" and "| train |" in md and trained:
+            note = ("The training rows of this table are from this run's commit; newer training steps, beside PyTorch "
+                    "eager's in the same call, are in \"Training against PyTorch eager\" below ("
+                    + ", ".join(sorted(os.path.basename(t) for t in trained)) + ").")
+            md = md.replace("## Throughput\n", "## Throughput\n\n" + note + "\n", 1)
         # one level down: the file's title becomes a section, its sections subsections
         out += ["\n".join("#" + l if l.startswith("#") else l for l in md.split("\n")), ""]
     for suffix, title, source in SUMMARIES:

@@ -28,11 +28,18 @@ typedef enum cnn_split { CNN_SPLIT_TRAIN = 0, CNN_SPLIT_TEST } cnn_split;
 
 typedef enum cnn_bad_image { CNN_BAD_IMAGE_FAIL = 0, CNN_BAD_IMAGE_SKIP } cnn_bad_image;
 
-/* Where folder datasets decode their JPEGs: the backend's device decoder when it has one (auto), or always
- * the CPU, or the device or an error (the backend's jpeg_create, e.g. nvJPEG on CUDA), or the device and the
- * decode threads sharing each batch (mixed: the threads take the share of its JPEGs that has both finish it
- * together, measured as the run goes, so which decoder an image meets follows timing; else as gpu). */
-typedef enum cnn_decode { CNN_DECODE_AUTO = 0, CNN_DECODE_CPU, CNN_DECODE_GPU, CNN_DECODE_MIXED } cnn_decode;
+/* Where folder datasets decode their JPEGs: always the CPU, or the device or an error (the backend's jpeg_create,
+ * e.g. nvJPEG on CUDA), or the device and the decode threads sharing each batch (mixed: the threads take the share
+ * of its JPEGs that has both finish it together, measured as the run goes, so which decoder an image meets follows
+ * timing; else as gpu). auto: mixed where the backend has a device decoder and fewer than 16 decode threads run,
+ * else the CPU; auto_fixed the same with gpu for mixed (--deterministic: no timing in the pixels). */
+typedef enum cnn_decode {
+    CNN_DECODE_AUTO = 0,
+    CNN_DECODE_CPU,
+    CNN_DECODE_GPU,
+    CNN_DECODE_MIXED,
+    CNN_DECODE_AUTO_FIXED
+} cnn_decode;
 
 typedef struct cnn_file_list cnn_file_list; /* a folder dataset's files (datasets_folder.c) */
 

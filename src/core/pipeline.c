@@ -288,7 +288,8 @@ static void *worker(void *arg) {
         pthread_mutex_lock(&p->mu);
         p->in_flight--;
         p->skipped += counted;
-        if (p->mixed && st == CNN_OK && !counted && (read || !read_only)) average(read ? &p->t_read : &p->t_dec, dt, 0.05);
+        if (p->mixed && st == CNN_OK && !counted && (read || !read_only)) /* a read, or a decode it was given */
+            average(read ? &p->t_read : &p->t_dec, dt, 0.05);
         if (s->gen == gen && s->state == SLOT_FILL) {
             s->index[i] = index;
             if (s->im) s->im[i] = ji;
@@ -443,13 +444,15 @@ cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
         else if (!(s->pix = malloc(bytes))) st = cnn_fail(CNN_E_OOM, "out of memory for a %zu-byte staging buffer", bytes);
         if (st == CNN_OK && !s->index) st = cnn_fail(CNN_E_OOM, "out of memory for the input pipeline");
     }
-    /* the device decoder: --decode gpu must have it; auto takes it where the backend offers one and the host has
-     * fewer than AUTO_CPU_DECODERS decode threads (with 16, CPU decoding kept ResNet-50 bf16 b256 on an H100 at 0.98
-     * of its speed on data already on the GPU, nvJPEG sharing the GPU at 0.84: perf-log step 64) */
+    /* the device decoder: --decode gpu and mixed must have it; auto takes it, mixed, where the backend offers one
+     * and the host has fewer than AUTO_CPU_DECODERS decode threads (with 16, CPU decoding fed ResNet-50 bf16 b256 on
+     * an H100 at 0.88-0.96 of its speed on data already on the GPU, mixed at 0.91-0.92; with 4 and 8 threads mixed
+     * matched or beat gpu: perf-log step 83) */
     cnn_backend *be = o->be;
     cnn_decode mode = p->f->decode;
     int want = p->f->threads > 0 ? p->f->threads : (int)sysconf(_SC_NPROCESSORS_ONLN); /* decode threads */
-    if (mode == CNN_DECODE_AUTO && want >= AUTO_CPU_DECODERS) mode = CNN_DECODE_CPU;
+    const bool autom = mode == CNN_DECODE_AUTO || mode == CNN_DECODE_AUTO_FIXED;
+    if (autom && want >= AUTO_CPU_DECODERS) mode = CNN_DECODE_CPU;
     if (st == CNN_OK && mode != CNN_DECODE_CPU && be && be->jpeg_create) {
         cnn_status sd = be->jpeg_create(be, o->max_batch, p->depth, &p->dec);
         if (sd != CNN_OK && (mode == CNN_DECODE_GPU || mode == CNN_DECODE_MIXED)) {
@@ -463,7 +466,7 @@ cnn_status cnn_pipeline_create(const cnn_pipeline_opts *o, cnn_pipeline **out) {
         st = cnn_fail(CNN_E_UNSUPPORTED, "--decode %s: the %s backend has no device JPEG decoder",
                       mode == CNN_DECODE_GPU ? "gpu" : "mixed", be ? be->name : "host");
     }
-    p->mixed = p->dec && mode == CNN_DECODE_MIXED;
+    p->mixed = p->dec && (mode == CNN_DECODE_MIXED || mode == CNN_DECODE_AUTO);
     for (int i = 0; st == CNN_OK && p->dec && i < p->depth; i++) {
         slot *s = &p->slots[i];
         s->im = calloc((size_t)o->max_batch, sizeof *s->im);

@@ -5,8 +5,10 @@
  * threads decode the next `depth - 1` batches (predicted: the next full batch of the epoch, then the next
  * epoch). A request that differs from the prediction (a resume, an evaluation subset) restarts the ring there.
  * Each image is a pure function of (seed, epoch, position), so the batches do not depend on the thread count or
- * on timing. An image that cannot be decoded is an error naming the file (on_bad = fail), or is replaced by the
- * next decodable file of the dataset listing and counted (on_bad = skip).
+ * on timing (but where the device and the threads share batches, --decode mixed or auto: timing picks which
+ * decoder meets an image, and their pixels differ by rounding; its crop is the same). An image that cannot be
+ * decoded is an error naming the file (on_bad = fail), or is replaced by the next decodable file of the dataset
+ * listing and counted (on_bad = skip).
  */
 #ifndef CNN_PIPELINE_H
 #define CNN_PIPELINE_H

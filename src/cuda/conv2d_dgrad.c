@@ -116,15 +116,15 @@ static cnn_status rewrite_filters(cuda_be *cb, const cnn_conv2d *cv, const dgrad
 /* conv2d_dgrad_zero (zero) or conv2d_dgrad_interleave over dx, one block per dx row */
 static cnn_status launch_glue(cuda_be *cb, const cnn_conv2d *cv, dgrad_phase_args *a, bool zero) {
     CUfunction f;
-    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), cb->pub.act_dtype, 0, zero ? PIPE_DGRAD_ZERO : PIPE_DGRAD_INTERLEAVE,
-                        &f));
+    const int entry = zero ? PIPE_DGRAD_ZERO : PIPE_DGRAD_INTERLEAVE;
+    CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), cb->pub.act_dtype, 0, entry, &f));
     char what[200];
     snprintf(what, sizeof what, "conv2d_dgrad_%s[%s] n%d c%d h%d w%d stride %dx%d%s", zero ? "zero" : "interleave",
              cuda_dtype_str(cb->pub.act_dtype), cv->n, cv->c, cv->h, cv->w, cv->stride_h, cv->stride_w,
              a->accumulate ? " accumulate" : "");
     const int groups = cv->w * (cv->c / 8); /* a dx row's */
-    return cuda_launch(cb, f, what, (unsigned)(cv->n * cv->h), 1, 1, groups >= 256 ? 256 : (unsigned)cdiv_i(groups, 32) * 32,
-                       1, a);
+    const unsigned threads = groups >= 256 ? 256 : (unsigned)cdiv_i(groups, 32) * 32;
+    return cuda_launch(cb, f, what, (unsigned)(cv->n * cv->h), 1, 1, threads, 1, a);
 }
 
 /* the phases of a strided dgrad (not direct): each into its block of the staging workspace then the interleave

@@ -23,6 +23,11 @@ expect folder.train 0 '' -- "$CNN" train $M --data folder:"$D" --batch 4 --steps
 out=$("$CNN" eval $M --data folder:"$D" --weights "$TMP/run/model.safetensors" 2>"$TMP/err")
 echo "$out" | grep -q "$((n_train)) images" && pass folder.eval "$out" || fail folder.eval "$out $(cat "$TMP/err")"
 expect folder.plot 0 '' -- "$CNN" plot "$TMP/run" --out "$TMP/two.svg"
+# a device decoder asked for where the backend has none: one line, exit 1 (auto decodes on the CPU)
+for dec in gpu mixed; do
+    expect "folder.decode_$dec.cpu_backend" 1 "--decode $dec: the cpu backend has no device JPEG decoder" -- "$CNN" train \
+        $M --data folder:"$D" --decode $dec --batch 4 --steps 1 --eval-size 0 --out "$TMP/rd" --no-progress -q
+done
 out=$("$CNN" infer $M --weights "$TMP/run/model.safetensors" --num-classes 3 --input "$D/val" -o csv 2>"$TMP/err")
 rows=$(echo "$out" | grep -c ',1,')
 [ "$rows" -eq "$n_train" ] && pass infer.folder_csv "$rows images" || fail infer.folder_csv "$rows rows: $out $(cat "$TMP/err")"

@@ -337,11 +337,22 @@ static void test_device_pipeline(const cnn_dataset *ds) {
           "pipeline.device.mixed", "%d of %d images decoded by the device, %d by the threads unoffered, %d refused; %d "
           "exactly the CPU path's, max |d| %d, indices %s", fake_last.decoded, ds->n, by_threads, fake_last.refused,
           exact, maxd, same_idx ? "equal" : "DIFFER");
-    /* --decode gpu without a decoder is a clear error; auto falls back to the CPU */
+    /* auto below 16 decode threads: mixed; under --deterministic (auto_fixed) every JPEG the device takes is its */
+    ds->files->decode = CNN_DECODE_AUTO;
+    device_epoch(ds, be, 2, false, NULL, NULL);
+    check(fake_last.planes > fake_last.refused, "pipeline.device.auto_mixed", "%d planes from the threads, %d refused",
+          fake_last.planes, fake_last.refused);
+    ds->files->decode = CNN_DECODE_AUTO_FIXED;
+    device_epoch(ds, be, 2, false, NULL, NULL);
+    check(fake_last.planes == fake_last.refused && fake_last.decoded > 0, "pipeline.device.auto_fixed",
+          "%d planes from the threads, %d refused, %d decoded by the device", fake_last.planes, fake_last.refused,
+          fake_last.decoded);
+    /* --decode mixed and gpu without a decoder are clear errors; auto falls back to the CPU */
     cnn_backend *plain;
     CNN_ASSERT(cnn_cpu_backend_create(1, &plain) == CNN_OK);
     cnn_pipeline *p = NULL;
     cnn_pipeline_opts po = {.ds = ds, .be = plain, .max_batch = 4, .depth = 3};
+    ds->files->decode = CNN_DECODE_MIXED;
     cnn_status st = cnn_pipeline_create(&po, &p);
     check(st == CNN_E_UNSUPPORTED && strstr(cnn_error_msg(), "--decode mixed") && !p, "pipeline.device.mixed_required",
           "%s: %s", cnn_status_str(st), cnn_error_msg());
