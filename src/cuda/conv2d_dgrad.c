@@ -90,20 +90,16 @@ static cnn_status rewrite_filters(cuda_be *cb, const cnn_conv2d *cv, const dgrad
                                   void *wt[DGRAD_MAX_PHASES]) {
     const int np = cv->stride_h * cv->stride_w;
     const size_t esz = cnn_dtype_size(cb->pub.act_dtype);
-    size_t bytes = 0;
-    for (int i = 0; i < np; i++)
+    size_t off[DGRAD_MAX_PHASES], bytes = 0; /* each phase's filter at its offset in the workspace */
+    for (int i = 0; i < np; i++) {
+        off[i] = bytes;
         if (ph[i].cv.n) bytes += align256((size_t)cv->k * ph[i].cv.r * ph[i].cv.s * cv->c * esz);
+    }
     void *ws;
     CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_OPERANDS, bytes, &ws));
     dgrad_filter_args a = {.k = cv->k, .r = cv->r, .s = cv->s, .c = cv->c, .stride_h = cv->stride_h,
                            .stride_w = cv->stride_w, .pad_h = cv->pad_h, .pad_w = cv->pad_w, .w = w};
-    size_t off = 0;
-    for (int i = 0; i < np; i++) {
-        wt[i] = NULL;
-        if (!ph[i].cv.n) continue;
-        a.out[i] = wt[i] = (char *)ws + off;
-        off += align256((size_t)cv->k * ph[i].cv.r * ph[i].cv.s * cv->c * esz);
-    }
+    for (int i = 0; i < np; i++) a.out[i] = wt[i] = ph[i].cv.n ? (char *)ws + off[i] : NULL;
     CUfunction f;
     CNN_TRY(cuda_kernel(cb, conv_pipelined_family(cb), cb->pub.act_dtype, 0, PIPE_DGRAD_FILTER, &f));
     char what[200];
