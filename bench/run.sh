@@ -89,11 +89,17 @@ if [ $DEV = cuda ]; then
     theirs vgg16 imagenet 64 bf16 infer eager-cl,graph
     theirs resnet18 cifar 1,10000 fp32 infer eager-fp32
     theirs resnet18 cifar 1,10000 bf16 infer eager-cl,graph
-    # training steps
+    # training steps, the rows of issue 27's acceptance: bf16 against eager (autocast, channels_last), its CUDA graph
+    # and torch.compile (default mode, forward and backward compiled); true fp32 (TF32 off on both sides) at b64.
+    # Each conv's fprop/dgrad/wgrad beside cuDNN's: bench/training_md.sh (a call of its own: it would not fit here)
     ours resnet50 imagenet 256 bf16 train
     ours resnet18 cifar 512 bf16 train
-    theirs resnet50 imagenet 256 bf16 train eager-cl
+    ours vgg16 imagenet 64 bf16 train
+    ours resnet50 imagenet 64 fp32 train
+    theirs resnet50 imagenet 256 bf16 train eager-cl,compile
     theirs resnet18 cifar 512 bf16 train eager-cl,graph
+    theirs vgg16 imagenet 64 bf16 train eager-cl
+    theirs resnet50 imagenet 64 fp32 train eager-fp32
     theirs_run
     # per-layer: cuDNN alone on every distinct ResNet-50 conv shape at batch 256, in two fresh processes (each its
     # own cudnn.benchmark choice; the report takes the faster: one choice was now and then 2-7x slower)
