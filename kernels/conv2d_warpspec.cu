@@ -35,7 +35,8 @@
  *            (stmatrix) that lane 0 stores by TMA (targs.y_map) in CONV_OST_PIECES pieces spread over the next
  *            tile's mainloop; every piece has been issued and has read the box before it is written again
  *            (tile_epilogue_cols_tma, ost_store); the boxes cost ring stages (steps 50, 52).
- * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh).
+ * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); GROUPED
+ * (the phases of a strided dgrad in one launch: the kernel at the end of this file).
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -135,6 +136,10 @@ __device__ __forceinline__ void regs_raise(void) {
 #endif
 }
 
+#ifndef GROUPED
+#define GROUPED 0
+#endif
+#if !GROUPED
 #if TMA
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const __grid_constant__ conv_tma_args targs) {
     pdl_enter();
@@ -376,3 +381,126 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
     }
 #endif
 }
+#endif /* !GROUPED */
+
+#if GROUPED
+/* GROUPED=1: the phases of one strided dgrad in one persistent launch (src/cuda/conv2d_dgrad.c, "grouped"): the tile
+ * list is phase 0's tiles, then phase 1's, ... (conv_group_args.tile_end), and CTA b takes tiles b, b + gridDim.x, ...
+ * of it as the forward kernel above takes its own, so no SM idles at a phase's tail; a tile reads its phase's maps and
+ * problem (g.a[p]: a stride-1 convolution over dy, OUT_PHASE's mapping into dx). The reduction length differs by
+ * phase, so the ring's slice count g runs on over the tiles instead of being i * ktiles. TMA rows with pixel-major
+ * tiles only (conv2d_table.c's conv_group_row). */
+static_assert(TMA && OUT_PHASE && !BRES && !OST && !SWAP, "grouped phases: a TMA row's pixel-major tiles, in place");
+/* tile t of the launch: its phase, and its origin within the phase's output */
+__device__ __forceinline__ int group_tile(const conv_group_args &g, int t, int &m0, int &n0) {
+    int p = 0;
+    while (p + 1 < g.groups && t >= g.tile_end[p]) p++;
+    const int local = t - (p ? g.tile_end[p - 1] : 0), n_tiles = (g.a[p].gn + BN - 1) / BN;
+    m0 = (local / n_tiles) * BM, n0 = (local % n_tiles) * BN;
+    return p;
+}
+__device__ __forceinline__ int group_ktiles(const conv_group_args &g, int p) { return (g.a[p].gk + BK - 1) / BK; }
+
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const __grid_constant__ conv_group_args g) {
+    pdl_enter();
+#ifdef __CUDA_ARCH__
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+#else /* the emulator: static is per block */
+    __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES];
+#endif
+    __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2];
+    unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    unsigned char *ring = smem + EPI_BYTES + RSM_BYTES;
+    act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(ring); /* stage s: A tile, then B tile */
+    act_t(*Bs)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(ring + (size_t)BM * BK * 2);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
+    const int tiles = g.tile_end[g.groups - 1];
+    const int my_tiles = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    if (my_tiles > 0 && dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap(); /* every stage is reached */
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1u), mbar_init(&empty[s], COOP ? 8 : 4);
+        mbar_init(&turn[0], 4), mbar_init(&turn[1], 4);
+    }
+    __syncthreads();
+
+    if (role == 0) { /* ---- the producer: thread 0 issues every copy ---- */
+        regs_lower();
+        if (tid != 0) return;
+        for (int p = 0; p < g.groups; p++) tma_prefetch_map(&g.a_map[p]), tma_prefetch_map(&g.b_map[p]);
+        for (int i = 0, gs = 0; i < my_tiles; i++) {
+            int m0, n0;
+            const int p = group_tile(g, (int)blockIdx.x + i * (int)gridDim.x, m0, n0);
+            const conv_args &a = g.a[p];
+            const int pq = a.p * a.q, img = m0 / pq, op = (m0 - img * pq) / a.q, oq = m0 - img * pq - op * a.q;
+            const int hb = op * a.stride_h - a.pad_h, wb = oq * a.stride_w - a.pad_w; /* the tile's filter base */
+            int c0 = 0, tr = 0, ts = 0; /* the slice: channels c0.., filter tap (tr, ts) */
+            for (int kt = 0, kn = group_ktiles(g, p); kt < kn; kt++, gs++) {
+                const int s = gs % STAGES;
+                if (gs >= STAGES) mbar_wait(&empty[s], (unsigned)(gs / STAGES - 1) & 1u); /* slice gs - STAGES released */
+                mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2));
+                tma_load_im2col_4d(&g.a_map[p], As[s], &full[s], c0, wb, hb, img, (unsigned short)ts, (unsigned short)tr);
+                tma_load_tile_2d(&g.b_map[p], Bs[s], &full[s], kt * BK, n0);
+                c0 += BK; /* C % 64 == 0 (the host): a slice is one filter tap */
+                if (c0 == a.c) {
+                    c0 = 0;
+                    if (++ts == a.s) ts = 0, tr++;
+                }
+            }
+        }
+        return;
+    }
+
+    /* ---- a consumer: tiles role-1, role+1, ... of this CTA (cooperative: every tile, rows of its half) ---- */
+    regs_raise();
+    const int me = role - 1;
+    const int row_off = COOP ? me * CBM : 0; /* the consumer's first row within the tile */
+    unsigned *rst = (unsigned *)(smem + EPI_BYTES + (size_t)(me * 4 + warp) * EPI_PASSES * 1024);
+    (void)rst;
+    float acc[ACC_MB][ACC_NT8][4];
+    for (int i = 0, j = 0, gs = 0; i < my_tiles; i++) { /* gs: the ring's count of tile i's first slice */
+        int m0, n0;
+        const int p = group_tile(g, (int)blockIdx.x + i * (int)gridDim.x, m0, n0), kn = group_ktiles(g, p);
+        if (!COOP && i % 2 != me) { /* the other consumer's tile: its slices pass through the ring all the same */
+            gs += kn;
+            continue;
+        }
+        const conv_args &a = g.a[p];
+        if (a.residual) {
+#if RSM
+            __syncwarp();
+            tile_stage_residual<MB, NT8>(a, m0 + row_off + warp * 16, n0, lane, rst);
+#else
+#pragma unroll
+            for (int b = 0; b < MB; b++) tile_prefetch_residual<NT8>(a, m0 + row_off + b * 64 + warp * 16, n0, lane);
+#endif
+        }
+        /* the other consumer has issued every slice of tile i - 1 (its completion number j - 1 + me) */
+        if (!COOP && i > 0) mbar_wait(&turn[1 - me], (unsigned)(j - 1 + me) & 1u);
+        acc_zero(acc);
+        for (int kt = 0; kt < kn; kt++) {
+            const int gg = gs + kt, s = gg % STAGES;
+            mbar_wait(&full[s], (unsigned)(gg / STAGES) & 1u);
+            wg_multiply_slice<MB, BN>(acc, As[s] + row_off * BK, Bs[s], warp, lane);
+            wg_commit_and_wait_prev(); /* slice gg - 1's batch has retired: its stage is free */
+            acc_fence_all(acc);
+            if (kt > 0 && lane == 0) mbar_arrive(&empty[(gg - 1) % STAGES]);
+        }
+        if (!COOP && lane == 0) mbar_arrive(&turn[me]); /* the next tile's consumer may start issuing */
+        wg_wait_all();
+        acc_fence_all(acc);
+        if (lane == 0) mbar_arrive(&empty[(gs + kn - 1) % STAGES]);
+        float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * EPI_WARP_BYTES);
+        if (!a.residual) {
+            tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+        } else if (RSM) {
+            cp_async_wait<0>();
+            __syncwarp();
+            tile_epilogue_rows<MB, NT8, 0, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, rst);
+        } else {
+            tile_epilogue_rows<MB, NT8, RES_AHEAD, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+        }
+        gs += kn, j++;
+    }
+}
+#endif /* GROUPED */

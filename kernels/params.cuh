@@ -74,6 +74,19 @@ typedef struct conv_tma_args {
                               * BM/CONV_OST_PIECES pixels per store, no swizzle */
     conv_args a;
 } conv_tma_args;
+/* The grouped phases of a strided dgrad (conv2d_warpspec.cu with GROUPED=1; src/cuda/conv2d_dgrad.c): up to
+ * CONV_GROUP_MAX phase convolutions in one launch, phase p's tiles numbered tile_end[p - 1] .. tile_end[p] - 1 (0 ..
+ * for p = 0) of the launch's list; each phase its own maps and problem (a stride-1 convolution over dy with
+ * OUT_PHASE's ph_* mapping into dx). The maps lead: they need 64-byte alignment in the parameter space. */
+#define CONV_GROUP_MAX 4
+typedef struct conv_group_args {
+    conv_tma_map a_map[CONV_GROUP_MAX]; /* dy in im2col mode for phase p's taps */
+    conv_tma_map b_map[CONV_GROUP_MAX]; /* phase p's filter (C, RT*ST*K) tiled */
+    conv_args a[CONV_GROUP_MAX];
+    int groups;                         /* phases in the launch, 1 .. CONV_GROUP_MAX */
+    int tile_end[CONV_GROUP_MAX];
+} conv_group_args;
+
 /* the pieces an OST row stores each consumer warp's part of a tile in (conv2d_epilogue.cuh's ost_store) */
 #define CONV_OST_PIECES 8
 

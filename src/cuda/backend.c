@@ -299,9 +299,9 @@ void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits) {
     CNN_ASSERT(splits >= -1);
     cuda_impl(be)->conv_force_splitk = splits;
 }
-void cnn_cuda_dgrad_force_in_place(cnn_backend *be, int mode) {
-    CNN_ASSERT(mode >= -1 && mode <= 1);
-    cuda_impl(be)->dgrad_in_place = mode;
+void cnn_cuda_dgrad_force_way(cnn_backend *be, int way) {
+    CNN_ASSERT(way >= -1);
+    cuda_impl(be)->dgrad_way = way;
 }
 void cnn_cuda_bn_force_fused(cnn_backend *be, int mode) {
     CNN_ASSERT(mode >= -1 && mode <= 1);
@@ -425,7 +425,7 @@ static cnn_status create(const cnn_backend_opts *opts, cuda_be *cb) {
     cb->allow_tf32 = opts->allow_tf32;
     cb->conv_force_cfg = -1;
     cb->conv_force_splitk = -1;
-    cb->dgrad_in_place = -1;
+    cb->dgrad_way = -1;
     cb->wgrad_force_cfg = -1;
     cb->winograd = -1;
     cb->tune = opts->deterministic ? CNN_TUNE_NONE : opts->tune == CNN_TUNE_DEFAULT ? CNN_TUNE_FAST : opts->tune;

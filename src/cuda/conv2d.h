@@ -72,6 +72,9 @@ int conv_ws_twin(int v, bool bres, bool tma);    /* the warp-specialised row of 
 int conv_swap_twin(int v);                       /* a transposed row's pixel-major TMA row      */
 int conv_ost_twin(int v);                        /* a TMA-store row's twin storing from registers */
 int conv_phase_row(int v);                       /* the row a dgrad phase of v runs (OUT_PHASE): v or a twin */
+/* the rows whose GROUPED program runs all of a strided dgrad's phases in one launch: how many, and the i-th */
+int conv_n_group_rows(void);
+int conv_group_row(int i);
 /* a filter-resident row runs a problem of gn columns over gk when its smem fits and each column block gets an SM */
 bool conv_bres_fits(const cuda_be *cb, const conv_row *r, int64_t gn, int64_t gk);
 /* the pipelined rows' reduction elements per slice (a slice row is bk*2 bytes) */
@@ -82,7 +85,7 @@ extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cud
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_pipelined,
     cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,
     cuda_family_winograd, cuda_family_conv2d_phase_pipelined, cuda_family_conv2d_phase_pipelined_ffma,
-    cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec;
+    cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec, cuda_family_conv2d_group_warpspec;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
 enum {
     PIPE_MAIN = 0, PIPE_SPLITK_EPILOGUE = 1, PIPE_S2D_INPUT = 2, PIPE_S2D_FILTER = 3, PIPE_PAD_CHANNELS = 4,
@@ -154,7 +157,7 @@ cnn_status conv_ost_encode(cuda_be *cb, const conv_row *r, int64_t gm, int64_t g
 /* ---- the choice policy (conv2d_choose.c) ---------------------------------------------------------------- */
 
 /* A candidate of a problem: a row (or CONV_PAIR_UNFUSED; a first_configs index for a first layer; 0 direct, 1
- * Winograd for conv_choose_winograd; 0 blocks, 1 in place for conv_choose_dgrad_phases) and its split-K. */
+ * Winograd for conv_choose_winograd; a dgrad_way for conv_choose_dgrad_phases) and its split-K. */
 typedef struct conv_cand {
     int row, splits;
 } conv_cand;
@@ -202,9 +205,13 @@ cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int
 cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, conv_cand *out);
 /* F32 3x3/1 on the fast path: Winograd (true) or the direct kernels */
 cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use);
-/* a strided dgrad's phases (op: the convolution, dy in x; ep's residual set when accumulating): written into dx in
- * place (true) or through the blocks and the interleave; `heuristic` where nothing is timed */
-cnn_status conv_choose_dgrad_phases(const conv_operands *op, bool heuristic, conv_launch_fn launch, bool *in_place);
+/* how a strided dgrad's phases run (conv2d_dgrad.c): each into its block then the interleave, each written into dx
+ * in place, or all in one launch of group row i's GROUPED program (DGRAD_GROUPED + i) */
+enum { DGRAD_BLOCKS = 0, DGRAD_IN_PLACE = 1, DGRAD_GROUPED = 2 };
+/* a strided dgrad's phases (op: the convolution, dy in x; ep's residual set when accumulating): a way, the group rows
+ * among the candidates when `groupable`; `heuristic` where nothing is timed */
+cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool groupable, conv_launch_fn launch,
+                                    int *way);
 #define WINO_WS_CAP ((size_t)1 << 30) /* bytes of V, U and M at most (winograd.c slices the batch) */
 
 /* ---- launches ------------------------------------------------------------------------------------------- */
@@ -215,6 +222,8 @@ cnn_status conv_choose_dgrad_phases(const conv_operands *op, bool heuristic, con
 bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                         const void *y);
 conv_args conv_make_args(const cnn_conv2d *cv, int pass, int bk);
+/* a's OUT_PHASE mapping (params.cuh's ph_* fields) for a launch of cv writing the phase po of dx */
+void conv_args_phase(conv_args *a, const cnn_conv2d *cv, const conv_phase_out *po);
 cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                             const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po);
 /* the tuned choice and launch of a problem the fast rows take (its checks made by the caller: a rewritten

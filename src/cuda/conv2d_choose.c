@@ -13,10 +13,11 @@
  *   first layers (conv2d_first.cu)     key "first ...": every config of the problem's shape class; else the first
  *   Winograd (F32 3x3/1)               key "fprop_algo ...": Winograd against the direct kernels, each with its own
  *                                      tuned tile, where the batch has 1024 2x2 tiles or more; else a heuristic
- *   strided dgrad (conv2d_dgrad.c)     key "dgrad_phases ...": the phases through blocks and the interleave against
- *                                      the phases written in place, each phase with its own tuned tile (keys
- *                                      "fprop ..." and "dgrad_phase ..."); else in place unless accumulating over
- *                                      more than one phase with taps (perf-log step 75)
+ *   strided dgrad (conv2d_dgrad.c)     key "dgrad_phases ...": the phases through blocks and the interleave, the
+ *                                      phases written in place (each phase with its own tuned tile, keys "fprop
+ *                                      ..." and "dgrad_phase ..."), and all phases in one grouped launch on each
+ *                                      group row (step 86); else in place unless accumulating over more than one
+ *                                      phase with taps (perf-log step 75)
  *   wgrad on wgmma (conv2d_wgrad.c)    key "wgrad_wgmma ...": tile config x reduction splits, the 4 best by an
  *                                      estimate (fast) or all (full); else the estimate's best
  * Tuning happens once per distinct key, outside graph capture: each candidate is launched once to warm up, then 3
@@ -237,23 +238,23 @@ static cnn_status time_candidates(const conv_operands *op, const char *key, cons
     return st;
 }
 
-/* Two algorithms of one problem, 0 and 1, timed (conv_choose_winograd, conv_choose_dgrad_phases) into a scratch of
- * ybytes, the winner remembered under key; *pick stays the heuristic's where nothing could be timed. Each
- * candidate's first (warm-up) run tunes what it nests, which counts as their tuning, not this one's. */
-static cnn_status time_two(const conv_operands *op, const char *key, size_t ybytes, conv_launch_fn launch,
-                           const char *const names[2], bool *pick) {
+/* The n algorithms of one problem (algos[i].row: their numbers, which the caller's launch understands), timed
+ * (conv_choose_winograd, conv_choose_dgrad_phases) into a scratch of ybytes, the winner's number remembered under
+ * key; *pick stays as it was where nothing could be timed. Each candidate's first (warm-up) run tunes what it nests,
+ * which counts as their tuning, not this one's. */
+static cnn_status time_algos(const conv_operands *op, const char *key, size_t ybytes, conv_launch_fn launch,
+                             const conv_cand *algos, int n, const char *(*name)(int algo), int *pick) {
     cuda_be *cb = cuda_impl(op->be);
     const double t0 = cnn_now(), inner0 = cb->pub.tune_seconds;
-    static const conv_cand algos[2] = {{0, 1}, {1, 1}};
     timed t = {launch, op, algos};
     int best;
     float ms;
-    CNN_TRY(cuda_tune_time(cb, key, 2, ybytes, timed_launch, &t, &best, &ms, NULL));
+    CNN_TRY(cuda_tune_time(cb, key, n, ybytes, timed_launch, &t, &best, &ms, NULL));
     if (best >= 0) {
-        *pick = best == 1;
-        cuda_tune_put(cb, key, best, 1, ms);
+        *pick = algos[best].row;
+        cuda_tune_put(cb, key, *pick, 1, ms);
         cb->pub.n_tuned++;
-        cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, names[best], ms);
+        cnn_log(2, "cnn: tuned %s: %s, %.4f ms", key, name(*pick), ms);
     }
     cb->pub.tune_seconds = inner0 + (cnn_now() - t0);
     return CNN_OK;
@@ -538,6 +539,8 @@ static bool winograd_worth_timing(const cnn_conv2d *cv) {
     return cv->c >= 32 && cv->k >= 32 && cv->p >= 4 && cv->q >= 4 && tiles >= 1024;
 }
 
+static const char *winograd_name(int algo) { return algo ? "winograd" : "direct"; }
+
 cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use) {
     const cnn_conv2d *cv = op->cv;
     const cnn_epilogue *ep = op->ep;
@@ -555,26 +558,46 @@ cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, 
     int cfg, splits;
     if (cuda_tune_get(cb, key, &cfg, &splits) && (cfg == 0 || cfg == 1)) return *use = cfg == 1, CNN_OK;
     if (cb->capturing) return CNN_OK;
-    static const char *const names[2] = {"direct", "winograd"};
-    return time_two(op, key, (size_t)cv->n * cv->p * cv->q * cv->k * 4, launch, names, use);
+    static const conv_cand algos[2] = {{0, 1}, {1, 1}};
+    int pick = *use;
+    CNN_TRY(time_algos(op, key, (size_t)cv->n * cv->p * cv->q * cv->k * 4, launch, algos, 2, winograd_name, &pick));
+    *use = pick == 1;
+    return CNN_OK;
 }
 
 /* ---- strided dgrad: the phases in place or through blocks --------------------------------------------------- */
 
-cnn_status conv_choose_dgrad_phases(const conv_operands *op, bool heuristic, conv_launch_fn launch, bool *in_place) {
+static const char *dgrad_way_name(int way) {
+    return way == DGRAD_BLOCKS ? "blocks" : way == DGRAD_IN_PLACE ? "in place" : conv_row_name(conv_group_row(way - DGRAD_GROUPED));
+}
+
+cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool groupable, conv_launch_fn launch,
+                                    int *way) {
     cuda_be *cb = cuda_impl(op->be);
     const cnn_conv2d *cv = op->cv;
     const bool acc = op->ep && op->ep->residual;
-    *in_place = heuristic;
-    if (cb->dgrad_in_place >= 0) return *in_place = cb->dgrad_in_place == 1, CNN_OK;
+    /* the candidates: blocks, in place, and (groupable) every group row this backend runs */
+    conv_cand algos[DGRAD_GROUPED + CONV_MAX_ROWS];
+    int n = 0;
+    algos[n++] = (conv_cand){DGRAD_BLOCKS, 1}, algos[n++] = (conv_cand){DGRAD_IN_PLACE, 1};
+    for (int i = 0; groupable && i < conv_n_group_rows(); i++)
+        if (conv_fast_usable(cb, conv_group_row(i))) algos[n++] = (conv_cand){DGRAD_GROUPED + i, 1};
+    *way = heuristic;
+    if (cb->dgrad_way >= 0) { /* forced (tests): a way the problem has, else the heuristic's */
+        for (int i = 0; i < n; i++)
+            if (algos[i].row == cb->dgrad_way) *way = cb->dgrad_way;
+        return CNN_OK;
+    }
     /* a forced tile config or split (tests) is there to run those: no timing */
     if (cb->tune == CNN_TUNE_NONE || cb->conv_force_cfg >= 0 || cb->conv_force_splitk >= 0) return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "dgrad_phases %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", conv_dtype_str(cb), cv->n,
              cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, acc ? " acc" : "");
     int v, splits;
-    if (cuda_tune_get(cb, key, &v, &splits) && (v == 0 || v == 1)) return *in_place = v == 1, CNN_OK;
+    if (cuda_tune_get(cb, key, &v, &splits))
+        for (int i = 0; i < n; i++)
+            if (algos[i].row == v) return *way = v, CNN_OK;
     if (cb->capturing) return CNN_OK;
-    static const char *const names[2] = {"blocks", "in place"};
-    return time_two(op, key, (size_t)cv->n * cv->h * cv->w * cv->c * act_size(cb), launch, names, in_place);
+    return time_algos(op, key, (size_t)cv->n * cv->h * cv->w * cv->c * act_size(cb), launch, algos, n, dgrad_way_name,
+                      way);
 }

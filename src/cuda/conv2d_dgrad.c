@@ -9,14 +9,16 @@
  * i + off_h. Its padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and
  * the last row below, so the block may have a row or column more than the phase (off_h, off_w skip it).
  * A stride-1 dgrad whose block is dx itself runs as a plain forward launch, adding dx through the epilogue's residual
- * when accumulating (every element read and then written by the same thread). Larger strides, one of two ways,
+ * when accumulating (every element read and then written by the same thread). Larger strides, one of three ways,
  * chosen per shape and accumulation by the tuner (conv2d_choose.c, "dgrad_phases"):
  *   - in place: each phase's convolution is its row's OUT_PHASE program (conv_phase_out: the epilogue maps its output
  *     row to dx's pixel and leaves out the block's extra rows and columns), adding dx as its residual when
  *     accumulating; conv2d_dgrad_zero writes zeros at the phases no tap reaches (the odd rows and columns of a 1x1/2),
  *     which keep dx when accumulating. Each phase tuned as its own problem ("dgrad_phase ...");
  *   - through blocks: each phase into its block of the staging workspace (a plain forward launch, tuned under its
- *     forward key), then conv2d_dgrad_interleave writes dx (adding dx when accumulating; zeros where no tap reaches).
+ *     forward key), then conv2d_dgrad_interleave writes dx (adding dx when accumulating; zeros where no tap reaches);
+ *   - grouped: every phase with taps in one persistent launch of a group row's GROUPED program (conv2d_warpspec.cu),
+ *     written in place as above; the phases' tiles in one list, so the short phases fill the long one's tail.
  * In place writes dx once, but accumulating it reads dx in every phase's epilogue, where the interleave reads it
  * once (perf-log step 75).
  * Where the forward kernels do not take a phase (channel counts, alignment, a tap pattern whose first row would
@@ -24,6 +26,7 @@
  */
 #include "cuda/conv2d.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -123,6 +126,85 @@ static cnn_status launch_glue(cuda_be *cb, const cnn_conv2d *cv, dgrad_phase_arg
     return cuda_launch(cb, f, what, (unsigned)(cv->n * cv->h), 1, 1, threads, 1, a);
 }
 
+/* where phase i's convolution writes in dx when it writes in place */
+static conv_phase_out phase_out(const cnn_conv2d *cv, const dgrad_phase *ph, int i) {
+    const int pa = i / cv->stride_w, pb = i % cv->stride_w;
+    return (conv_phase_out){.sh = cv->stride_h, .sw = cv->stride_w, .a = pa, .b = pb, .off_h = ph[i].off_h,
+                            .off_w = ph[i].off_w, .rows = cdiv_i(cv->h - pa, cv->stride_h),
+                            .cols = cdiv_i(cv->w - pb, cv->stride_w), .h = cv->h, .w = cv->w};
+}
+
+/* whether every phase with taps fits one grouped launch (conv2d_warpspec.cu, GROUPED): at most CONV_GROUP_MAX of
+ * them, each a TMA problem (K % 64, its corners in the im2col map's range), F16/BF16; CNN_CONV_SKIP=dgrad_grouped
+ * leaves the grouped launches out (the A/B) */
+static bool groupable(const cuda_be *cb, const cnn_conv2d *cv, const dgrad_phase *ph) {
+    if (cb->pub.act_dtype == CNN_DTYPE_F32 || cuda_conv_skipped(cb, "dgrad_grouped")) return false;
+    int n = 0;
+    for (int i = 0; i < cv->stride_h * cv->stride_w; i++) {
+        if (!ph[i].cv.n) continue;
+        if (++n > CONV_GROUP_MAX || !conv_tma_fits(&ph[i].cv)) return false;
+    }
+    return n > 0;
+}
+
+/* Every phase with taps in one persistent launch of group row gi's GROUPED program, the longest reduction's tiles
+ * first, so that the short phases' tiles fill the tail (perf-log step 86); then zeros at the phases no tap reaches,
+ * unless accumulating (those keep dx). */
+static cnn_status run_grouped(cnn_backend *be, const cnn_conv2d *cv, const dgrad_phase *ph, const void *dy,
+                              const void *w, void *dx, bool accumulate, int gi) {
+    cuda_be *cb = cuda_impl(be);
+    const int np = cv->stride_h * cv->stride_w, row = conv_group_row(gi);
+    const conv_row *c = &conv_rows[row];
+    void *wt[DGRAD_MAX_PHASES];
+    CNN_TRY(rewrite_filters(cb, cv, ph, w, wt));
+    int order[DGRAD_MAX_PHASES], n = 0; /* the phases with taps, most taps first */
+    for (int i = 0; i < np; i++) {
+        if (!ph[i].cv.n) continue;
+        int j = n++;
+        for (; j > 0 && ph[order[j - 1]].cv.r * ph[order[j - 1]].cv.s < ph[i].cv.r * ph[i].cv.s; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+    CNN_ASSERT(n >= 1 && n <= CONV_GROUP_MAX);
+    conv_group_args g;
+    memset(&g, 0, sizeof g);
+    int64_t tiles = 0, ktiles = 0;
+    for (int j = 0; j < n; j++) {
+        const int i = order[j];
+        const conv_phase_out po = phase_out(cv, ph, i);
+        conv_args a = conv_make_args(&ph[i].cv, PASS_FPROP, c->bk);
+        a.x = dy, a.wt = wt[i], a.out = dx, a.residual = accumulate ? dx : NULL;
+        conv_args_phase(&a, &ph[i].cv, &po);
+        CNN_TRY(conv_tma_encode(cb, c, &ph[i].cv, dy, wt[i], &g.a_map[j], &g.b_map[j]));
+        g.a[j] = a;
+        tiles += cdiv(a.gm, c->bm) * cdiv(a.gn, c->bn);
+        if (a.ktiles_per_split > ktiles) ktiles = a.ktiles_per_split;
+        if (tiles > INT_MAX) return cnn_fail(CNN_E_UNSUPPORTED, "grouped dgrad: %lld tiles", (long long)tiles);
+        g.tile_end[j] = (int)tiles;
+    }
+    g.groups = n;
+    CUfunction f;
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_group_warpspec, be->act_dtype, gi, PIPE_MAIN, &f));
+    char what[200];
+    snprintf(what, sizeof what, "conv2d_dgrad_grouped[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d%s",
+             cuda_dtype_str(be->act_dtype), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s,
+             cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, accumulate ? " accumulate" : "");
+    const unsigned smem = (unsigned)conv_row_smem(c, c->stages, g.a[0].gk), threads = (unsigned)conv_row_threads(c);
+    int per_sm = 1; /* persistent: as many CTAs as fit at once (or as a test forces), each looping over tiles */
+    CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
+    int64_t grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
+    if (grid > tiles) grid = tiles;
+    if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
+    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &g));
+    cb->stats.tma_launches++, cb->stats.dgrad_grouped_launches++;
+    if (accumulate || n == np) return CNN_OK;
+    dgrad_phase_args z;
+    memset(&z, 0, sizeof z);
+    z.n = cv->n, z.h = cv->h, z.w = cv->w, z.c = cv->c, z.stride_h = cv->stride_h, z.stride_w = cv->stride_w, z.dx = dx;
+    for (int i = 0; i < np; i++)
+        if (!ph[i].cv.n) z.zero_mask |= 1 << i;
+    return launch_glue(cb, cv, &z, true);
+}
+
 /* the phases of a strided dgrad (not direct): each into its block of the staging workspace then the interleave
  * (in_place false), or each written into dx then zeros for the phases no tap reaches (in_place) */
 static cnn_status run_phases(cnn_backend *be, const cnn_conv2d *cv, const dgrad_phase *ph, const void *dy,
@@ -148,10 +230,7 @@ static cnn_status run_phases(cnn_backend *be, const cnn_conv2d *cv, const dgrad_
             continue;
         }
         if (in_place) {
-            const int pa = i / cv->stride_w, pb = i % cv->stride_w;
-            const conv_phase_out po = {.sh = cv->stride_h, .sw = cv->stride_w, .a = pa, .b = pb, .off_h = ph[i].off_h,
-                                       .off_w = ph[i].off_w, .rows = cdiv_i(cv->h - pa, cv->stride_h),
-                                       .cols = cdiv_i(cv->w - pb, cv->stride_w), .h = cv->h, .w = cv->w};
+            const conv_phase_out po = phase_out(cv, ph, i);
             CNN_TRY(conv_fast_fprop_phase(be, &ph[i].cv, accumulate ? &ep : NULL, dy, wt[i], dx, &po));
             continue;
         }
@@ -164,14 +243,21 @@ static cnn_status run_phases(cnn_backend *be, const cnn_conv2d *cv, const dgrad_
     return launch_glue(cb, cv, &a, in_place);
 }
 
-/* the choice's candidates: 0 through the blocks, 1 in place; into y, a scratch shaped as dx (op->ep's residual when
- * accumulating: y itself) */
+/* way (conv2d.h's DGRAD_*) of the phases of a strided dgrad */
+static cnn_status run_way(cnn_backend *be, const cnn_conv2d *cv, const dgrad_phase *ph, const void *dy, const void *w,
+                          void *dx, bool accumulate, int way) {
+    if (way >= DGRAD_GROUPED) return run_grouped(be, cv, ph, dy, w, dx, accumulate, way - DGRAD_GROUPED);
+    return run_phases(be, cv, ph, dy, w, dx, accumulate, way == DGRAD_IN_PLACE);
+}
+
+/* the choice's candidates, a way each, into y, a scratch shaped as dx (op->ep's residual when accumulating: y
+ * itself) */
 static cnn_status phases_timed(const conv_operands *op, conv_cand c, void *y) {
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
     const bool acc = op->ep != NULL, ok = plan(cuda_impl(op->be), op->cv, op->x, y, acc, ph, &direct);
     CNN_ASSERT(ok && !direct);
-    return run_phases(op->be, op->cv, ph, op->x, op->w, y, acc, c.row == 1);
+    return run_way(op->be, op->cv, ph, op->x, op->w, y, acc, c.row);
 }
 
 cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
@@ -193,7 +279,8 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
     int with_taps = 0;
     for (int i = 0; i < cv->stride_h * cv->stride_w; i++) with_taps += ph[i].cv.n != 0;
     const conv_operands op = {.be = be, .cv = cv, .ep = accumulate ? &ep : NULL, .x = dy, .w = w};
-    bool in_place;
-    CNN_TRY(conv_choose_dgrad_phases(&op, !accumulate || with_taps == 1, phases_timed, &in_place));
-    return run_phases(be, cv, ph, dy, w, dx, accumulate, in_place);
+    int way;
+    CNN_TRY(conv_choose_dgrad_phases(&op, !accumulate || with_taps == 1 ? DGRAD_IN_PLACE : DGRAD_BLOCKS,
+                                     groupable(cb, cv, ph), phases_timed, &way));
+    return run_way(be, cv, ph, dy, w, dx, accumulate, way);
 }

@@ -28,6 +28,15 @@ conv_args conv_make_args(const cnn_conv2d *cv, int pass, int bk) {
 
 /* Whether the tensor-core kernels can run this forward problem (F16/BF16 on sm_80+ with C % 8, or F32 in TF32
  * with C % 4; K % 8, 16-byte aligned tensors) and no generic variant is forced. */
+void conv_args_phase(conv_args *a, const cnn_conv2d *cv, const conv_phase_out *po) {
+    /* out_at numbers dx's pixels in int */
+    CNN_ASSERT(po->sh >= 1 && po->sw >= 1 && (int64_t)cv->n * po->h * po->w < INT_MAX);
+    a->ph_sh = po->sh, a->ph_sw = po->sw, a->ph_a = po->a, a->ph_b = po->b, a->ph_off_h = po->off_h;
+    a->ph_off_w = po->off_w, a->ph_rows = po->rows, a->ph_cols = po->cols, a->ph_h = po->h, a->ph_w = po->w;
+    cuda_fast_divisor(a->q, &a->ph_q_mul, &a->ph_q_shr);
+    cuda_fast_divisor(a->p, &a->ph_p_mul, &a->ph_p_shr);
+}
+
 bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                         const void *y) {
     if (!conv_row_usable(cb, conv_n_generic())) return false; /* the first pipelined row: sm_80+, tensor cores on */
@@ -74,12 +83,8 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     a.x = x, a.wt = w, a.out = y;
     if (ep) a.scale = ep->scale, a.shift = ep->shift, a.residual = ep->residual, a.relu = ep->relu;
     if (po) {
-        /* out_at numbers dx's pixels in int */
-        CNN_ASSERT(po->sh >= 1 && po->sw >= 1 && !pr && (int64_t)cv->n * po->h * po->w < INT_MAX);
-        a.ph_sh = po->sh, a.ph_sw = po->sw, a.ph_a = po->a, a.ph_b = po->b, a.ph_off_h = po->off_h;
-        a.ph_off_w = po->off_w, a.ph_rows = po->rows, a.ph_cols = po->cols, a.ph_h = po->h, a.ph_w = po->w;
-        cuda_fast_divisor(a.q, &a.ph_q_mul, &a.ph_q_shr);
-        cuda_fast_divisor(a.p, &a.ph_p_mul, &a.ph_p_shr);
+        CNN_ASSERT(!pr);
+        conv_args_phase(&a, cv, po);
     }
     if (splits > 1) {
         CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_SPLITK_EPILOGUE, &fe));

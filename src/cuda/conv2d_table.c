@@ -328,6 +328,35 @@ const cuda_family cuda_family_conv2d_phase_warpspec = {
     .n_entries = 1, .dtypes = HALF_DTS, .count = n_warpspec, .defines = def_phase_warpspec,
     .config_name = warpspec_name, .sm90a = true};
 
+/* The grouped phases (conv2d_warpspec.cu with GROUPED=1): every phase of a strided dgrad in one launch, on the rows
+ * with TMA copies, pixel-major tiles of at most 128 channels, both operands in the ring and no staged residual;
+ * group program i is the i-th such row's. */
+static bool group_eligible(const conv_row *c) {
+    return kind_of(c) == CNN_CUDA_CONV_WARPSPEC && conv_is(c, TMA) && !conv_is(c, BRES) && !conv_is(c, SWAP) &&
+           !conv_is(c, OST) && !conv_is(c, RSM) && c->bn <= 128;
+}
+int conv_n_group_rows(void) {
+    int n = 0;
+    for (int v = 0; v < N_ROWS; v++) n += group_eligible(&conv_rows[v]);
+    return n;
+}
+int conv_group_row(int i) {
+    for (int v = 0; v < N_ROWS; v++)
+        if (group_eligible(&conv_rows[v]) && i-- == 0) return v;
+    CNN_ASSERT(!"no such group row");
+    return -1;
+}
+static void def_group_warpspec(int cfg, char *buf, size_t cap) {
+    const conv_row *c = &conv_rows[conv_group_row(cfg)];
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=0 -DTMA=1 -DCOOP=%d -DRSM=0 -DSWAP=0 -DOST=0 -DOUT_PHASE=1 "
+             "-DGROUPED=1", c->bm, c->bn, c->stages, conv_is(c, COOP));
+}
+static const char *group_name(int cfg) { return conv_row_name(conv_group_row(cfg)); }
+const cuda_family cuda_family_conv2d_group_warpspec = {
+    .name = "conv2d_group_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
+    .n_entries = 1, .dtypes = HALF_DTS, .count = conv_n_group_rows, .defines = def_group_warpspec,
+    .config_name = group_name, .sm90a = true};
+
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
 static int program_of(int v) {
     const conv_row *c = &conv_rows[v];
@@ -632,3 +661,6 @@ int64_t conv_launch_gk(const cnn_conv2d *cv, const conv_pair *pr) {
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
     return pr ? gk + (int64_t)pr->cv->r * pr->cv->s * pr->cv->c : gk;
 }
+
+int cnn_cuda_dgrad_group_rows(void) { return conv_n_group_rows(); }
+int cnn_cuda_dgrad_group_row(int i) { return conv_group_row(i); }

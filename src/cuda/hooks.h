@@ -84,6 +84,7 @@ typedef struct cnn_cuda_stats {
     long wgrad_wgmma_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
     long wgrad_few_launches; /* filter gradients over few channels on mma.sync (conv2d_wgrad.c) */
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
+    long dgrad_grouped_launches; /* of them, a strided one's phases in one grouped launch */
     long bn_fused_launches; /* BatchNorm passes in one cooperative launch (batchnorm.c) */
 } cnn_cuda_stats;
 
@@ -127,8 +128,12 @@ void cnn_cuda_conv_force_config(cnn_backend *be, int v);
  * fill the GPU), 0 = never, s > 0 = s splits whenever the reduction has at least s slices. */
 void cnn_cuda_conv_force_splitk(cnn_backend *be, int splits);
 /* A strided dgrad's phases on the forward kernels (conv2d_dgrad.c): -1 = tuned (or the heuristic), 0 = each into a
- * block then the interleave kernel, 1 = each written into dx in place. */
-void cnn_cuda_dgrad_force_in_place(cnn_backend *be, int mode);
+ * block then the interleave kernel, 1 = each written into dx in place, 2 + i = all in one launch of the i-th group
+ * row (cnn_cuda_dgrad_group_rows; a problem that cannot run so takes the heuristic's way). */
+void cnn_cuda_dgrad_force_way(cnn_backend *be, int way);
+/* the rows whose grouped program runs a strided dgrad's phases in one launch: how many, and the i-th's row index */
+int cnn_cuda_dgrad_group_rows(void);
+int cnn_cuda_dgrad_group_row(int i);
 /* BatchNorm's training passes (batchnorm.c) in one cooperative launch each: -1 = where the heuristic says, 0 = never
  * (three launches), 1 = wherever they can (the vector path, one rank's statistics, cooperative launches). */
 void cnn_cuda_bn_force_fused(cnn_backend *be, int mode);

@@ -253,8 +253,8 @@ typedef struct cuda_be {
     int graphs_live;          /* instantiated graphs not yet freed */
     int conv_force_cfg;       /* -1 = heuristic */
     int conv_force_splitk;    /* -1 = heuristic, 0 = off, s = s splits (tensor-core fprop) */
-    int dgrad_in_place;       /* strided dgrad's phases: -1 tuned or heuristic, 0 through the blocks and the interleave,
-                               * 1 written into dx in place (cnn_cuda_dgrad_force_in_place, tests) */
+    int dgrad_way;            /* strided dgrad's phases: -1 tuned or heuristic, else a way of conv2d.h's DGRAD_*
+                               * (cnn_cuda_dgrad_force_way, tests) */
     int winograd;             /* F32 3x3/1 convs as Winograd F(2x2,3x3): -1 tuned or heuristic, 0 never, 1 wherever it
                                * applies (cnn_cuda_conv_force_winograd, tests) */
     int conv_force_grid;      /* 0 = as many CTAs as fit; g > 0 = at most g CTAs (persistent wgmma rows; tests) */

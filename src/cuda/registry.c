@@ -19,7 +19,7 @@ static const cuda_family *const families[] = {
     &cuda_family_batchnorm,        &cuda_family_pool,             &cuda_family_loss,
     &cuda_family_prep,             &cuda_family_optim,            &cuda_family_conv2d_wgrad_wgmma,
     &cuda_family_conv2d_wgrad_few, &cuda_family_conv2d_phase_pipelined, &cuda_family_conv2d_phase_pipelined_ffma,
-    &cuda_family_conv2d_phase_wgmma, &cuda_family_conv2d_phase_warpspec,
+    &cuda_family_conv2d_phase_wgmma, &cuda_family_conv2d_phase_warpspec, &cuda_family_conv2d_group_warpspec,
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 

@@ -1415,18 +1415,58 @@ static void dgrad_phase_rows_by(ctx *t, int in_place) {
     }
 }
 
+/* all phases in one grouped launch (conv2d_warpspec.cu, GROUPED) on each group row the GPU runs, forced: K % 64
+ * (the TMA maps' channel slices), C over 8 but not a multiple of 64 (partial column tiles), odd and unequal sizes,
+ * batch 1, accumulating and overwriting (then zeros at the phases no tap reaches), one and two slices per tap, and
+ * with one CTA looping over every phase's tiles; each must have run grouped (the backend counts those launches) */
+static const conv_case dgrad_grouped_cases[] = {
+    {2, 16, 9, 7, 64, 3, 3, 2, 2, 1, 1},    /* 3x3/2, odd H and W: block rows beyond the phases */
+    {3, 24, 9, 7, 64, 1, 1, 2, 2, 0, 0},    /* 1x1/2: one phase with taps, three of zeros */
+    {1, 40, 15, 12, 128, 3, 3, 2, 2, 1, 1}, /* batch 1, H != W, two slices per tap */
+    {2, 8, 13, 11, 64, 7, 7, 2, 2, 3, 3},   /* 7x7/2: phases of 16, 12, 12 and 9 taps */
+};
+static void dgrad_grouped(ctx *t) {
+    const int n = (int)(sizeof dgrad_grouped_cases / sizeof dgrad_grouped_cases[0]);
+    for (int g = 0; g < cnn_cuda_dgrad_group_rows(); g++) {
+        const int row = cnn_cuda_dgrad_group_row(g);
+        if (!cnn_cuda_conv_config_usable(t->gpu, row) || !row_selected(row)) continue;
+        cnn_cuda_dgrad_force_way(t->gpu, 2 + g);
+        char tag[80];
+        snprintf(tag, sizeof tag, ".grouped_%s", cnn_cuda_conv_config_name(row));
+        t->tag = tag;
+        for (int i = 0; i < (quick ? 2 : n); i++)
+            for (int grid = 0; grid < 2; grid++) {
+                cnn_cuda_conv_force_grid(t->gpu, grid ? 1 : 0);
+                cnn_cuda_stats st0, st1;
+                cnn_cuda_stats_get(t->gpu, &st0);
+                conv_one(t, &dgrad_grouped_cases[i], -1, i % 2 ? 0 : 3, 8300 + 100 * g + 10 * i + grid);
+                cnn_cuda_stats_get(t->gpu, &st1);
+                char name[160];
+                snprintf(name, sizeof name, "dgrad_grouped.%s.%s.case%d%s.ran_grouped", t->dts,
+                         cnn_cuda_conv_config_name(row), i, grid ? ".one_cta" : "");
+                check(st1.dgrad_grouped_launches == st0.dgrad_grouped_launches + 1, name, "%ld grouped launches",
+                      st1.dgrad_grouped_launches - st0.dgrad_grouped_launches);
+            }
+        cnn_cuda_conv_force_grid(t->gpu, 0);
+    }
+    t->tag = NULL;
+    cnn_cuda_dgrad_force_way(t->gpu, -1);
+}
+
 /* every kind of fast row running a strided dgrad's phases (and the forward and wgrad of the same cases): the first
  * row of each distinct flag set, forced, on a 3x3/2 with odd sizes accumulating (a block row more than the phase)
  * and a 1x1/2 overwriting (three phases no tap reaches), each phase written into dx in place (the row's OUT_PHASE
- * program) and through the blocks and the interleave; the pipelined row also with 3 split-K slices */
+ * program) and through the blocks and the interleave; the pipelined row also with 3 split-K slices; then the
+ * grouped launches */
 static void dgrad_phase_rows(ctx *t) {
     for (int in_place = 1; in_place >= 0; in_place--) {
-        cnn_cuda_dgrad_force_in_place(t->gpu, in_place);
+        cnn_cuda_dgrad_force_way(t->gpu, in_place);
         t->tag = in_place ? ".in_place" : ".blocks";
         dgrad_phase_rows_by(t, in_place);
     }
     t->tag = NULL;
-    cnn_cuda_dgrad_force_in_place(t->gpu, -1);
+    cnn_cuda_dgrad_force_way(t->gpu, -1);
+    if (t->dt != CNN_DTYPE_F32) dgrad_grouped(t);
 }
 
 static void g_dgrad_fast(ctx *t) {
