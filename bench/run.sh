@@ -89,14 +89,14 @@ if [ $DEV = cuda ]; then
     theirs vgg16 imagenet 64 bf16 infer eager-cl,graph
     theirs resnet18 cifar 1,10000 fp32 infer eager-fp32
     theirs resnet18 cifar 1,10000 bf16 infer eager-cl,graph
-    # training steps, the rows of issue 27's acceptance: bf16 against eager (autocast, channels_last), its CUDA graph
-    # and torch.compile (default mode, forward and backward compiled); true fp32 (TF32 off on both sides) at b64.
-    # Each conv's fprop/dgrad/wgrad beside cuDNN's: bench/training_md.sh (a call of its own: it would not fit here)
+    # training steps: bf16 against eager (autocast, channels_last) and its CUDA graph; true fp32 (TF32 off on both
+    # sides) at b64. torch.compile's step and each conv's fprop/dgrad/wgrad beside cuDNN's are bench/training_md.sh's
+    # (a device call of their own: with them the suite ran past one call's 10 minutes, perf-log step 86's notes)
     ours resnet50 imagenet 256 bf16 train
     ours resnet18 cifar 512 bf16 train
     ours vgg16 imagenet 64 bf16 train
     ours resnet50 imagenet 64 fp32 train
-    theirs resnet50 imagenet 256 bf16 train eager-cl,compile
+    theirs resnet50 imagenet 256 bf16 train eager-cl
     theirs resnet18 cifar 512 bf16 train eager-cl,graph
     theirs vgg16 imagenet 64 bf16 train eager-cl
     theirs resnet50 imagenet 64 fp32 train eager-fp32

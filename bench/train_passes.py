@@ -8,13 +8,14 @@ call on one GPU.
      only the weight's gradient asked), NHWC, cudnn.benchmark, the same dtype, timed the same way (back to back,
      an event after each run, median);
   3. PyTorch's eager training step (bf16/fp16 autocast, channels_last, SGD momentum, as bench/pytorch_bench.py's
-     eager-cl rows), median step time and peak memory.
+     eager-cl rows), median step time and peak memory; with --compile also torch.compile's (default mode, the
+     same step: bench/pytorch_bench.py's compile rows, their code).
 Prints a markdown report (per shape: our three times, cuDNN's, and cuDNN's time over ours: above 1 we are faster);
 --json writes every number.
 
-  train_passes.py --model resnet50 --batch 256 [--dtype bf16] [--cnn build/cnn] [--repeat 20] [--warmup 5]
+  train_passes.py --model resnet50 --batch 256 [--dtype bf16] [--cnn build/cnn] [--repeat 20] [--warmup 5] [--compile]
 """
-import argparse, json, statistics, subprocess, sys, time
+import argparse, importlib, json, statistics, subprocess, sys, time
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +80,19 @@ def eager_step(args, dt):
     return ms, torch.cuda.max_memory_allocated() / 2**20
 
 
+def compile_step(args, dt):
+    """torch.compile's training step (default mode) through pytorch_bench.py's own compile rows: (median ms, peak MiB,
+    setup s: compilation included)"""
+    hw = 32 if args.stem == "cifar" else 224
+    classes = 10 if args.stem == "cifar" else 1000
+    pargs = argparse.Namespace(h=hw, w=hw, mode="train", warmup=args.warmup, repeat=args.repeat)
+    torch.cuda.reset_peak_memory_stats()
+    ms, setup, _ = pb.run_gpu(pargs, pb.build(args.model, classes, args.stem), "compile", args.batch, dt, classes)
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    importlib.import_module("torch._dynamo").reset()
+    return statistics.median(ms), peak, setup
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
@@ -90,6 +104,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--compile", action="store_true", help="also torch.compile's training step")
     args = ap.parse_args()
     dt = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     step, passes, ours_s = ours(args)
@@ -98,6 +113,7 @@ def main():
         if p["dgrad_ms"] == 0:  # the first layer: a training step computes no gradient for the images
             t[1] = 0.0
     eager_ms, eager_mib = eager_step(args, dt)
+    comp = compile_step(args, dt) if args.compile else None
     name = args.model + ("-cifar" if args.stem == "cifar" else "")
     print(f"## {name} {args.dtype} batch {args.batch}: training, pass by pass "
           f"({torch.cuda.get_device_name()}, cnn {step['commit']}, torch {torch.__version__})\n")
@@ -127,11 +143,15 @@ def main():
     print(f"- training step: ours {step['ms_median']:.3f} ms (peak {step['peak_mib']:.0f} MiB), PyTorch eager "
           f"{eager_ms:.3f} ms (peak {eager_mib:.0f} MiB): {eager_ms / step['ms_median']:.2f}x; of our step, the "
           f"conv passes {sum(sums[0]):.3f} ms, the rest {step['ms_median'] - sum(sums[0]):.3f} ms")
+    if comp:
+        print(f"- torch.compile's step (default mode, the same recipe): {comp[0]:.3f} ms (peak {comp[1]:.0f} MiB, "
+              f"compiled in {comp[2]:.0f} s): ours {comp[0] / step['ms_median']:.2f}x")
     print(f"- our side took {ours_s:.0f} s (compilation and tuning included)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ours_step": step, "ours_passes": passes, "cudnn_passes_ms": theirs,
-                       "eager_step_ms": eager_ms, "eager_peak_mib": eager_mib, "torch": torch.__version__}, f)
+                       "eager_step_ms": eager_ms, "eager_peak_mib": eager_mib, "torch": torch.__version__,
+                       "compile_step_ms": comp[0] if comp else None, "compile_peak_mib": comp[1] if comp else None}, f)
 
 
 if __name__ == "__main__":
