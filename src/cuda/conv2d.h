@@ -16,7 +16,9 @@
  *   conv2d_choose.c   the choice policy of every conv path: candidates, heuristics, tuning keys and levels, what
  *                     gets timed (the launches come in as callbacks, so the policy calls no launcher)
  *   conv2d_table.c    the candidate table (rows with designated initialisers and flag words; names and family
- *                     sizes derived), its kernel families, the first-layer configs, the problem geometry
+ *                     sizes derived), its kernel families, the problem geometry
+ *   conv2d_configs.c  the config tables and families of the paths that are not rows: first layer, wgrad on wgmma,
+ *                     Winograd's transforms
  */
 #ifndef CNN_CUDA_CONV2D_H
 #define CNN_CUDA_CONV2D_H
@@ -95,7 +97,7 @@ enum { WINO_FILTER = 0, WINO_INPUT = 1, WINO_OUTPUT = 2 };
 /* the pipelined rows' family for this backend: F32 without allow_tf32 multiplies in fp32 FMA */
 const cuda_family *conv_pipelined_family(const cuda_be *cb);
 
-/* ---- wgrad on wgmma (conv2d_table.c): tile configs, the kernel family -------------------------------------- */
+/* ---- wgrad on wgmma (conv2d_configs.c): tile configs, the kernel family -------------------------------------- */
 
 typedef struct wgrad_config {
     int bm, bn;   /* tile: channels of dy x columns (r, s, c) of dW */
@@ -112,7 +114,7 @@ bool wgrad_config_usable(const cuda_be *cb, int cfg); /* its shared memory fits 
 extern const cuda_family cuda_family_conv2d_wgrad_wgmma;
 extern const cuda_family cuda_family_conv2d_wgrad_few; /* families.c: one program per dtype */
 
-/* ---- first layers (conv2d_table.c): one shape class and one tile per config ------------------------------- */
+/* ---- first layers (conv2d_configs.c): one shape class and one tile per config ------------------------------- */
 
 typedef struct first_config {
     const char *name;
@@ -222,6 +224,9 @@ cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool
 bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                         const void *y);
 conv_args conv_make_args(const cnn_conv2d *cv, int pass, int bk);
+/* a persistent launch's CTAs: as many of f as fit on the GPU at once (or as a test forces), at most `tiles` */
+cnn_status conv_persistent_grid(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem,
+                                int64_t tiles, int64_t *grid);
 /* a's OUT_PHASE mapping (params.cuh's ph_* fields) for a launch of cv writing the phase po of dx */
 void conv_args_phase(conv_args *a, const cnn_conv2d *cv, const conv_phase_out *po);
 cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,

@@ -189,10 +189,8 @@ static cnn_status run_grouped(cnn_backend *be, const cnn_conv2d *cv, const dgrad
              cuda_dtype_str(be->act_dtype), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s,
              cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, accumulate ? " accumulate" : "");
     const unsigned smem = (unsigned)conv_row_smem(c, c->stages, g.a[0].gk), threads = (unsigned)conv_row_threads(c);
-    int per_sm = 1; /* persistent: as many CTAs as fit at once (or as a test forces), each looping over tiles */
-    CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
-    int64_t grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
-    if (grid > tiles) grid = tiles;
+    int64_t grid;
+    CNN_TRY(conv_persistent_grid(cb, f, what, threads, smem, tiles, &grid));
     if (cdiv(tiles, grid) * ktiles > INT_MAX) grid = tiles; /* the kernel counts its slices in an int */
     CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &g));
     cb->stats.tma_launches++, cb->stats.dgrad_grouped_launches++;

@@ -37,6 +37,15 @@ void conv_args_phase(conv_args *a, const cnn_conv2d *cv, const conv_phase_out *p
     cuda_fast_divisor(a->p, &a->ph_p_mul, &a->ph_p_shr);
 }
 
+cnn_status conv_persistent_grid(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem,
+                                int64_t tiles, int64_t *grid) {
+    int per_sm = 1;
+    CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
+    *grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
+    if (*grid > tiles) *grid = tiles;
+    return CNN_OK;
+}
+
 bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                         const void *y) {
     if (!conv_row_usable(cb, conv_n_generic())) return false; /* the first pipelined row: sm_80+, tensor cores on */
@@ -111,11 +120,8 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     unsigned smem = (unsigned)conv_row_smem(c, stages, a.gk);
     unsigned threads = (unsigned)conv_row_threads(c);
     int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
-    if (persistent) { /* as many CTAs as fit at once (or as a test forces), each looping over tiles */
-        int per_sm = 1;
-        CNN_TRY(cuda_blocks_per_sm(cb, f, what, threads, smem, &per_sm));
-        grid = cb->conv_force_grid > 0 ? cb->conv_force_grid : (int64_t)per_sm * cb->sm_count;
-        if (grid > tiles) grid = tiles;
+    if (persistent) {
+        CNN_TRY(conv_persistent_grid(cb, f, what, threads, smem, tiles, &grid));
         if (conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT)) { /* whole column blocks: CTA b keeps column b % n_tiles (conv2d_warpspec.cu) */
             int64_t nt = cdiv(gn, c->bn), rows = grid / nt;
             if (rows < 1) rows = 1;

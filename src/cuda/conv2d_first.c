@@ -1,7 +1,7 @@
 /* conv2d_first.c -- launcher of kernels/conv2d_first.cu: the first layer of a network over a 3-channel image (the
  * ResNet stem 3->64 7x7/2 pad 3, alone or with its 3x3/2 pad 1 max-pool fused; the 3x3/1 pad 1 first conv of VGG
  * and the CIFAR ResNets), F16/BF16 on sm_80+, reading the image as it is instead of through the rewritten
- * operands of conv2d_rewrite.c. Each config (first_configs, conv2d_table.c) bakes one shape class and one tile
+ * operands of conv2d_rewrite.c. Each config (first_configs, conv2d_configs.c) bakes one shape class and one tile
  * into a program; conv2d_choose.c picks one (tuned under key "first ...", else the first of the class).
  */
 #include "cuda/conv2d.h"

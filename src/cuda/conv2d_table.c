@@ -12,8 +12,8 @@
  *               the program of the row without it, launched on a persistent grid
  *   WARPSPEC    kernels/conv2d_warpspec.cu: a producer warpgroup and two consumer warpgroups (persistent grid), with the
  *               options of hooks.h's CNN_CUDA_CONV_* bits (TMA, cooperative, transposed, ...)
- * Also here: the first-layer configs (kernels/conv2d_first.cu), the Winograd family, and the problem geometry
- * every conv file shares.
+ * Also here: the problem geometry every conv file shares. The config tables of the paths that are not rows (the
+ * first layer, wgrad on wgmma, Winograd's transforms) are conv2d_configs.c's.
  */
 #include "cuda/conv2d.h"
 
@@ -224,7 +224,6 @@ static const char *warpspec_name(int cfg) { return program_name(CNN_CUDA_CONV_WA
 static const char *const fprop_entries[] = {"conv2d_fprop"};
 static const char *const dgrad_entries[] = {"conv2d_dgrad"};
 static const char *const wgrad_entries[] = {"conv2d_wgrad", "conv2d_wgrad_reduce"};
-#define HALF_DTS (CUDA_DT_F16 | CUDA_DT_BF16)
 
 const cuda_family cuda_family_conv2d_fprop = {.name = "conv2d_fprop", .file = "conv2d.cu", .entries = fprop_entries,
                                               .n_entries = 1, .dtypes = CUDA_DT_ALL, .count = n_simt,
@@ -236,13 +235,13 @@ const cuda_family cuda_family_conv2d_wgrad = {.name = "conv2d_wgrad", .file = "c
                                               .n_entries = 2, .dtypes = CUDA_DT_ALL, .count = n_simt,
                                               .defines = def_wgrad, .config_name = simt_name};
 const cuda_family cuda_family_conv2d_fprop_mma = {.name = "conv2d_fprop_mma", .file = "conv2d.cu",
-                                                  .entries = fprop_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                  .entries = fprop_entries, .n_entries = 1, .dtypes = CUDA_DT_HALF,
                                                   .count = n_mma, .defines = def_fprop_mma, .config_name = mma_name};
 const cuda_family cuda_family_conv2d_dgrad_mma = {.name = "conv2d_dgrad_mma", .file = "conv2d.cu",
-                                                  .entries = dgrad_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                  .entries = dgrad_entries, .n_entries = 1, .dtypes = CUDA_DT_HALF,
                                                   .count = n_mma, .defines = def_dgrad_mma, .config_name = mma_name};
 const cuda_family cuda_family_conv2d_wgrad_mma = {.name = "conv2d_wgrad_mma", .file = "conv2d.cu",
-                                                  .entries = wgrad_entries, .n_entries = 2, .dtypes = HALF_DTS,
+                                                  .entries = wgrad_entries, .n_entries = 2, .dtypes = CUDA_DT_HALF,
                                                   .count = n_mma, .defines = def_wgrad_mma, .config_name = mma_name};
 
 static void def_fprop_wgmma(int cfg, char *buf, size_t cap) {
@@ -252,7 +251,7 @@ static void def_fprop_wgmma(int cfg, char *buf, size_t cap) {
 }
 static const char *const fprop_wgmma_entries[] = {"conv2d_fprop_wgmma"};
 const cuda_family cuda_family_conv2d_fprop_wgmma = {.name = "conv2d_fprop_wgmma", .file = "conv2d_wgmma.cu",
-                                                 .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                 .entries = fprop_wgmma_entries, .n_entries = 1, .dtypes = CUDA_DT_HALF,
                                                  .count = n_wgmma, .defines = def_fprop_wgmma, .config_name = wgmma_name,
                                                  .sm90a = true};
 
@@ -269,7 +268,7 @@ static void defines_warpspec(int cfg, bool phase, char *buf, size_t cap) {
 static void def_fprop_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, false, buf, cap); }
 static const char *const fprop_warpspec_entries[] = {"conv2d_fprop_warpspec"};
 const cuda_family cuda_family_conv2d_fprop_warpspec = {.name = "conv2d_fprop_warpspec", .file = "conv2d_warpspec.cu",
-                                                 .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = HALF_DTS,
+                                                 .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = CUDA_DT_HALF,
                                                  .count = n_warpspec, .defines = def_fprop_warpspec,
                                                  .config_name = warpspec_name, .sm90a = true};
 
@@ -314,7 +313,7 @@ static void def_phase_warpspec(int cfg, char *buf, size_t cap) { defines_warpspe
 /* F32 phases multiply in fp32 FMA (conv2d_dgrad.c keeps dgrad off TF32) */
 const cuda_family cuda_family_conv2d_phase_pipelined = {
     .name = "conv2d_phase_pipelined", .file = "conv2d_pipelined.cu", .entries = fprop_pipelined_entries,
-    .n_entries = 2, .dtypes = HALF_DTS, .count = n_pipelined, .defines = def_phase_pipelined,
+    .n_entries = 2, .dtypes = CUDA_DT_HALF, .count = n_pipelined, .defines = def_phase_pipelined,
     .config_name = pipelined_name};
 const cuda_family cuda_family_conv2d_phase_pipelined_ffma = {
     .name = "conv2d_phase_pipelined_ffma", .file = "conv2d_pipelined.cu", .entries = fprop_pipelined_entries,
@@ -322,10 +321,10 @@ const cuda_family cuda_family_conv2d_phase_pipelined_ffma = {
     .config_name = pipelined_name};
 const cuda_family cuda_family_conv2d_phase_wgmma = {
     .name = "conv2d_phase_wgmma", .file = "conv2d_wgmma.cu", .entries = fprop_wgmma_entries, .n_entries = 1,
-    .dtypes = HALF_DTS, .count = n_wgmma, .defines = def_phase_wgmma, .config_name = wgmma_name, .sm90a = true};
+    .dtypes = CUDA_DT_HALF, .count = n_wgmma, .defines = def_phase_wgmma, .config_name = wgmma_name, .sm90a = true};
 const cuda_family cuda_family_conv2d_phase_warpspec = {
     .name = "conv2d_phase_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
-    .n_entries = 1, .dtypes = HALF_DTS, .count = n_warpspec, .defines = def_phase_warpspec,
+    .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = n_warpspec, .defines = def_phase_warpspec,
     .config_name = warpspec_name, .sm90a = true};
 
 /* The grouped phases (conv2d_warpspec.cu with GROUPED=1): every phase of a strided dgrad in one launch, on the rows
@@ -354,7 +353,7 @@ static void def_group_warpspec(int cfg, char *buf, size_t cap) {
 static const char *group_name(int cfg) { return conv_row_name(conv_group_row(cfg)); }
 const cuda_family cuda_family_conv2d_group_warpspec = {
     .name = "conv2d_group_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
-    .n_entries = 1, .dtypes = HALF_DTS, .count = conv_n_group_rows, .defines = def_group_warpspec,
+    .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = conv_n_group_rows, .defines = def_group_warpspec,
     .config_name = group_name, .sm90a = true};
 
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
@@ -517,114 +516,6 @@ int conv_phase_row(int v) {
     if (conv_is(&conv_rows[v], BRES)) v = conv_ws_twin(v, false, conv_is(&conv_rows[v], TMA));
     return v;
 }
-
-/* ---- first layers (conv2d_first.cu) ------------------------------------------------------------------------ */
-
-/* Tuned winners are stored by index in this table (tune.c): changing a row or its order needs CUDA_TUNE_VERSION
- * bumped. */
-const first_config first_configs[] = {
-    /* the ResNet stem with its max-pool: a pool tile of 8x8 (a conv tile of 17x17) or 4x8 (9x17); a warp takes
-     * 32 output channels, or 16 (fewer registers: more CTAs per SM, each patch pair loaded twice as often) */
-    {"stem7x7s2+pool/p8x8", .c = 3, .r = 7, .s = 7, .stride = 2, .pad = 3, .pool = true, .tp = 8, .tq = 8, .warps = 4, .wn = 2, .minb = 2},
-    {"stem7x7s2+pool/p8x8/n16", .c = 3, .r = 7, .s = 7, .stride = 2, .pad = 3, .pool = true, .tp = 8, .tq = 8, .warps = 4, .wn = 4, .minb = 3},
-    {"stem7x7s2+pool/p4x8", .c = 3, .r = 7, .s = 7, .stride = 2, .pad = 3, .pool = true, .tp = 4, .tq = 8, .warps = 4, .wn = 2, .minb = 2},
-    /* the stem alone */
-    {"stem7x7s2/t8x16", .c = 3, .r = 7, .s = 7, .stride = 2, .pad = 3, .pool = false, .tp = 8, .tq = 16, .warps = 4, .wn = 2, .minb = 2},
-    /* 3x3/1 pad 1 over 3 channels */
-    {"c3r3s1/t8x32", .c = 3, .r = 3, .s = 3, .stride = 1, .pad = 1, .pool = false, .tp = 8, .tq = 32, .warps = 4, .wn = 1, .minb = 2},
-    {"c3r3s1/t16x16", .c = 3, .r = 3, .s = 3, .stride = 1, .pad = 1, .pool = false, .tp = 16, .tq = 16, .warps = 4, .wn = 1, .minb = 2},
-    {"c3r3s1/t4x32", .c = 3, .r = 3, .s = 3, .stride = 1, .pad = 1, .pool = false, .tp = 4, .tq = 32, .warps = 4, .wn = 1, .minb = 3},
-};
-#define N_FIRST ((int)(sizeof first_configs / sizeof first_configs[0]))
-
-int first_n_configs(void) { return N_FIRST; }
-static int first_count(void) { return N_FIRST; }
-static const char *first_name(int cfg) {
-    CNN_ASSERT(cfg >= 0 && cfg < N_FIRST);
-    return first_configs[cfg].name;
-}
-int cnn_cuda_first_config_count(void) { return N_FIRST; }
-const char *cnn_cuda_first_config_name(int cfg) { return first_name(cfg); }
-
-static void def_first(int cfg, char *buf, size_t cap) {
-    const first_config *c = &first_configs[cfg];
-    snprintf(buf, cap, "-DFC=%d -DFR=%d -DFS=%d -DFST=%d -DFPD=%d -DPOOL=%d -D%s=%d -D%s=%d -DWARPS=%d -DWN=%d -DMINB=%d",
-             c->c, c->r, c->s, c->stride, c->pad, c->pool, c->pool ? "PP" : "TP", c->tp, c->pool ? "PQ" : "TQ", c->tq,
-             c->warps, c->wn, c->minb);
-}
-static const char *const first_entries[] = {"conv2d_fprop_first"};
-const cuda_family cuda_family_conv2d_fprop_first = {.name = "conv2d_fprop_first", .file = "conv2d_first.cu",
-                                                    .entries = first_entries, .n_entries = 1, .dtypes = HALF_DTS,
-                                                    .count = first_count, .defines = def_first,
-                                                    .config_name = first_name};
-
-/* ---- wgrad on wgmma (kernels/conv2d_wgrad_wgmma.cu; conv2d_wgrad.c chooses and launches) --------------------- */
-
-const wgrad_config wgrad_configs[] = {
-    {.bm = 128, .bn = 256, .stages = 4, .eff = 1.00f},
-    {.bm = 256, .bn = 128, .stages = 4, .eff = 1.00f},
-    {.bm = 128, .bn = 128, .stages = 6, .eff = 0.90f},
-    {.bm = 128, .bn = 192, .stages = 5, .eff = 0.95f}, /* 3x3 over 64k channels: R*S*C = 576k, whole tiles of 192 */
-    {.bm = 64, .bn = 256, .stages = 5, .eff = 0.85f},
-    {.bm = 128, .bn = 64, .stages = 8, .eff = 0.75f},
-    {.bm = 64, .bn = 128, .stages = 8, .eff = 0.70f},
-};
-#define N_WGRAD ((int)(sizeof wgrad_configs / sizeof wgrad_configs[0]))
-_Static_assert(N_WGRAD <= WGRAD_MAX_CONFIGS, "WGRAD_MAX_CONFIGS covers the table");
-int wgrad_n_configs(void) { return N_WGRAD; }
-int64_t wgrad_smem(const wgrad_config *c) { return (int64_t)(c->bm + c->bn) * WGRAD_BK * 2 * c->stages + 1024; }
-bool wgrad_config_usable(const cuda_be *cb, int cfg) {
-    CNN_ASSERT(cfg >= 0 && cfg < N_WGRAD);
-    return wgrad_smem(&wgrad_configs[cfg]) <= cb->smem_optin;
-}
-
-static char wgrad_names[N_WGRAD][32];
-static pthread_once_t wgrad_names_once = PTHREAD_ONCE_INIT;
-static void make_wgrad_names(void) {
-    for (int i = 0; i < N_WGRAD; i++)
-        snprintf(wgrad_names[i], sizeof wgrad_names[i], "wgrad%dx%d/s%d", wgrad_configs[i].bm, wgrad_configs[i].bn,
-                 wgrad_configs[i].stages);
-}
-const char *wgrad_config_name(int cfg) {
-    CNN_ASSERT(cfg >= 0 && cfg < N_WGRAD);
-    pthread_once(&wgrad_names_once, make_wgrad_names);
-    return wgrad_names[cfg];
-}
-static void wgrad_defines(int cfg, char *buf, size_t cap) {
-    const wgrad_config *c = &wgrad_configs[cfg];
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d", c->bm, c->bn, c->stages);
-}
-static const char *const wgrad_wgmma_entries[] = {"conv2d_wgrad_wgmma", "conv2d_wgrad_wgmma_reduce"};
-const cuda_family cuda_family_conv2d_wgrad_wgmma = {
-    .name = "conv2d_wgrad_wgmma", .file = "conv2d_wgrad_wgmma.cu", .entries = wgrad_wgmma_entries, .n_entries = 2,
-    .dtypes = HALF_DTS, .count = wgrad_n_configs, .defines = wgrad_defines, .config_name = wgrad_config_name,
-    .sm90a = true};
-
-unsigned first_smem(const first_config *c) {
-    int tp = c->pool ? 2 * c->tp + 1 : c->tp, tq = c->pool ? 2 * c->tq + 1 : c->tq;
-    int ih = (tp - 1) * c->stride + c->r, iw = (tq - 1) * c->stride + c->s;
-    int pitch = (iw * c->c + 1) & ~1, patch = (ih * pitch + 16 + 7) & ~7;
-    return (unsigned)((patch + tp * tq * 72) * 2);
-}
-
-bool first_config_fits(const first_config *c, const cnn_conv2d *cv, bool pool) {
-    return c->pool == pool && cv->c == c->c && cv->r == c->r && cv->s == c->s && cv->stride_h == c->stride &&
-           cv->stride_w == c->stride && cv->pad_h == c->pad && cv->pad_w == c->pad;
-}
-
-bool first_config_runs(const cuda_be *cb, int cfg, const cnn_conv2d *cv, bool pool) {
-    return first_config_fits(&first_configs[cfg], cv, pool) && first_smem(&first_configs[cfg]) <= (unsigned)cb->smem_optin;
-}
-
-/* ---- Winograd (winograd.cu): the three transforms; the GEMMs run on the pipelined rows ---------------------- */
-
-static const char *const wino_entries[] = {"winograd_filter", "winograd_input", "winograd_output"};
-static void def_none(int cfg, char *buf, size_t cap) {
-    (void)cfg;
-    if (cap) buf[0] = 0;
-}
-const cuda_family cuda_family_winograd = {.name = "winograd", .file = "winograd.cu", .entries = wino_entries,
-                                          .n_entries = 3, .dtypes = CUDA_DT_F32, .n_configs = 1, .defines = def_none};
 
 /* ---- problem geometry ------------------------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* families.c -- the kernel families of every op but the convolution's (whose rows and families are
- * conv2d_table.c's): each kernel file's entry points, in the order of the entry enums of internal.h, and its
+ * conv2d_table.c's and conv2d_configs.c's): each kernel file's entry points, in the order of the entry enums of internal.h, and its
  * specialisation defines. Data only: the registry lists these, the launchers ask for their kernels. */
 #include "cuda/internal.h"
 
@@ -36,7 +36,7 @@ const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchno
 static const char *const wgrad_few_entries[] = {"conv2d_wgrad_few", "conv2d_wgrad_few_reduce"};
 const cuda_family cuda_family_conv2d_wgrad_few = {.name = "conv2d_wgrad_few", .file = "conv2d_wgrad_few.cu",
                                                   .entries = wgrad_few_entries, .n_entries = 2,
-                                                  .dtypes = CUDA_DT_F16 | CUDA_DT_BF16, .n_configs = 1,
+                                                  .dtypes = CUDA_DT_HALF, .n_configs = 1,
                                                   .defines = no_defines};
 
 static const char *const pool_entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec",

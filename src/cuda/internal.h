@@ -156,6 +156,7 @@ cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap);
 #define CUDA_DT_F32 1u
 #define CUDA_DT_F16 2u
 #define CUDA_DT_BF16 4u
+#define CUDA_DT_HALF (CUDA_DT_F16 | CUDA_DT_BF16) /* the tensor-core families' dtypes */
 #define CUDA_DT_ALL 7u
 typedef struct cuda_family {
     const char *name;             /* "conv2d_fprop" */
