@@ -346,6 +346,26 @@ __device__ __forceinline__ void stats_store(const red_args &a, int c, double sx,
     a.running_mean[c] = (float)(mom * mean + (1.0 - mom) * (double)a.running_mean[c]);
     a.running_var[c] = (float)(mom * unbiased + (1.0 - mom) * (double)a.running_var[c]);
 }
+/* bn_fold_stats: the sums a conv's epilogue wrote for this BatchNorm (fpartial: (2, fchunks, C) float, a chunk per
+ * tile's consumer rows, conv2d_epilogue.cuh's stats_flush) into the forward pass's double partials (2, chunks, C)
+ * that bn_stats_finalize adds: CTA (x, y) adds fchunks [x * rows_per_chunk, ..) of channels 256y .., one thread per
+ * channel, in order. Replaces bn_partial_vec's read of x (perf-log step 87). */
+extern "C" __global__ void __launch_bounds__(256) bn_fold_stats(const red_args a) {
+    pdl_enter();
+    const int c = (int)blockIdx.y * 256 + (int)threadIdx.x;
+    if (c >= a.c) return;
+    const long long j0 = (long long)blockIdx.x * a.rows_per_chunk;
+    const long long j1 = j0 + a.rows_per_chunk < a.fchunks ? j0 + a.rows_per_chunk : a.fchunks;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        const float *p = a.fpartial + (long long)s * a.fchunks * a.c + c;
+        double t = 0.0;
+#pragma unroll 4
+        for (long long j = j0; j < j1; j++) t += (double)p[j * a.c];
+        a.partial[((long long)s * a.chunks + blockIdx.x) * a.c + c] = t;
+    }
+}
+
 extern "C" __global__ void bn_stats_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;

@@ -216,6 +216,62 @@ __device__ __forceinline__ void tile_stage_residual(const conv_args &a, int mrow
     cp_async_commit();
 }
 
+#ifndef STATS
+#define STATS 0
+#endif
+#if STATS
+/* STATS=1 (conv2d_warpspec.cu's stats programs, a conv whose output a training BatchNorm reads): tile_epilogue_rows
+ * also sums each channel's stored values and their squares over the consumer's rows of the tile, for
+ * conv_args.stats (params.cuh). Per 64-column chunk a lane holds 32 sums, v[s * 16 + k * 8 + e] for channel
+ * (lane % 4 + 4k) * 8 + e of the chunk (s = 0: y, 1: y^2) over its rows; stats_flush adds them over the 8 lanes
+ * of the same lane % 4 by three halving exchanges (each lane keeps half of what it has and receives its
+ * partner's copy of that half: 28 shuffles, ending with lane l holding sums (l / 4) * 4 .. + 3), then over the
+ * consumer's 4 warps in warp order through `buf`, each warp writing 32 of the chunk's 128 sums. A chunk's
+ * exchange goes through one of two buffers, alternately, behind one barrier of the consumer's 128 threads (a named
+ * barrier; in the emulator an mbarrier phase that each warp's lane 0 arrives at): a warp writes a buffer again two
+ * chunks later, after the next chunk's barrier, which every warp reaches only after its reads of this one. The
+ * order of every addition is fixed: the sums are deterministic. */
+struct epi_stats {
+    float *buf;              /* this consumer's exchange area: [2 buffers][4 warps][128 floats] */
+    unsigned long long *bar; /* the emulator's: an mbarrier, 4 arrivals a phase */
+    unsigned count;          /* chunks this consumer has flushed: the buffer (and the emulator's phase) */
+    int warp;                /* the warp within the consumer */
+    int chunk;               /* the tile's row chunk of this consumer: its first row / CBM */
+    int bar_id;              /* the consumer's named barrier (1 + consumer; 0 is __syncthreads') */
+};
+template <int MASK>
+__device__ __forceinline__ void stats_halve(float (&v)[32], int lane) {
+    constexpr int HALF = MASK; /* 32 -> 16 sums at lane bit 16, 16 -> 8 at bit 8, 8 -> 4 at bit 4 */
+    const bool hi = (lane & MASK) != 0;
+#pragma unroll
+    for (int i = 0; i < HALF; i++) {
+        const float send = hi ? v[i] : v[i + HALF], keep = hi ? v[i + HALF] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, MASK);
+    }
+}
+__device__ __forceinline__ void stats_flush(const conv_args &a, float (&v)[32], int cbase, int lane, epi_stats &st) {
+    stats_halve<16>(v, lane);
+    stats_halve<8>(v, lane);
+    stats_halve<4>(v, lane);
+    const unsigned ph = st.count++;
+    float *b0 = st.buf + (ph & 1u) * 4 * 128;
+    *(float4 *)(b0 + st.warp * 128 + lane * 4) = make_float4(v[0], v[1], v[2], v[3]);
+#if defined(__CUDA_ARCH__)
+    asm volatile("bar.sync %0, 128;\n" ::"r"(st.bar_id) : "memory");
+#else
+    __syncwarp();
+    if (lane == 0) mbar_arrive(st.bar);
+    mbar_wait(st.bar, ph & 1u);
+#endif
+    const int f = st.warp * 32 + lane, src = f >> 2, g = src >> 2;
+    const float t = ((b0[f] + b0[128 + f]) + b0[256 + f]) + b0[384 + f];
+    const int col = cbase + ((src & 3) + 4 * ((g >> 1) & 1)) * 8 + (g & 1) * 4 + (f & 3);
+    if (col < a.gn) a.stats[((long long)(g >> 2) * a.stats_chunks + st.chunk) * a.gn + col] = t;
+}
+#else
+struct epi_stats;
+#endif
+
 /* A warp's MB m16 blocks (rows mrow + 64 b + ...) x NT8*8 columns from nbase: y = relu?(acc * scale + shift +
  * residual) in the accumulator layout, rounded once, in passes of 8 rows x 64 channels through the scratch. Per
  * 64-column chunk the lane's scale/shift pairs (two columns per n8 tile) are loaded once for every block and
@@ -232,8 +288,11 @@ __device__ __forceinline__ void tile_stage_residual(const conv_args &a, int mrow
  * visible to the warp), and each pass adds its words from there: no global loads, no copy into the scratch. */
 template <int MB, int NT8, int AHEAD, bool RES>
 __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const float (&acc)[MB][NT8][4], int mrow,
-                                                   int nbase, int lane, float *scr, const unsigned *rst = nullptr) {
+                                                   int nbase, int lane, float *scr, const unsigned *rst = nullptr,
+                                                   epi_stats *stats = nullptr) {
     static_assert(NT8 % 8 == 0, "chunks of eight n8 tiles");
+    static_assert(!STATS || !RES, "a conv whose output a BatchNorm reads has no residual");
+    (void)stats;
     constexpr int NP = NT8 / 8 * MB * 2; /* passes: (chunk, block, half) */
     constexpr bool STAGED = RES && AHEAD == 0;
     act_t *y = (act_t *)a.out;
@@ -259,6 +318,11 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
         for (int p = 0; p < AHEAD && p < NP; p++) load_res(p);
 #pragma unroll
     for (int c = 0; c < NT8 / 8; c++) {
+#if STATS
+        float sums[32]; /* stats_flush's v */
+#pragma unroll
+        for (int i = 0; i < 32; i++) sums[i] = 0.0f;
+#endif
         float2 sc[8], sh[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -298,9 +362,20 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                 for (int k = 0; k < 2; k++) {
                     const int n = col_of(p, k);
                     const uint4 u = *(const uint4 *)(w + epi_row_word(g, t4 + 4 * k, 0));
-                    if (out_ok(a, m) && n < a.gn) *(uint4 *)(y + out_at(a, m) + n) = u;
+                    if (out_ok(a, m) && n < a.gn) {
+                        *(uint4 *)(y + out_at(a, m) + n) = u;
+#if STATS /* the values as stored: what the BatchNorm normalises */
+                        float f[8];
+                        act_unpack_vec(u, f);
+#pragma unroll
+                        for (int e = 0; e < 8; e++) sums[k * 8 + e] += f[e], sums[16 + k * 8 + e] += f[e] * f[e];
+#endif
+                    }
                 }
             }
+#if STATS
+        stats_flush(a, sums, nbase + c * 64, lane, *stats);
+#endif
     }
 }
 #endif

@@ -35,8 +35,11 @@
  *            (stmatrix) that lane 0 stores by TMA (targs.y_map) in CONV_OST_PIECES pieces spread over the next
  *            tile's mainloop; every piece has been issued and has read the box before it is written again
  *            (tile_epilogue_cols_tma, ost_store); the boxes cost ring stages (steps 50, 52).
- * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); GROUPED
- * (the phases of a strided dgrad in one launch: the kernel at the end of this file).
+ *   STATS=1  (pixel-major rows, no residual) the epilogue also writes per-channel sums of y and y^2 over each
+ *            consumer's rows of a tile into a.stats, for the training BatchNorm that reads y (conv2d_epilogue.cuh's
+ *            stats_flush): the consumer's warps exchange them through STATS_BYTES of their own (step 87).
+ * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); STATS;
+ * GROUPED (the phases of a strided dgrad in one launch: the kernel at the end of this file).
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -95,7 +98,9 @@
 /* passes of residual loads a TMA row's epilogue keeps in flight ahead of the pass it stores (8 registers each):
  * as many as the consumers' registers hold without spills (test_nvrtc) */
 #define RES_AHEAD (MB == 1 ? 3 : 2)
-#define SMEM_BYTES (EPI_BYTES + RSM_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1 KB (BRES: + B) */
+/* STATS: each consumer's two exchange buffers of 4 warps x 128 sums (conv2d_epilogue.cuh's stats_flush) */
+#define STATS_BYTES (STATS ? 2 * 2 * 4 * 128 * 4 : 0)
+#define SMEM_BYTES (EPI_BYTES + RSM_BYTES + STATS_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1 KB (BRES: + B) */
 /* slices whose copies a producer thread keeps in flight. At most STAGES - 2: slice g's stage is released once
  * slice g + 1 has been multiplied, and slice g + 1 is announced DEPTH iterations after its copies were issued;
  * the producer waits for that release before issuing slice g + STAGES */
@@ -122,6 +127,7 @@ static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM =
               "the transposed tile: a TMA row, 64 channels per consumer, BM pixels a wgmma n");
 static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue (tile_epilogue_cols_tma)");
 static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_table.c's phase defines)");
+static_assert(!STATS || (!SWAP && !OUT_PHASE), "sums per channel: a pixel-major tile stored as y's rows");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -154,8 +160,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
     __shared__ __align__(128) unsigned char smem_raw[BRES ? 227 * 1024 : SMEM_BYTES];
 #endif
     __shared__ unsigned long long full[STAGES], empty[STAGES], turn[2], bfull;
+#if STATS
+    __shared__ unsigned long long sbar[2]; /* the emulator's barriers of each consumer's sums (stats_flush) */
+#endif
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    unsigned char *ring = smem + EPI_BYTES + RSM_BYTES;
+    unsigned char *ring = smem + EPI_BYTES + RSM_BYTES + STATS_BYTES;
     act_t(*As)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(ring); /* stage s: A tile, then B tile */
 #if BRES
     act_t(*Bs)[BN * BK] = reinterpret_cast<act_t(*)[BN * BK]>(ring + (size_t)STAGE_ELEMS * 2 * STAGES); /* per slice */
@@ -188,6 +197,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) mbar_init(&full[s], loaders), mbar_init(&empty[s], COOP ? 8 : 4);
         mbar_init(&turn[0], 4), mbar_init(&turn[1], 4), mbar_init(&bfull, loaders);
+#if STATS
+        mbar_init(&sbar[0], 4), mbar_init(&sbar[1], 4);
+#endif
     }
     __syncthreads();
 
@@ -306,6 +318,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
     (void)rst;
     float acc[ACC_MB][ACC_NT8][4];
     if (SWAP && a.residual) __trap(); /* the host runs a residual on the row's pixel-major twin */
+#if STATS
+    if (a.residual || !a.stats) __trap(); /* the host launches a stats program for a conv a BatchNorm reads */
+    epi_stats est = {(float *)(smem + EPI_BYTES + RSM_BYTES) + me * 2 * 4 * 128, &sbar[me], 0u, warp, 0, 1 + me};
+#endif
 #if BRES
     if (me < my_tiles) mbar_wait(&bfull, 0u); /* the filter slices are in */
 #endif
@@ -359,6 +375,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
 #elif SWAP
         tile_epilogue_cols<ACC_NT8>(a, acc[0], m0, n0 + ch_off + warp * 16, lane, scr);
 #else
+#if STATS
+        est.chunk = (m0 + row_off) / CBM;
+        tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, nullptr, &est);
+#else
         if (!a.residual) {
             tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else if (RSM) { /* the staged residual: this lane's copies landed, then every lane's (cross-lane reads) */
@@ -372,6 +392,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
             for (int b = 0; b < MB; b++)
                 tile_epilogue_smem<NT8>(a, acc[b], m0 + row_off + b * 64 + warp * 16, n0, lane, scr);
         }
+#endif
 #endif
     }
 #if OST

@@ -51,6 +51,12 @@ typedef struct conv_args {
      * their offsets. */
     int ph_sh, ph_sw, ph_a, ph_b, ph_off_h, ph_off_w, ph_rows, ph_cols, ph_h, ph_w;
     int ph_q_mul, ph_q_shr, ph_p_mul, ph_p_shr;
+    /* a STATS program (conv2d_warpspec.cu, STATS=1): per-channel sums of y as stored, for the BatchNorm that reads y
+     * (src/core/model.c, cnn_conv_stats): stats[(s * stats_chunks + j) * gn + n] = the sum over chunk j's rows of
+     * y[m][n] (s = 0) or y[m][n]^2 (s = 1), a chunk being one consumer's CBM rows of one tile (row m0 / CBM) */
+    float *stats;
+    int stats_chunks;
+    int pad1;
 } conv_args;
 
 /* The TMA rows of conv2d_warpspec.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
@@ -161,6 +167,9 @@ typedef struct red_args {
     unsigned char *mask;             /* bn with relu: the ReLU's pass bits, element e at bit e % 8 of byte e / 8 (the
                                       * forward writes them, the backward reads them instead of y), or NULL */
     unsigned *barrier;               /* the fused kernels' grid barrier word (common.cuh, grid_sync) */
+    const float *fpartial;           /* bn_fold_stats: a conv's sums of x and x^2 per row chunk, (2, fchunks, C)
+                                      * float (conv_args.stats), added into partial */
+    long long fchunks;
 } red_args;
 
 /* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */

@@ -46,11 +46,23 @@ static inline int64_t cnn_conv2d_flops(const cnn_conv2d *cv) {
 /* Fused epilogue of a convolution or linear layer, applied per output element of channel k:
  *     y = relu?( acc * scale[k] + shift[k] + residual )
  * scale NULL means 1, shift NULL means 0, residual NULL means none. residual has y's shape and dtype. */
+/* Per-channel sums of a conv's output, in the backend's own layout, that its epilogue writes for the training
+ * BatchNorm reading that output: conv2d_fprop fills it where cnn_epilogue.stats asks and the backend can (chunks >
+ * 0; the CUDA backend's warp-specialised rows), else sets chunks to 0; bn_forward_train then takes them through
+ * cnn_bn.stats instead of reading x once more. Valid until the backend's next conv2d_fprop. */
+typedef struct cnn_conv_stats {
+    const float *partial; /* the backend's memory */
+    int64_t chunks;       /* 0: none written */
+    const void *y;        /* the output they sum */
+    int c;                /* its channels */
+} cnn_conv_stats;
+
 typedef struct cnn_epilogue {
     const float *scale;    /* (K) */
     const float *shift;    /* (K) */
     const void *residual;  /* (N, K, P, Q) */
     bool relu;
+    cnn_conv_stats *stats; /* optional (NULL: none), a conv without scale, shift, residual or ReLU */
 } cnn_epilogue;
 
 typedef enum cnn_pool_kind {
@@ -93,6 +105,9 @@ typedef struct cnn_bn {
      * element) for its bn_backward to read instead of y; y stays valid and required. NULL: none. A backend that
      * writes the mask reads it (cnn_backend.keeps_masks); one that ignores it (the CPU's) reads y. */
     void *relu_mask;
+    /* Optional: the sums of x the conv producing it wrote (cnn_conv_stats, y == x and chunks > 0), which the
+     * backend that wrote them reads instead of summing x; NULL: none. */
+    const cnn_conv_stats *stats;
 } cnn_bn;
 
 /* y (N, OUT) = x (N, IN) · w(OUT, IN)^T + b */

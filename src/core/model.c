@@ -394,6 +394,11 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
         }
         if (sp->bn < 0 && nd->param[1] >= 0) shift = pf(m, nd->param[1]); /* the conv's own bias */
         cnn_epilogue ep = {.scale = scale, .shift = shift, .residual = res, .relu = sp->relu};
+        /* forward_train marked it: the next step is a BatchNorm over y alone (the step's epilogue is empty) */
+        if (mode == CNN_MODE_TRAIN && m->conv_sums_node == i && !scale && !shift && !res && !sp->relu && sp->pool < 0)
+            ep.stats = &m->conv_sums;
+        else if (mode == CNN_MODE_TRAIN)
+            m->conv_sums_node = -1;
         if (sp->pool >= 0) {
             cnn_pool2d pl;
             cnn_node_pool2d(net, &net->nodes[sp->pool], n, &pl);
@@ -408,6 +413,7 @@ static cnn_status forward_step(cnn_model *m, int n, cnn_mode mode, const cnn_ste
             cnn_bn bn = bn_problem(m, nd, n);
             float *stats = m->bn + m->bn_off[i];
             if (sp->relu && m->mask_off[i] >= 0) bn.relu_mask = m->masks + m->mask_off[i];
+            if (m->conv_sums_node >= 0 && m->conv_sums_node == nd->in[0]) bn.stats = &m->conv_sums;
             st = be->bn_forward_train(be, &bn, x, pf(m, nd->param[0]), pf(m, nd->param[1]),
                                       (float *)pf(m, nd->param[2]), (float *)pf(m, nd->param[3]), stats,
                                       stats + nd->c, res, sp->relu, y);
@@ -459,10 +465,25 @@ static cnn_status profile_mark(cnn_model *m, int *k) {
     return m->profile ? m->be->time_mark(m->be, ++*k) : CNN_OK;
 }
 
+/* whether train step s is a conv whose output only step s + 1, a BatchNorm, reads (cnn_fuse_train keeps such a conv
+ * a step of its own, right before its BatchNorm): the conv may sum y's channels for it (cnn_conv_stats) */
+static bool feeds_next_bn(const cnn_model *m, int s) {
+    const cnn_plan *p = &m->plan;
+    if (s + 1 >= p->n_train_steps || m->node_check) return false; /* a node check reads between the steps */
+    const cnn_net *net = m->net;
+    const int i = p->train_steps[s].node, j = p->train_steps[s + 1].node;
+    if (net->nodes[i].op != CNN_OP_CONV || net->nodes[j].op != CNN_OP_BN || net->nodes[j].in[0] != i) return false;
+    for (int k = 0; k < net->n_nodes; k++) /* no other reader */
+        for (int t = 0; t < (net->nodes[k].op == CNN_OP_ADD ? 2 : 1); t++)
+            if (k != j && net->nodes[k].in[t] == i) return false;
+    return i != net->output;
+}
+
 static cnn_status forward_train(cnn_model *m, int n) {
     int k = 0;
     for (int s = 0; s < m->plan.n_train_steps; s++) {
         const cnn_step *sp = &m->plan.train_steps[s];
+        if (m->net->nodes[sp->node].op != CNN_OP_BN) m->conv_sums_node = feeds_next_bn(m, s) ? sp->node : -1;
         CNN_TRY(forward_step(m, n, CNN_MODE_TRAIN, sp));
         CNN_TRY(profile_mark(m, &k));
         if (m->node_check) { /* the step's value: its last node's output */

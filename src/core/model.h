@@ -75,6 +75,10 @@ struct cnn_model {
     float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
     cnn_graph_entry graphs[CNN_MAX_GRAPHS];
     int n_graphs;
+    /* the train forward's conv whose output only the next step's BatchNorm reads: its epilogue's sums of y for that
+     * BatchNorm (cnn_conv_stats), and the conv's node (-1: none pending) */
+    cnn_conv_stats conv_sums;
+    int conv_sums_node;
     cnn_node_check_fn node_check; /* called after each step of an eager train-mode forward (guard.c) */
     void *node_check_ctx;
     bool allow_nonfinite;    /* load weights holding NaN/Inf or negative variances */

@@ -12,6 +12,10 @@
  * two takes.
  * Synchronised BatchNorm (cnn_bn.comm) adds each sum's chunks into per-channel totals, sums those over the ranks,
  * and finalizes from them.
+ * Where the conv producing x summed its channels in its epilogue (cnn_bn.stats: float sums over each tile's
+ * consumer rows, at most 128 of them, conv2d_epilogue.cuh's stats_flush), bn_fold_stats adds those chunks into the
+ * double partials instead of bn_partial_vec reading x (perf-log step 87); the sums of x^2 then carry float rounding
+ * of ~1e-7 relative, so the variance stays exact to ~1e-7 * (1 + mean^2 / var).
  */
 #include "cuda/internal.h"
 
@@ -64,6 +68,15 @@ static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int mode, CUfunction
     return CNN_OK;
 }
 
+/* the size rule of the fused passes (plan_fused): x (the backward's x and dy) against the L2 */
+static bool fused_by_size(const cuda_be *cb, int64_t m, int c, bool forward) {
+    if (!cb->coop || cb->bn_fused == 0 || cuda_conv_skipped(cb, "bn_fused")) return false;
+    const double bytes = (double)m * c * cnn_dtype_size(cb->pub.act_dtype) * (forward ? 1 : 2);
+    return cb->bn_fused > 0 || bytes <= (forward ? cb->l2_bytes / 2.0 : 3.0 * cb->l2_bytes);
+}
+
+bool cuda_bn_forward_one_launch(const cuda_be *cb, int64_t m, int c) { return c % 8 == 0 && fused_by_size(cb, m, c, true); }
+
 /* The fused kernels (one cooperative launch for a whole pass: kernels/batchnorm.cu) where they can run (the vector
  * path, this rank's statistics alone, cooperative launches, not left out by CNN_CONV_SKIP=bn_fused nor forced off)
  * and, unless forced on, pay: where the tensors the first phase reads (x; the backward's x and dy) are small against
@@ -74,9 +87,7 @@ static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int mode, CUfunction
  * group fits. The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
 static cnn_status plan_fused(cuda_be *cb, const cnn_bn *bn, red_args *a, bool vec, int entry, CUfunction *f, bool *ok) {
     *ok = false;
-    if (!vec || bn->comm || !cb->coop || cb->bn_fused == 0 || cuda_conv_skipped(cb, "bn_fused")) return CNN_OK;
-    const double bytes = (double)a->m * a->c * cnn_dtype_size(cb->pub.act_dtype) * (entry == BN_FUSED_VEC ? 1 : 2);
-    if (cb->bn_fused < 0 && bytes > (entry == BN_FUSED_VEC ? cb->l2_bytes / 2.0 : 3.0 * cb->l2_bytes)) return CNN_OK;
+    if (!vec || bn->comm || !fused_by_size(cb, a->m, a->c, entry == BN_FUSED_VEC)) return CNN_OK;
     CNN_TRY(kern(cb, entry, f));
     int per_sm = 1;
     CNN_TRY(cuda_blocks_per_sm(cb, *f, entry == BN_FUSED_VEC ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
@@ -90,6 +101,25 @@ static cnn_status plan_fused(cuda_be *cb, const cnn_bn *bn, red_args *a, bool ve
     a->barrier = (unsigned *)(uintptr_t)(cb->scratch + CUDA_GRID_BARRIER);
     *ok = true;
     return CNN_OK;
+}
+
+/* the conv's sums (cnn_bn.stats) where this forward can take them: written for x, over its C channels; the vector
+ * path (the sums' apply pass); CNN_CONV_SKIP=bn_stats leaves them out (the A/B, as conv2d_fast.c does) */
+static const cnn_conv_stats *conv_sums(cuda_be *cb, const cnn_bn *bn, const void *x, bool vec) {
+    const cnn_conv_stats *s = bn->stats;
+    if (!s || s->chunks <= 0 || s->y != x || s->c != bn->c || !vec || cuda_conv_skipped(cb, "bn_stats")) return NULL;
+    return s;
+}
+
+/* bn_fold_stats's chunks of the conv's chunks: about 4 CTAs per SM in all over the channel groups of 256 */
+static void plan_fold(const cuda_be *cb, const cnn_conv_stats *s, red_args *a) {
+    const long long groups = (a->c + 255) / 256;
+    long long chunks = 4LL * cb->sm_count / groups;
+    if (chunks > s->chunks) chunks = s->chunks;
+    if (chunks < 1) chunks = 1;
+    a->fpartial = s->partial, a->fchunks = s->chunks;
+    a->rows_per_chunk = (s->chunks + chunks - 1) / chunks;
+    a->chunks = (int)((s->chunks + a->rows_per_chunk - 1) / a->rows_per_chunk);
 }
 
 static cnn_status run_fused(cuda_be *cb, CUfunction f, red_args *a, int mode, const char *what) {
@@ -188,25 +218,37 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     a.mask = relu ? bn->relu_mask : NULL;
     check_group(be, bn);
     const bool vec = vec_ok(&a);
+    const cnn_conv_stats *sums = conv_sums(cb, bn, x, vec);
     CUfunction fpart = NULL;
-    bool fused;
-    CNN_TRY(plan_fused(cb, bn, &a, vec, BN_FUSED_VEC, &fpart, &fused));
-    if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, 0, &fpart));
-    if (!fused && !vec) plan_chunks(cb, &a);
+    bool fused = false;
+    if (sums) {
+        plan_fold(cb, sums, &a);
+        CNN_TRY(kern(cb, BN_FOLD_STATS, &fpart));
+    } else {
+        CNN_TRY(plan_fused(cb, bn, &a, vec, BN_FUSED_VEC, &fpart, &fused));
+        if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, 0, &fpart));
+        if (!fused && !vec) plan_chunks(cb, &a);
+    }
     void *ws;
     const size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + (bn->comm ? 2 * (size_t)a.c : 0)) * sizeof(double), &ws));
     a.partial = ws;
     a.totals = (double *)ws + part;
     char what[112];
-    snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype),
-             (long long)a.m, a.c, residual ? " +residual" : "", relu ? " relu" : "", bn->comm ? " sync" : "");
+    snprintf(what, sizeof what, "bn_forward_train[%s] m%lld c%d%s%s%s%s", cuda_dtype_str(be->act_dtype),
+             (long long)a.m, a.c, residual ? " +residual" : "", relu ? " relu" : "", bn->comm ? " sync" : "",
+             sums ? " (the conv's sums)" : "");
     /* synchronised: each finalize reads the group's totals instead of this rank's chunks */
     red_args g, *fin = &a;
     if (bn->comm) g = group_view(&a, bn), fin = &g;
     if (fused) return run_fused(cb, fpart, &a, 0, what);
     if (vec) {
-        CNN_TRY(run_partial_vec(cb, fpart, &a, 0, what));
+        if (sums) {
+            CNN_TRY(cuda_launch(cb, fpart, what, (unsigned)a.chunks, (unsigned)((a.c + 255) / 256), 1, 256, 1, &a));
+            cb->stats.bn_stats_folds++;
+        } else {
+            CNN_TRY(run_partial_vec(cb, fpart, &a, 0, what));
+        }
         if (bn->comm) CNN_TRY(group_totals(be, bn, &a, 2, what));
         CNN_TRY(run_per_channel(cb, fin, BN_STATS_FIN, what));
         return run_elementwise(cb, &a, BN_APPLY_VEC, what);

@@ -63,6 +63,8 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     CNN_ASSERT(x && w && y);
+    CNN_ASSERT(!ep || !ep->stats || (!ep->scale && !ep->shift && !ep->residual && !ep->relu));
+    if (ep && ep->stats) ep->stats->chunks = 0; /* until a stats program writes them (conv2d_fast.c) */
     int v;
     CUfunction f;
     if (cuda_first_eligible(cb, cv, ep, NULL, y)) { /* a first layer over a 3-channel image: conv2d_first.c */

@@ -74,6 +74,10 @@ int conv_ws_twin(int v, bool bres, bool tma);    /* the warp-specialised row of 
 int conv_swap_twin(int v);                       /* a transposed row's pixel-major TMA row      */
 int conv_ost_twin(int v);                        /* a TMA-store row's twin storing from registers */
 int conv_phase_row(int v);                       /* the row a dgrad phase of v runs (OUT_PHASE): v or a twin */
+int conv_stats_row(int v);                       /* the row whose STATS program runs for v, or -1 (no program) */
+/* = kernels/conv2d_warpspec.cu's STATS_BYTES: each consumer's two exchange buffers of 4 warps x 128 float sums */
+#define CONV_STATS_BYTES (2 * 2 * 4 * 128 * 4)
+int64_t conv_stats_smem(const conv_row *c, int stages, int64_t gk); /* its stats program's shared memory */
 /* the rows whose GROUPED program runs all of a strided dgrad's phases in one launch: how many, and the i-th */
 int conv_n_group_rows(void);
 int conv_group_row(int i);
@@ -87,7 +91,8 @@ extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cud
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_pipelined,
     cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,
     cuda_family_winograd, cuda_family_conv2d_phase_pipelined, cuda_family_conv2d_phase_pipelined_ffma,
-    cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec, cuda_family_conv2d_group_warpspec;
+    cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec, cuda_family_conv2d_group_warpspec,
+    cuda_family_conv2d_stats_warpspec;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
 enum {
     PIPE_MAIN = 0, PIPE_SPLITK_EPILOGUE = 1, PIPE_S2D_INPUT = 2, PIPE_S2D_FILTER = 3, PIPE_PAD_CHANNELS = 4,

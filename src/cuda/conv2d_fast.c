@@ -58,6 +58,15 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
                             const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po) {
     cuda_be *cb = cuda_impl(be);
     if (po) row = conv_phase_row(row); /* the rows with an OUT_PHASE program of their own */
+    /* sums for the training BatchNorm that reads y (cnn_conv_stats): the row's stats program, where it has one and
+     * the BatchNorm would read y from DRAM (not in its one-launch pass over a tensor the L2 holds: there the sums
+     * cost the epilogue more than they save, perf-log step 87) */
+    cnn_conv_stats *want = ep && ep->stats && !pr && !po && splits == 1 && conv_stats_row(row) >= 0 &&
+                                   !cuda_conv_skipped(cb, "bn_stats") &&
+                                   !cuda_bn_forward_one_launch(cb, (int64_t)cv->n * cv->p * cv->q, cv->k)
+                               ? ep->stats
+                               : NULL;
+    if (want) row = conv_stats_row(row);
     const conv_row *c = &conv_rows[row];
     CUfunction f, fe = NULL;
     if (conv_is(c, CNN_CUDA_CONV_TRANSPOSED) && ((ep && ep->residual) || pr || !conv_tma_fits(cv)))
@@ -74,6 +83,10 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     CNN_ASSERT(splits == 1 || !conv_hopper(c));
     int cfg;
     const cuda_family *fam = conv_row_family(cb, row, po ? PASS_DGRAD : PASS_FPROP, &cfg); /* po: OUT_PHASE's program */
+    if (want && (!warpspec || conv_is(c, CNN_CUDA_CONV_TRANSPOSED) ||
+                 conv_stats_smem(c, c->stages, conv_launch_gk(cv, pr)) > cb->smem_optin))
+        want = NULL; /* a twin without a stats program: the BatchNorm sums y itself */
+    if (want) fam = &cuda_family_conv2d_stats_warpspec;
     CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
     if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
@@ -95,6 +108,12 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_ASSERT(!pr);
         conv_args_phase(&a, cv, po);
     }
+    if (want) { /* a chunk per tile and consumer: (2, chunks, K) floats */
+        a.stats_chunks = (int)(cdiv(gm, c->bm) * (conv_is(c, CNN_CUDA_CONV_COOPERATIVE) ? 2 : 1));
+        void *ws;
+        CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STATS, (size_t)2 * a.stats_chunks * (size_t)gn * sizeof(float), &ws));
+        a.stats = ws;
+    }
     if (splits > 1) {
         CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_SPLITK_EPILOGUE, &fe));
         void *ws;
@@ -102,9 +121,9 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         a.ws = ws;
     }
     char what[200];
-    snprintf(what, sizeof what, "conv2d_fprop_pipelined[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+    snprintf(what, sizeof what, "conv2d_fprop_pipelined[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d%s",
              conv_dtype_str(cb), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
-             cv->stride_w, cv->pad_h, cv->pad_w);
+             cv->stride_w, cv->pad_h, cv->pad_w, want ? " + channel sums" : "");
     if (pr)
         snprintf(what + strlen(what), sizeof what - strlen(what), " + c%d h%d w%d r%d s%d stride %dx%d pad %dx%d",
                  pr->cv->c, pr->cv->h, pr->cv->w, pr->cv->r, pr->cv->s, pr->cv->stride_h, pr->cv->stride_w,
@@ -117,7 +136,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
                         (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
-    unsigned smem = (unsigned)conv_row_smem(c, stages, a.gk);
+    unsigned smem = (unsigned)(want ? conv_stats_smem(c, stages, a.gk) : conv_row_smem(c, stages, a.gk));
     unsigned threads = (unsigned)conv_row_threads(c);
     int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
     if (persistent) {
@@ -149,6 +168,10 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
         CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
     }
+    if (want) {
+        *want = (cnn_conv_stats){.partial = a.stats, .chunks = a.stats_chunks, .y = y, .c = (int)gn};
+        cb->stats.conv_stats_launches++;
+    }
     return CNN_OK;
 }
 
@@ -158,7 +181,10 @@ static cnn_status fast_timed(const conv_operands *op, conv_cand c, void *y) {
 
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                            void *y) {
-    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w};
+    /* the candidates are timed as the forward's (its tuned choice, and no stats program compiled but the winner's) */
+    cnn_epilogue plain;
+    if (ep && ep->stats) plain = *ep, plain.stats = NULL;
+    const conv_operands op = {.be = be, .cv = cv, .ep = ep && ep->stats ? &plain : ep, .x = x, .w = w};
     conv_cand c;
     CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
     return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL, NULL);

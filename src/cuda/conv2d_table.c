@@ -257,19 +257,31 @@ const cuda_family cuda_family_conv2d_fprop_wgmma = {.name = "conv2d_fprop_wgmma"
 
 /* phase: the program writing a strided dgrad's phase in place (OUT_PHASE, conv2d_epilogue.cuh): that of the row's
  * conv_phase_row */
-static void defines_warpspec(int cfg, bool phase, char *buf, size_t cap) {
+/* stats: the program summing y's channels for a training BatchNorm (STATS, conv2d_epilogue.cuh's stats_flush):
+ * that of the row's conv_stats_row, without the staged residual (none to stage) */
+static void defines_warpspec(int cfg, bool phase, bool stats, char *buf, size_t cap) {
     const conv_row *c = program_row(CNN_CUDA_CONV_WARPSPEC, cfg);
     if (phase) c = &conv_rows[conv_phase_row((int)(c - conv_rows))];
+    if (stats) c = &conv_rows[conv_stats_row((int)(c - conv_rows))];
     CNN_ASSERT(c->bk == 64 && c->wm == 2);
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d -DOST=%d%s", c->bm,
-             c->bn, c->stages, conv_is(c, BRES), conv_is(c, TMA), conv_is(c, COOP), conv_is(c, RSM), conv_is(c, SWAP),
-             conv_is(c, OST), phase ? " -DOUT_PHASE=1" : "");
+    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=%d -DTMA=%d -DCOOP=%d -DRSM=%d -DSWAP=%d -DOST=%d%s%s",
+             c->bm, c->bn, c->stages, conv_is(c, BRES), conv_is(c, TMA), conv_is(c, COOP),
+             conv_is(c, RSM) && !stats, conv_is(c, SWAP), conv_is(c, OST), phase ? " -DOUT_PHASE=1" : "",
+             stats ? " -DSTATS=1" : "");
 }
-static void def_fprop_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, false, buf, cap); }
+static void def_fprop_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, false, false, buf, cap); }
 static const char *const fprop_warpspec_entries[] = {"conv2d_fprop_warpspec"};
 const cuda_family cuda_family_conv2d_fprop_warpspec = {.name = "conv2d_fprop_warpspec", .file = "conv2d_warpspec.cu",
                                                  .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = CUDA_DT_HALF,
                                                  .count = n_warpspec, .defines = def_fprop_warpspec,
+                                                 .config_name = warpspec_name, .sm90a = true};
+
+/* The stats programs (STATS=1): each warp-specialised row's forward program (its conv_stats_row's) that also sums
+ * each channel of y for the training BatchNorm reading it (conv2d_fast.c, perf-log step 87) */
+static void def_stats_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, false, true, buf, cap); }
+const cuda_family cuda_family_conv2d_stats_warpspec = {.name = "conv2d_stats_warpspec", .file = "conv2d_warpspec.cu",
+                                                 .entries = fprop_warpspec_entries, .n_entries = 1, .dtypes = CUDA_DT_HALF,
+                                                 .count = n_warpspec, .defines = def_stats_warpspec,
                                                  .config_name = warpspec_name, .sm90a = true};
 
 static void def_fprop_pipelined(int cfg, char *buf, size_t cap) {
@@ -309,7 +321,7 @@ static void append_phase(char *buf, size_t cap) {
 static void def_phase_pipelined(int cfg, char *buf, size_t cap) { def_fprop_pipelined(cfg, buf, cap), append_phase(buf, cap); }
 static void def_phase_pipelined_ffma(int cfg, char *b, size_t n) { def_fprop_pipelined_ffma(cfg, b, n), append_phase(b, n); }
 static void def_phase_wgmma(int cfg, char *buf, size_t cap) { def_fprop_wgmma(cfg, buf, cap), append_phase(buf, cap); }
-static void def_phase_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, true, buf, cap); }
+static void def_phase_warpspec(int cfg, char *buf, size_t cap) { defines_warpspec(cfg, true, false, buf, cap); }
 /* F32 phases multiply in fp32 FMA (conv2d_dgrad.c keeps dgrad off TF32) */
 const cuda_family cuda_family_conv2d_phase_pipelined = {
     .name = "conv2d_phase_pipelined", .file = "conv2d_pipelined.cu", .entries = fprop_pipelined_entries,
@@ -515,6 +527,19 @@ int conv_phase_row(int v) {
     if (conv_is(&conv_rows[v], OST)) v = conv_ost_twin(v);
     if (conv_is(&conv_rows[v], BRES)) v = conv_ws_twin(v, false, conv_is(&conv_rows[v], TMA));
     return v;
+}
+
+/* the row whose stats program (STATS) runs a conv a training BatchNorm reads in place of row v: v, but a transposed
+ * row's pixel-major twin (the sums follow y's rows); -1 where v is not warp-specialised (no stats program) */
+int conv_stats_row(int v) {
+    if (kind_of(&conv_rows[v]) != CNN_CUDA_CONV_WARPSPEC) return -1;
+    return conv_is(&conv_rows[v], SWAP) ? conv_swap_twin(v) : v;
+}
+
+/* the shared memory of row c's stats program: no staged residual, the sums' exchange buffers instead */
+int64_t conv_stats_smem(const conv_row *c, int stages, int64_t gk) {
+    const int64_t rsm = conv_is(c, RSM) ? 2 * (int64_t)(conv_is(c, COOP) ? c->bm / 2 : c->bm) * c->bn * 2 : 0;
+    return conv_row_smem(c, stages, gk) - rsm + CONV_STATS_BYTES;
 }
 
 /* ---- problem geometry ------------------------------------------------------------------------------------- */

@@ -86,6 +86,8 @@ typedef struct cnn_cuda_stats {
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
     long dgrad_grouped_launches; /* of them, a strided one's phases in one grouped launch */
     long bn_fused_launches; /* BatchNorm passes in one cooperative launch (batchnorm.c) */
+    long conv_stats_launches; /* convolutions that summed their output's channels for a BatchNorm (conv2d_fast.c) */
+    long bn_stats_folds;    /* BatchNorm forwards that took those sums instead of reading x (batchnorm.c) */
 } cnn_cuda_stats;
 
 void cnn_cuda_stats_get(cnn_backend *be, cnn_cuda_stats *out);

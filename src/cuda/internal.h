@@ -183,7 +183,7 @@ enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
 enum {
     BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
     BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_MASK_OF_Y, BN_BWD_PARTIAL_VEC,
-    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_N
+    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_N
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
@@ -225,7 +225,7 @@ typedef struct cuda_tune_entry {
     float ms;
 } cuda_tune_entry;
 
-enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_STAGED = 2, CUDA_WS_SLOTS = 3 };
+enum { CUDA_WS_SCRATCH = 0, CUDA_WS_OPERANDS = 1, CUDA_WS_STAGED = 2, CUDA_WS_STATS = 3, CUDA_WS_SLOTS = 4 };
 enum { CUDA_UPLOAD_SLOTS = 32, CUDA_UPLOAD_SLOT_BYTES = 64 << 10 };
 enum { CUDA_GRID_BARRIER = 128 }; /* byte offset of the grid barrier word in cuda_be.scratch */
 
@@ -353,7 +353,8 @@ cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsig
  * CUDA_WS_SCRATCH serves one kernel's temporaries (split-K partials, reduction chunks); CUDA_WS_OPERANDS holds
  * rewritten operands that a following kernel reads (the stem's space-to-depth input and filter), so taking
  * scratch in between cannot move them; CUDA_WS_STAGED a conv's output that a pool then reads (the unfused path of
- * cuda_conv2d_fprop_pool). */
+ * cuda_conv2d_fprop_pool); CUDA_WS_STATS the sums a conv's epilogue writes for the BatchNorm after it
+ * (cnn_conv_stats). */
 cnn_status cuda_workspace_slot(cuda_be *cb, int slot, size_t bytes, void **out);
 static inline cnn_status cuda_workspace(cuda_be *cb, size_t bytes, void **out) {
     return cuda_workspace_slot(cb, CUDA_WS_SCRATCH, bytes, out);
@@ -391,6 +392,10 @@ cnn_status cuda_linear_forward(cnn_backend *be, const cnn_linear *ln, const void
 cnn_status cuda_linear_backward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w, const void *dy,
                                 void *dx, bool accumulate, float *dw, float *dbias);
 /* batchnorm.c */
+/* whether a BatchNorm forward of this rank's statistics over an (m, c) tensor reads x in one cooperative launch
+ * (the vector path where the heuristic's size rule or a force says so): x then comes from L2, and a conv's channel
+ * sums (cnn_conv_stats) would save nothing (conv2d_fast.c asks) */
+bool cuda_bn_forward_one_launch(const cuda_be *cb, int64_t m, int c);
 cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
 cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *x, const float *gamma,
                                  const float *beta, float *running_mean, float *running_var, float *save_mean,

@@ -683,6 +683,52 @@ static cnn_status replica_allreduce(cnn_backend *be, void *comm, void *x, int64_
  * runs each pass in one cooperative launch (the fused kernels, counted) unless `three` forces the three launches.
  * The sync cases synchronise over SYNC_WORLD replicas (replica_allreduce): the sums must go through the
  * collective. */
+/* The float64 reference of a training BatchNorm forward over x (M, C), y = relu?(xhat * gamma + beta + res) (res
+ * NULL: none): the saved statistics, the running ones updated with momentum 0.1 (the unbiased variance over mm
+ * rows: all the ranks'), and y. */
+typedef struct bn_ref {
+    double *mean, *var, *inv, *rm, *rv, *y;
+} bn_ref;
+static bn_ref bn_forward_ref(const float *x, const float *res, bool relu, int64_t m, int c, int64_t mm,
+                             const arr *gamma, const arr *beta, const arr *rm, const arr *rv) {
+    bn_ref r = {dalloc(c), dalloc(c), dalloc(c), dalloc(c), dalloc(c), dalloc(m * c)};
+    for (int j = 0; j < c; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < m; i++) s += x[i * c + j];
+        r.mean[j] = s / m;
+        double v = 0;
+        for (int64_t i = 0; i < m; i++) v += (x[i * c + j] - r.mean[j]) * (x[i * c + j] - r.mean[j]);
+        r.var[j] = v / m;
+        r.inv[j] = 1.0 / sqrt(r.var[j] + 1e-5);
+        r.rm[j] = 0.9 * rm->h[j] + 0.1 * r.mean[j];
+        r.rv[j] = 0.9 * rv->h[j] + 0.1 * (mm > 1 ? r.var[j] * mm / (mm - 1) : r.var[j]);
+        for (int64_t i = 0; i < m; i++) {
+            const double v2 = (x[i * c + j] - r.mean[j]) * r.inv[j] * gamma->h[j] + beta->h[j] + (res ? res[i * c + j] : 0);
+            r.y[i * c + j] = relu && v2 < 0 ? 0 : v2;
+        }
+    }
+    return r;
+}
+static void bn_ref_free(bn_ref *r) { free(r->mean), free(r->var), free(r->inv), free(r->rm), free(r->rv), free(r->y); }
+
+/* a training BatchNorm forward's outputs against its reference: y (inputs `in` unchanged), the saved statistics, the
+ * running ones */
+static void verify_bn_forward(ctx *t, const char *name, const bn_ref *r, arr *y, arr *sm, arr *si, arr *rm, arr *rv,
+                              int64_t m, int c, arr **in, int n_in) {
+    layout l = {"MC", {m, c}}, lc = {"C", {c}};
+    char nm[240];
+    snprintf(nm, sizeof nm, "%s.y", name);
+    verify(t, nm, y, r->y, &l, in, n_in);
+    snprintf(nm, sizeof nm, "%s.save_mean", name);
+    verify(t, nm, sm, r->mean, &lc, in, 0);
+    snprintf(nm, sizeof nm, "%s.save_invstd", name);
+    verify(t, nm, si, r->inv, &lc, in, 0);
+    snprintf(nm, sizeof nm, "%s.running_mean", name);
+    verify(t, nm, rm, r->rm, &lc, in, 0);
+    snprintf(nm, sizeof nm, "%s.running_var", name);
+    verify(t, nm, rv, r->rv, &lc, in, 0);
+}
+
 static void g_bn(ctx *t) {
     const struct {
         int64_t m;
@@ -732,24 +778,8 @@ static void g_bn(ctx *t) {
             arr rm = arr_in(t, c, false, 1330 + k, -0.2f, 0.2f, 0), rv = arr_in(t, c, false, 1340 + k, 0.5f, 1.5f, 0);
             arr res = arr_in(t, m * c, true, 1370 + k, -1, 1, 0);
             arr sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0), y = arr_out(t, m * c, true, 0);
-            /* reference */
-            double *mean = dalloc(c), *var = dalloc(c), *inv = dalloc(c), *ry = dalloc(m * c), *rrm = dalloc(c),
-                   *rrv = dalloc(c);
-            for (int j = 0; j < c; j++) {
-                double s = 0;
-                for (int64_t r = 0; r < m; r++) s += x.h[r * c + j];
-                mean[j] = s / m;
-                double v = 0;
-                for (int64_t r = 0; r < m; r++) v += (x.h[r * c + j] - mean[j]) * (x.h[r * c + j] - mean[j]);
-                var[j] = v / m;
-                inv[j] = 1.0 / sqrt(var[j] + 1e-5);
-                rrm[j] = 0.9 * rm.h[j] + 0.1 * mean[j];
-                rrv[j] = 0.9 * rv.h[j] + 0.1 * (mm > 1 ? var[j] * mm / (mm - 1) : var[j]);
-                for (int64_t r = 0; r < m; r++) {
-                    double v2 = (x.h[r * c + j] - mean[j]) * inv[j] * gamma.h[j] + beta.h[j] + (use_res ? res.h[r * c + j] : 0);
-                    ry[r * c + j] = relu && v2 < 0 ? 0 : v2;
-                }
-            }
+            bn_ref ref = bn_forward_ref(x.h, use_res ? res.h : NULL, relu, m, c, mm, &gamma, &beta, &rm, &rv);
+            double *mean = ref.mean, *inv = ref.inv, *ry = ref.y;
             snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s%s%s", t->dts, (long long)m, c,
                      (double)cases[k].offset, fused[f].tag, sync ? ".sync" : "", cases[k].three ? ".three_launches" : "");
             int64_t sums0 = replica_sums;
@@ -784,16 +814,7 @@ static void g_bn(ctx *t) {
             layout l = {"MC", {m, c}}, lc = {"C", {c}};
             arr *in[] = {&x, &gamma, &beta, &res};
             char nm[160];
-            snprintf(nm, sizeof nm, "%s.y", name);
-            verify(t, nm, &y, ry, &l, in, 4);
-            snprintf(nm, sizeof nm, "%s.save_mean", name);
-            verify(t, nm, &sm, mean, &lc, in, 0);
-            snprintf(nm, sizeof nm, "%s.save_invstd", name);
-            verify(t, nm, &si, inv, &lc, in, 0);
-            snprintf(nm, sizeof nm, "%s.running_mean", name);
-            verify(t, nm, &rm, rrm, &lc, in, 0);
-            snprintf(nm, sizeof nm, "%s.running_var", name);
-            verify(t, nm, &rv, rrv, &lc, in, 0);
+            verify_bn_forward(t, name, &ref, &y, &sm, &si, &rm, &rv, m, c, in, 4);
 
             /* backward from the reference statistics (uploaded as the saved ones) and the reference output (its ReLU
              * mask), rounded to the dtype as the kernels see them */
@@ -861,7 +882,7 @@ static void g_bn(ctx *t) {
                 arr_free(t, &dres), arr_free(t, &dg), arr_free(t, &db), arr_free(t, &ypoison);
             }
             if (masked) buf_free(&mask);
-            free(mean), free(var), free(inv), free(ry), free(rrm), free(rrv);
+            bn_ref_free(&ref);
             arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
             arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
         }
@@ -1367,6 +1388,102 @@ static int first_fast_row(void) {
         if (row_has(cfg, CNN_CUDA_CONV_PIPELINED)) return cfg;
     fatal("no pipelined conv row");
     return -1;
+}
+
+/* A conv whose output only a training BatchNorm reads sums that output's channels in its epilogue (cnn_conv_stats:
+ * the warp-specialised rows' STATS programs, sm_90a F16/BF16) and bn_forward_train takes the sums instead of reading
+ * x (perf-log step 87). The conv's y against the float64 conv; the BatchNorm's statistics, y and running statistics
+ * against a float64 BatchNorm over that y as stored (and the CPU backend's over the same values), for the
+ * heuristic's row and every warp-specialised row forced (a transposed row runs its pixel-major twin's program).
+ * A forced row that runs must have written the sums and the BatchNorm must have taken them; where no row wrote
+ * them (other dtypes and GPUs) the BatchNorm sums x itself, to the same results. Shapes: GEMM rows that no tile
+ * divides (a partial last chunk), K not a multiple of 64 (a partial column chunk), batch 1, a strided conv, and
+ * enough rows for several chunks per fold CTA. These tensors are small enough for the BatchNorm's one-launch pass,
+ * which the conv leaves to read x (no sums: checked on the last case with the pass forced on), so the others force
+ * it off. */
+static void g_bn_conv_sums(ctx *t) {
+    static const conv_case cases[] = {
+        {2, 64, 9, 11, 72, 3, 3, 1, 1, 1, 1}, {1, 64, 7, 5, 136, 1, 1, 1, 1, 0, 0},
+        {3, 64, 12, 10, 64, 3, 3, 2, 2, 1, 1}, {8, 128, 16, 16, 256, 1, 1, 1, 1, 0, 0}};
+    int rows[64], n_rows = 0, seen = 0; /* quick: every fourth of them */
+    rows[n_rows++] = -1;
+    for (int cfg = 0; cfg < cnn_cuda_conv_config_count() && n_rows < 64; cfg++)
+        if (row_has(cfg, CNN_CUDA_CONV_WARPSPEC) && cnn_cuda_conv_config_usable(t->gpu, cfg) && (!quick || seen++ % 4 == 0))
+            rows[n_rows++] = cfg;
+    const size_t n_cases = sizeof cases / sizeof cases[0];
+    for (size_t k = 0; k <= n_cases; k++)
+        for (int ri = 0; ri < (k < n_cases || n_rows < 2 ? n_rows : 2); ri++) {
+            const bool one_launch = k == n_cases; /* the last case again, the BatchNorm's one-launch pass forced on */
+            const int cfg = rows[ri];
+            const cnn_conv2d cv = conv_of(&cases[one_launch ? n_cases - 1 : k]);
+            cnn_cuda_bn_force_fused(t->gpu, one_launch ? 1 : 0);
+            const int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c;
+            const int64_t m = (int64_t)cv.n * cv.p * cv.q, ny = m * cv.k;
+            const int c = cv.k;
+            const uint64_t seed = 2400 + 10 * k;
+            char name[200];
+            conv_name(name, sizeof name, "fprop", t, &cv, cfg, one_launch ? ".channel_sums.bn_one_launch" : ".channel_sums");
+            arr x = arr_in(t, nx, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
+            arr y = arr_out(t, ny, true, 0);
+            cnn_cuda_stats st0, st1, st2;
+            cnn_cuda_stats_get(t->gpu, &st0);
+            cnn_conv_stats sums = {.chunks = -1};
+            cnn_epilogue ep = {.stats = &sums};
+            cnn_cuda_conv_force_config(t->gpu, cfg);
+            expect_ok(t->gpu->conv2d_fprop(t->gpu, &cv, &ep, x.g.p, w.g.p, y.g.p), name);
+            cnn_cuda_conv_force_config(t->gpu, -1);
+            cnn_cuda_stats_get(t->gpu, &st1);
+            const long wrote = st1.conv_stats_launches - st0.conv_stats_launches;
+            check(sums.chunks >= 0 && wrote == (sums.chunks > 0) && (sums.chunks == 0 || sums.y == y.g.p), name,
+                  "channel sums: %lld chunks, %ld stats launches", (long long)sums.chunks, wrote);
+            if (cfg >= 0 && (t->dt == CNN_DTYPE_BF16 || t->dt == CNN_DTYPE_F16) && !one_launch)
+                check(sums.chunks > 0, name, "the forced warp-specialised row wrote no channel sums");
+            if (one_launch && cnn_cuda_coop_ok(t->gpu))
+                check(sums.chunks == 0, name, "%lld chunks of sums for a BatchNorm that reads x in one launch",
+                      (long long)sums.chunks);
+            cnn_conv_stats csums = {.chunks = -1};
+            cnn_epilogue cep = {.stats = &csums};
+            if (t->cpu && cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &cep, x.c, w.c, y.c), name))
+                check(csums.chunks == 0, name, "the CPU backend claims %lld chunks of sums", (long long)csums.chunks);
+            double *ry = dalloc(ny);
+            conv_ref_fprop(&cv, x.h, w.h, NULL, NULL, NULL, false, ry);
+            arr *in0[] = {&x, &w};
+            layout ly = {"NPQK", {cv.n, cv.p, cv.q, cv.k}};
+            verify(t, name, &y, ry, &ly, in0, 2);
+
+            /* the BatchNorm over y as stored: the same values on the CPU backend */
+            float *yg = arr_gpu(t, &y);
+            memcpy(y.h, yg, (size_t)ny * sizeof(float));
+            free(yg);
+            if (y.c && t->cpu->upload(t->cpu, y.c, y.h, (size_t)ny * 4) != CNN_OK) fatal("cpu upload");
+            cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .world = 1, .stats = &sums};
+            cnn_bn cbn = bn;
+            arr gamma = arr_in(t, c, false, seed + 2, 0.5f, 1.5f, 0), beta = arr_in(t, c, false, seed + 3, -0.5f, 0.5f, 0);
+            arr rm = arr_in(t, c, false, seed + 4, -0.2f, 0.2f, 0), rv = arr_in(t, c, false, seed + 5, 0.5f, 1.5f, 0);
+            arr sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0), yb = arr_out(t, ny, true, 0);
+            bn_ref ref = bn_forward_ref(y.h, NULL, false, m, c, m, &gamma, &beta, &rm, &rv);
+            snprintf(name, sizeof name, "bn_forward_train.%s.conv_sums.m%lld_c%d.%s%s", t->dts, (long long)m, c,
+                     cfg < 0 ? "heuristic" : cnn_cuda_conv_config_name(cfg), one_launch ? ".one_launch" : "");
+            for (char *p = name; *p; p++)
+                if (*p == '/') *p = '-';
+            expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, y.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p,
+                                               NULL, false, yb.g.p),
+                      name);
+            cnn_cuda_stats_get(t->gpu, &st2);
+            check(st2.bn_stats_folds - st1.bn_stats_folds == (sums.chunks > 0), name,
+                  "%ld folds of the conv's sums, %lld chunks written", st2.bn_stats_folds - st1.bn_stats_folds,
+                  (long long)sums.chunks);
+            if (t->cpu)
+                cpu_ok(t, t->cpu->bn_forward_train(t->cpu, &cbn, y.c, gamma.c, beta.c, rm.c, rv.c, sm.c, si.c, NULL,
+                                                   false, yb.c), name);
+            arr *in[] = {&y, &gamma, &beta};
+            verify_bn_forward(t, name, &ref, &yb, &sm, &si, &rm, &rv, m, c, in, 3);
+            free(ry);
+            bn_ref_free(&ref);
+            arr_free(t, &x), arr_free(t, &w), arr_free(t, &y), arr_free(t, &gamma), arr_free(t, &beta);
+            arr_free(t, &rm), arr_free(t, &rv), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &yb);
+        }
+    cnn_cuda_bn_force_fused(t->gpu, -1);
 }
 
 static const conv_case dgrad_fast_cases[] = {
@@ -3126,6 +3243,7 @@ static const group groups[] = {
     {"dropout", g_dropout, true, false},   {"flatten", g_flatten, true, false},
     {"channel_sum", g_channel_sum, true, false}, {"bn", g_bn, true, false},
     {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
+    {"bn_conv_sums", g_bn_conv_sums, true, false},
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
     {"conv_fast", g_conv_fast, true, true},    {"conv_first", g_conv_first, true, false},
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
