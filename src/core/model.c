@@ -1,6 +1,6 @@
 /* model.c — a network bound to a backend: creation (arenas sized by the plans, plan.h), input and output, the BN
  * fold of the eval plan, and the executor: one op dispatch (forward_step) for the steps of both plans, the
- * backward pass, and graph capture/replay of each. Parameters and their files are weights.c's; the struct and
+ * backward pass, and graph capture/replay of each (the eval plan's BN fold is fold.c's). Parameters and their files are weights.c's; the struct and
  * its arenas are described in model.h.
  *
  * Two plans over the same graph (plan.h; fuse.c and plan.c build them):
@@ -14,7 +14,6 @@
 #include "cnn/net.h"
 #include "model.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +52,6 @@ float *cnn_model_host_scratch(cnn_model *m, size_t elems) {
         m->host_elems = elems;
     }
     return m->host;
-}
-
-static const float *pf(const cnn_model *m, int pi) {
-    const cnn_param *p = &m->net->params[pi];
-    return (p->kind == CNN_PARAM_TRAINABLE ? m->params : m->buffers) + p->offset;
 }
 
 /* The weight a conv/linear reads: the act_dtype copy, or the float32 master when act_dtype is F32. */
@@ -146,7 +140,7 @@ cnn_status cnn_model_create(const cnn_model_opts *opts, cnn_backend *be, int in_
     }
     cnn_status st = cnn_fuse_eval(net, be, max_batch, &m->plan);
     size_t eval_bytes = st == CNN_OK ? cnn_plan_eval(net, max_batch, m->esz, &m->plan) : CNN_PLAN_OOM;
-    for (int s = 0; s < m->plan.n_steps && eval_bytes != CNN_PLAN_OOM; s++) { /* each pair's folded filters and shift (refresh_fold writes them) */
+    for (int s = 0; s < m->plan.n_steps && eval_bytes != CNN_PLAN_OOM; s++) { /* each pair's folded filters and shift (cnn_model_refresh_fold, fold.c, writes them) */
         cnn_step *sp = &m->plan.steps[s];
         if (sp->pair < 0) continue;
         sp->pair_off = m->pairw_bytes;
@@ -250,87 +244,6 @@ cnn_status cnn_model_copy_logits(cnn_model *m, int n, float *dst) {
     size_t count = (size_t)n * m->net->num_classes;
     if (!m->staging) return m->be->copy(m->be, dst, logits, count * 4);
     return m->be->from_act(m->be, (int64_t)count, logits, dst);
-}
-
-/* ---- BN folding for eval ------------------------------------------------------------------------------- */
-
-/* BN node bn folded to a per-channel scale and shift (host arrays of C), with the conv's bias where the node
- * before it, `conv`, has one; tmp: 5*C floats. */
-static cnn_status bn_fold_host(cnn_model *m, int bn_node, int conv, float *tmp, float *scale, float *shift) {
-    const cnn_net *net = m->net;
-    const cnn_node *bn = &net->nodes[bn_node];
-    int C = bn->c;
-    float *g = tmp, *b = tmp + C, *rm = tmp + 2 * C, *rv = tmp + 3 * C, *cb = tmp + 4 * C;
-    CNN_TRY(m->be->download(m->be, g, pf(m, bn->param[0]), (size_t)C * 4));
-    CNN_TRY(m->be->download(m->be, b, pf(m, bn->param[1]), (size_t)C * 4));
-    CNN_TRY(m->be->download(m->be, rm, pf(m, bn->param[2]), (size_t)C * 4));
-    CNN_TRY(m->be->download(m->be, rv, pf(m, bn->param[3]), (size_t)C * 4));
-    bool bias = conv >= 0 && net->nodes[conv].op == CNN_OP_CONV && net->nodes[conv].param[1] >= 0;
-    if (bias) CNN_TRY(m->be->download(m->be, cb, pf(m, net->nodes[conv].param[1]), (size_t)C * 4));
-    for (int c = 0; c < C; c++) scale[c] = (float)((double)g[c] / sqrt((double)rv[c] + 1e-5));
-    for (int c = 0; c < C; c++)
-        shift[c] = (float)((double)b[c] + ((bias ? (double)cb[c] : 0.0) - (double)rm[c]) * (double)scale[c]);
-    return CNN_OK;
-}
-
-/* count float32 host values into act_dtype device memory at dst (through the staging buffer when act_dtype is
- * narrower: uploads and conversions run in stream order, so the staging buffer is reused chunk by chunk) */
-static cnn_status upload_act(cnn_model *m, void *dst, const float *src, int64_t count) {
-    if (!m->staging) return m->be->upload(m->be, dst, src, (size_t)count * 4);
-    for (int64_t off = 0; off < count;) {
-        int64_t c = count - off < (int64_t)m->staging_elems ? count - off : (int64_t)m->staging_elems;
-        CNN_TRY(m->be->upload(m->be, m->staging, src + off, (size_t)c * 4));
-        CNN_TRY(m->be->to_act(m->be, c, m->staging, (char *)dst + (size_t)off * m->esz));
-        off += c;
-    }
-    return CNN_OK;
-}
-
-/* A pair step's operands: each conv's float32 filter times its BN's scale per output channel, in act_dtype
- * (the conv then adds scale * conv exactly as the unfused epilogue would, up to rounding), and the two BN
- * shifts summed. */
-static cnn_status fold_pair(cnn_model *m, const cnn_step *sp) {
-    const cnn_net *net = m->net;
-    const cnn_pair_layout l = cnn_pair_layout_of(m->net, m->esz, sp);
-    const int64_t K = l.k, wmax = l.w1 > l.w2 ? l.w1 : l.w2;
-    float *h = cnn_model_host_scratch(m, (size_t)(wmax + 8 * K));
-    if (!h) return CNN_E_OOM;
-    float *wt = h, *scale = h + wmax, *shift = scale + K, *sum = shift + K, *tmp = sum + K;
-    const int convs[2] = {sp->pair, sp->node}, bns[2] = {sp->pair_bn, sp->bn};
-    const int64_t counts[2] = {l.w1, l.w2};
-    const size_t offs[2] = {0, l.o2};
-    char *base = (char *)m->pairw + sp->pair_off;
-    for (int part = 0; part < 2; part++) {
-        const cnn_node *cv = &net->nodes[convs[part]];
-        CNN_ASSERT(cv->op == CNN_OP_CONV && net->nodes[bns[part]].c == K && cv->c == K);
-        CNN_TRY(bn_fold_host(m, bns[part], convs[part], tmp, scale, shift));
-        CNN_TRY(m->be->download(m->be, wt, m->params + net->params[cv->param[0]].offset, (size_t)counts[part] * 4));
-        int64_t g = counts[part] / K; /* R*S*C per output channel (KRSC) */
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t i = 0; i < g; i++) wt[k * g + i] *= scale[k];
-        CNN_TRY(upload_act(m, base + offs[part], wt, counts[part]));
-        for (int64_t k = 0; k < K; k++) sum[k] = part ? sum[k] + shift[k] : shift[k];
-    }
-    return m->be->upload(m->be, base + l.os, sum, (size_t)K * 4);
-}
-
-static cnn_status refresh_fold(cnn_model *m) {
-    const cnn_net *net = m->net;
-    for (int s = 0; s < m->plan.n_steps; s++) {
-        const cnn_step *st = &m->plan.steps[s];
-        if (st->pair >= 0) {
-            CNN_TRY(fold_pair(m, st));
-            continue;
-        }
-        if (st->bn < 0) continue;
-        int C = net->nodes[st->bn].c;
-        float *h = cnn_model_host_scratch(m, (size_t)7 * C);
-        if (!h) return CNN_E_OOM;
-        CNN_TRY(bn_fold_host(m, st->bn, st->node, h + 2 * C, h, h + C));
-        CNN_TRY(m->be->upload(m->be, m->bn + m->bn_off[st->bn] + 2 * C, h, (size_t)2 * C * 4)); /* scale, shift */
-    }
-    m->fold_valid = true;
-    return CNN_OK;
 }
 
 /* ---- forward ------------------------------------------------------------------------------------------ */
@@ -515,7 +428,7 @@ cnn_status cnn_model_forward_eval_steps(cnn_model *m, int n, int first, int coun
     if (n < 1 || n > m->max_batch) return cnn_fail(CNN_E_INVALID, "batch %d out of range [1, %d]", n, m->max_batch);
     if (first < 0 || count < 0 || first > m->plan.n_steps || count > m->plan.n_steps - first)
         return cnn_fail(CNN_E_INVALID, "eval steps [%d, %d) out of range [0, %d)", first, first + count, m->plan.n_steps);
-    if (!m->fold_valid) CNN_TRY(refresh_fold(m));
+    if (!m->fold_valid) CNN_TRY(cnn_model_refresh_fold(m));
     m->last_n = n;
     m->last_mode = CNN_MODE_EVAL;
     for (int s = first; s < first + count; s++) CNN_TRY(forward_step(m, n, CNN_MODE_EVAL, &m->plan.steps[s]));
@@ -579,7 +492,7 @@ cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropou
     m->last_mode = mode;
     m->dropout_seed = dropout_seed;
     if (mode == CNN_MODE_EVAL) {
-        if (!m->fold_valid) CNN_TRY(refresh_fold(m));
+        if (!m->fold_valid) CNN_TRY(cnn_model_refresh_fold(m));
         return run_graphed(m, CNN_GRAPH_EVAL, n, 0.0f, fwd_eval_fn);
     }
     /* dropout masks depend on a per-step seed, which a recorded graph would freeze */

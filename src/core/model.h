@@ -94,6 +94,16 @@ struct cnn_model {
 /* Host scratch of at least elems floats, owned by the model (NULL + a recorded CNN_E_OOM). */
 float *cnn_model_host_scratch(cnn_model *m, size_t elems);
 
+/* Parameter or buffer pi's float32 values on the device (model.c, fold.c). */
+static inline const float *pf(const cnn_model *m, int pi) {
+    const cnn_param *p = &m->net->params[pi];
+    return (p->kind == CNN_PARAM_TRAINABLE ? m->params : m->buffers) + p->offset;
+}
+
+/* fold.c: the eval plan's folded BN scales and shifts and its pairs' folded filters, from the current parameters
+ * (sets fold_valid). */
+cnn_status cnn_model_refresh_fold(cnn_model *m);
+
 /* weights.c: every parameter from its initialiser (torchvision's), seeded. */
 cnn_status cnn_model_init_weights(cnn_model *m, uint64_t seed);
 
