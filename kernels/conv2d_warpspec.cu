@@ -38,7 +38,12 @@
  *   STATS=1  (pixel-major rows, no residual) the epilogue also writes per-channel sums of y and y^2 over each
  *            consumer's rows of a tile into a.stats, for the training BatchNorm that reads y (conv2d_epilogue.cuh's
  *            stats_flush): the consumer's warps exchange them through STATS_BYTES of their own (step 87).
- * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); STATS;
+ *   FILT_T=1 (TMA rows, no pair) a dgrad over dy reading the forward's filter w (K', R', S', C') as it is, where
+ *            the other programs read it flipped and transposed by a rewrite kernel first: a slice of tap (tr, ts)
+ *            and channels c0.. is BN / 64 boxes of w's tap a.ft_base + tr * a.ft_dr + ts * a.ft_ds, 64 of its K' x
+ *            64 of its C' each (b_map), which wgmma reads MN-major; a stride-1 dgrad's forward programs, and every
+ *            GROUPED program (step 88).
+ * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); STATS; FILT_T;
  * GROUPED (the phases of a strided dgrad in one launch: the kernel at the end of this file).
  */
 #include "common.cuh"
@@ -92,6 +97,12 @@
 #ifndef RSM
 #define RSM 0
 #endif
+#ifndef FILT_T
+#define FILT_T 0
+#endif
+#ifndef GROUPED
+#define GROUPED 0
+#endif
 #define EPI_PASSES (BN / 64 * MB * 2) /* passes of 8 rows x 64 channels in a warp's epilogue (tile_epilogue_rows) */
 /* RSM: the staged residual, after the scratch: per consumer warp one KB per pass */
 #define RSM_BYTES (RSM ? 8 * EPI_PASSES * 1024 : 0)
@@ -128,6 +139,7 @@ static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM =
 static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue (tile_epilogue_cols_tma)");
 static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_table.c's phase defines)");
 static_assert(!STATS || (!SWAP && !OUT_PHASE), "sums per channel: a pixel-major tile stored as y's rows");
+static_assert(!FILT_T || (TMA && !STATS && (!OUT_PHASE || GROUPED)), "the filter read transposed: a TMA row's dgrad");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -142,9 +154,18 @@ __device__ __forceinline__ void regs_raise(void) {
 #endif
 }
 
-#ifndef GROUPED
-#define GROUPED 0
+#if FILT_T
+/* slice (tap (tr, ts), channels c0 ..) of a dgrad's filter read transposed (map: the forward's filter, a: the dgrad's
+ * convolution), output channels n0 .. n0 + BN - 1: BN / 64 boxes of 64 reduction rows x 64 output channels,
+ * consecutive (wgmma.cuh's MN-major operand); zeros past C' */
+__device__ __forceinline__ void load_filter_t(const conv_tma_map *map, const conv_args &a, act_t *dst,
+                                              unsigned long long *bar, int c0, int tr, int ts, int n0) {
+    const int tap = a.ft_base + tr * a.ft_dr + ts * a.ft_ds;
+#pragma unroll
+    for (int j = 0; j < BN / 64; j++) tma_load_tile_3d(map, dst + j * 64 * BK, bar, n0 + 64 * j, tap, c0);
+}
 #endif
+
 #if !GROUPED
 #if TMA
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const __grid_constant__ conv_tma_args targs) {
@@ -209,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
         if (tid != 0) return;
         tma_prefetch_map(&targs.a_map);
         tma_prefetch_map(&targs.b_map);
+        if (FILT_T && a.pair_ktiles > 0) __trap(); /* no pair reads its filter transposed (src/cuda/conv2d_fast.c) */
         const int k1 = a.pair_ktiles > 0 ? a.pair_ktiles : ktiles; /* slices of the first convolution */
         if (a.pair_ktiles > 0) {
             tma_prefetch_map(&targs.a2_map);
@@ -222,8 +244,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
         if (total > 0) { /* the column block's filter rows, every slice (of both convolutions of a pair), once */
             tile_origin(0, m0, n0);
             mbar_arrive_expect_tx(&bfull, (unsigned)(ktiles * BN * BK * 2));
-            for (int k = 0; k < ktiles; k++)
+            for (int k = 0; k < ktiles; k++) {
+#if FILT_T
+                const int per_tap = a.c / BK, tap = k / per_tap;
+                load_filter_t(&targs.b_map, a, Bs[k], &bfull, (k - tap * per_tap) * BK, tap / a.s, tap % a.s, n0);
+#else
                 tma_load_tile_2d(k < k1 ? &targs.b_map : &targs.b2_map, Bs[k], &bfull, (k < k1 ? k : k - k1) * BK, n0);
+#endif
+            }
         }
 #endif
         for (int g = 0; g < total; g++) {
@@ -244,7 +272,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
             mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2));
             tma_load_im2col_4d(second ? &targs.a2_map : &targs.a_map, As[s], &full[s], c0, wb, hb, img,
                                (unsigned short)ts, (unsigned short)tr);
-#if !BRES
+#if !BRES && FILT_T
+            load_filter_t(&targs.b_map, a, Bs[s], &full[s], c0, tr, ts, n0);
+#elif !BRES
             tma_load_tile_2d(second ? &targs.b2_map : &targs.b_map, Bs[s], &full[s], (second ? kt - k1 : kt) * BK, n0);
 #endif
             c0 += BK; /* the host launches TMA rows only where C % 64 == 0 (C2 too): a slice is one filter tap */
@@ -350,9 +380,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
             const int g = i * ktiles + kt, s = g % STAGES;
             mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
 #if SWAP /* the filter slice as the m64 operand, the tile's pixels as the n operand */
-            wg_multiply_slice<1, BM>(acc, Bs[s] + ch_off * BK, As[s], warp, lane);
+            wg_multiply_slice<1, BM, FILT_T, 0>(acc, Bs[s] + ch_off * BK, As[s], warp, lane);
 #else
-            wg_multiply_slice<MB, BN>(acc, As[s] + row_off * BK, Bs[BRES ? kt : s], warp, lane);
+            wg_multiply_slice<MB, BN, 0, FILT_T>(acc, As[s] + row_off * BK, Bs[BRES ? kt : s], warp, lane);
 #endif
             wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
@@ -410,7 +440,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
  * of it as the forward kernel above takes its own, so no SM idles at a phase's tail; a tile reads its phase's maps and
  * problem (g.a[p]: a stride-1 convolution over dy, OUT_PHASE's mapping into dx). The reduction length differs by
  * phase, so the ring's slice count g runs on over the tiles instead of being i * ktiles. TMA rows with pixel-major
- * tiles only (conv2d_table.c's conv_group_row). */
+ * tiles only (conv2d_table.c's conv_group_row); each phase's filter slices read from the forward's filter (FILT_T,
+ * its taps in g.a[p].ft_*). */
 static_assert(TMA && OUT_PHASE && !BRES && !OST && !SWAP, "grouped phases: a TMA row's pixel-major tiles, in place");
 /* tile t of the launch: its phase, and its origin within the phase's output */
 __device__ __forceinline__ int group_tile(const conv_group_args &g, int t, int &m0, int &n0) {
@@ -461,7 +492,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
                 if (gs >= STAGES) mbar_wait(&empty[s], (unsigned)(gs / STAGES - 1) & 1u); /* slice gs - STAGES released */
                 mbar_arrive_expect_tx(&full[s], (unsigned)(STAGE_ELEMS * 2));
                 tma_load_im2col_4d(&g.a_map[p], As[s], &full[s], c0, wb, hb, img, (unsigned short)ts, (unsigned short)tr);
+#if FILT_T
+                load_filter_t(&g.b_map[p], a, Bs[s], &full[s], c0, tr, ts, n0);
+#else
                 tma_load_tile_2d(&g.b_map[p], Bs[s], &full[s], kt * BK, n0);
+#endif
                 c0 += BK; /* C % 64 == 0 (the host): a slice is one filter tap */
                 if (c0 == a.c) {
                     c0 = 0;
@@ -502,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
         for (int kt = 0; kt < kn; kt++) {
             const int gg = gs + kt, s = gg % STAGES;
             mbar_wait(&full[s], (unsigned)(gg / STAGES) & 1u);
-            wg_multiply_slice<MB, BN>(acc, As[s] + row_off * BK, Bs[s], warp, lane);
+            wg_multiply_slice<MB, BN, 0, FILT_T>(acc, As[s] + row_off * BK, Bs[s], warp, lane);
             wg_commit_and_wait_prev(); /* slice gg - 1's batch has retired: its stage is free */
             acc_fence_all(acc);
             if (kt > 0 && lane == 0) mbar_arrive(&empty[(gg - 1) % STAGES]);

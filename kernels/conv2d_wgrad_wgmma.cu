@@ -10,7 +10,7 @@
  *      falls in the padding or past the last image); a 1x1 stride-1 unpadded conv's x by the tiled map of its
  *      (N*H*W, C) rows instead (a.x_rows: the im2col copies of small images were the slower, perf-log step 72).
  * Both land in the 128-byte swizzle with the reduction along the rows, which is wgmma's MN-major (transposed)
- * layout for both operands (wgmma.cuh's wg_multiply_slice_mn): nothing is rearranged on the way.
+ * layout for both operands (wgmma.cuh's wg_multiply_slice with TA = TB = 1): nothing is rearranged on the way.
  * Pixels past N*P*Q in the last slice read zero rows of dy (the tiled map's out-of-bounds fill), so they add 0.
  *
  * Roles: a producer warp whose one thread issues the copies into a ring of STAGES stages (full[s] completes on the
@@ -153,8 +153,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     for (int g = 0; g < total; g++) {
         const int s = g % STAGES;
         mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
-        wg_multiply_slice_mn<MB, CN>(acc, ring[s] + (row_off / 64) * BOX, ring[s] + BM * BK + (col_off / 64) * BOX,
-                                     warp, lane);
+        wg_multiply_slice<MB, CN, 1, 1>(acc, ring[s] + (row_off / 64) * BOX, ring[s] + BM * BK + (col_off / 64) * BOX,
+                                        warp, lane);
         wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
         acc_fence_all(acc);
         if (g > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);

@@ -56,7 +56,10 @@ typedef struct conv_args {
      * y[m][n] (s = 0) or y[m][n]^2 (s = 1), a chunk being one consumer's CBM rows of one tile (row m0 / CBM) */
     float *stats;
     int stats_chunks;
-    int pad1;
+    /* a dgrad reading the forward's filter (K', R', S', C') as it is (conv2d_warpspec.cu's FILT_T, src/cuda/
+     * conv2d_dgrad.c): this convolution's tap (tr, ts) is the filter's tap ft_base + tr * ft_dr + ts * ft_ds (its
+     * r' * S' + s'), this convolution's input channels its K', its output channels its C' */
+    int ft_base, ft_dr, ft_ds;
 } conv_args;
 
 /* The TMA rows of conv2d_warpspec.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,
@@ -73,7 +76,8 @@ typedef struct conv_tma_map {
 } conv_tma_map;
 typedef struct conv_tma_args {
     conv_tma_map a_map;      /* x (N, H, W, C) in im2col mode: BM pixels x 64 channels per copy, 128-byte swizzle */
-    conv_tma_map b_map;      /* wt (K, R*S*C) tiled: BN rows x 64 elements per copy, 128-byte swizzle */
+    conv_tma_map b_map;      /* wt (K, R*S*C) tiled: BN rows x 64 elements per copy, 128-byte swizzle (FILT_T: the
+                              * forward's filter (C', R'*S', K') innermost first, boxes of 64 x 1 x 64) */
     conv_tma_map a2_map;     /* a pair's second convolution (a.pair_ktiles > 0): x2 and wt2 likewise */
     conv_tma_map b2_map;
     conv_tma_map y_map;      /* the output (N*P*Q, K) tiled, for the rows storing through TMA (OST=1): 16 channels x

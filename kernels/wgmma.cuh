@@ -1,8 +1,8 @@
 /* wgmma.cuh -- Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) as the forward kernels conv2d_wgmma.cu and
  * conv2d_warpspec.cu use it: both operands K-major in shared memory, 64-element (128-byte) slice rows in the 128-byte
  * swizzle (conv2d_loader.cuh's conv_swz<64>), f32 accumulators in mma.sync's m16n8 layout per warp.
- *   wg_desc                the matrix descriptor of such an operand (wg_desc_mn: of an MN-major one, for wgrad)
- *   wgmma_n<N>             one m64 x N x k16 product, N = 64, 128, 192 or 256
+ *   wg_desc                the matrix descriptor of such an operand (wg_desc_mn: of an MN-major one: wgrad, dgrad)
+ *   wgmma_n<N, TA, TB>     one m64 x N x k16 product, N = 64, 128, 192 or 256, either operand MN-major
  *   wg_multiply_slice      a warpgroup's products over one slice (the emulator computes them per thread)
  *   wg_fence, wg_commit_and_wait_prev, wg_wait_all, acc_zero, acc_fence_all (fence_proxy_async: common.cuh)
  * Needs ACT (common.cuh) and conv2d_loader.cuh.
@@ -23,7 +23,7 @@ __device__ __forceinline__ unsigned long long wg_desc(const void *p) {
     return (unsigned long long)((smem_u32(p) & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 
-/* Matrix descriptor of an MN-major operand in the 128-byte swizzle (wgmma's transposed operands, TRANS = 1): rows
+/* Matrix descriptor of an MN-major operand in the 128-byte swizzle (wgmma's transposed operands, TA or TB = 1): rows
  * of 64 M (or N) elements, one row per reduction index, as a TMA box of 64 x 64 lands. The stride byte offset is
  * the distance between groups of 8 reduction rows (1024 bytes); the leading byte offset the distance between
  * consecutive 64-element chunks of M (N), here whole boxes of `chunk_bytes` (unused by an m64 operand). */
@@ -91,28 +91,29 @@ template <int MB_, int NT8_> __device__ __forceinline__ void acc_fence_all(float
 #define WG_R32_3 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
                  "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
 /* N, the accumulators' names, the names of (descriptor a, descriptor b, accumulate), then the accumulators */
-#define WG_MMA_ASM(N, REGS, DA, DB, P, T, ...)                                                                   \
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, " P ", 0;\n"                                                  \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." WG_AB "." WG_AB " {" REGS "}, " DA ", " DB  \
-                 ", p, 1, 1, " T ", " T "; }\n"                                                                  \
-                 : __VA_ARGS__                                                                                   \
-                 : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS))
-/* TRANS = 1: both operands MN-major (wg_desc_mn), as wgrad reads them (kernels/conv2d_wgrad_wgmma.cu) */
-template <int N, int TRANS = 0>
+#define WG_MMA_ASM(N, REGS, DA, DB, P, TA_, TB_, ...)                                                                  \
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, " P ", 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." WG_AB "." WG_AB " {" REGS "}, " DA ", " DB          \
+                 ", p, 1, 1, " TA_ ", " TB_ "; }\n"                                                                    \
+                 : __VA_ARGS__                                                                                         \
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB))
+/* TA, TB = 1: that operand MN-major (wg_desc_mn); wgrad reads both so (kernels/conv2d_wgrad_wgmma.cu), a dgrad its
+ * transposed filter (FILT_T) */
+template <int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_n(float *d, unsigned long long da, unsigned long long db, int accumulate) {
     static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma n64, n128, n192 or n256");
-    static_assert(TRANS == 0 || TRANS == 1, "K-major or MN-major operands");
+    static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1), "K-major or MN-major operands");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (N == 64)
-        WG_MMA_ASM(64, WG_R32_0, "%32", "%33", "%34", "%35", WG_D32(0));
+        WG_MMA_ASM(64, WG_R32_0, "%32", "%33", "%34", "%35", "%36", WG_D32(0));
     else if constexpr (N == 128)
-        WG_MMA_ASM(128, WG_R32_0 "," WG_R32_1, "%64", "%65", "%66", "%67", WG_D32(0), WG_D32(32));
+        WG_MMA_ASM(128, WG_R32_0 "," WG_R32_1, "%64", "%65", "%66", "%67", "%68", WG_D32(0), WG_D32(32));
     else if constexpr (N == 192)
-        WG_MMA_ASM(192, WG_R32_0 "," WG_R32_1 "," WG_R32_2, "%96", "%97", "%98", "%99", WG_D32(0), WG_D32(32),
+        WG_MMA_ASM(192, WG_R32_0 "," WG_R32_1 "," WG_R32_2, "%96", "%97", "%98", "%99", "%100", WG_D32(0), WG_D32(32),
                    WG_D32(64));
     else
-        WG_MMA_ASM(256, WG_R32_0 "," WG_R32_1 "," WG_R32_2 "," WG_R32_3, "%128", "%129", "%130", "%131", WG_D32(0),
-                   WG_D32(32), WG_D32(64), WG_D32(96));
+        WG_MMA_ASM(256, WG_R32_0 "," WG_R32_1 "," WG_R32_2 "," WG_R32_3, "%128", "%129", "%130", "%131", "%132",
+                   WG_D32(0), WG_D32(32), WG_D32(64), WG_D32(96));
 #elif defined(__CUDA_ARCH__) /* sm_80 .. sm_90 without the a: never launched (src/cuda/conv2d.c, tc_usable) */
     (void)d, (void)da, (void)db, (void)accumulate;
     __trap();
@@ -128,68 +129,47 @@ __device__ __forceinline__ void wgmma_n(float *d, unsigned long long da, unsigne
 #undef WG_R32_2
 #undef WG_R32_3
 
-/* One warpgroup's products of one 64-wide slice: acc[b] += A rows [64b, 64b + 64) x B^T, A and B the slice's
- * tiles in the 128-byte swizzle (A_wg: the warpgroup's first row, a multiple of 8 rows into its tile; Bs: BN_
- * rows). On the GPU: wgmma.fence, then 4 k16 steps x MB_ m64 blocks issued asynchronously (the caller commits
- * and waits). In the emulator (no __CUDA_ARCH__) each thread computes its own accumulators, in wgmma's m16n8
- * register layout (warp w of the warpgroup: rows 16w .. 16w + 15 of each block), synchronously. */
-template <int MB_, int BN_>
+/* One warpgroup's products of one 64-wide slice of the reduction: acc[b] += A_b x B^T over its 64 reduction indices,
+ * for the m64 blocks b < MB_ of A and the BN_ columns of B, each operand in either layout of the 128-byte swizzle:
+ *   K-major (TA / TB = 0): rows of 64 reduction elements, one per M (N) index, 8 rows per 1 KB group (a TMA box or
+ *                          conv2d_loader.cuh's conv_swz<64> rows); m64 block b from row 64b
+ *   MN-major (TA / TB = 1): boxes of 64 reduction rows x 64 M (N) elements (8 KB each, consecutive), as a TMA box of
+ *                          a row-major matrix lands: block b (columns 64j ..) is box b (j)
+ * Either way block b starts b x 4096 elements into A. A_wg: the warpgroup's block 0 (a multiple of 8 rows, or of
+ * whole boxes, into its tile). On the GPU: wgmma.fence, then 4 k16 steps x MB_ m64 blocks issued asynchronously
+ * (the caller commits and waits). In the emulator (no __CUDA_ARCH__) each thread computes its own accumulators, in
+ * wgmma's m16n8 register layout (warp w of the warpgroup: rows 16w .. 16w + 15 of each block), synchronously.
+ * The forward reads both K-major, wgrad both MN-major, dgrad's transposed filter (FILT_T) the filter MN-major. */
+template <int MB_, int BN_, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wg_multiply_slice(float (&acc)[MB_][BN_ / 8][4], const act_t *A_wg, const act_t *Bs,
                                                   int warp_in_wg, int lane) {
+    constexpr int BOX = 64 * 64; /* elements of a box, and of an m64 block of K-major rows */
 #if defined(__CUDA_ARCH__)
     (void)warp_in_wg, (void)lane;
     wg_fence();
 #pragma unroll
     for (int k16 = 0; k16 < 4; k16++) {
-        const unsigned long long db = wg_desc(Bs) + (unsigned long long)(k16 * 2); /* +32 bytes */
+        const unsigned long long db = TB ? wg_desc_mn(Bs + k16 * 16 * 64, BOX * 2)
+                                         : wg_desc(Bs) + (unsigned long long)(k16 * 2); /* +32 bytes */
 #pragma unroll
         for (int b = 0; b < MB_; b++)
-            wgmma_n<BN_>(&acc[b][0][0], wg_desc(A_wg + b * 64 * 64) + (unsigned long long)(k16 * 2), db, 1);
+            wgmma_n<BN_, TA, TB>(&acc[b][0][0],
+                                 TA ? wg_desc_mn(A_wg + b * BOX + k16 * 16 * 64, BOX * 2)
+                                    : wg_desc(A_wg + b * BOX) + (unsigned long long)(k16 * 2),
+                                 db, 1);
     }
 #else
+    /* element (i, k) of an operand: M (N) index i, reduction index k */
+    auto at = [](const act_t *X, bool mn, int i, int k) {
+        return mn ? X[(i >> 6) * BOX + conv_swz<64>(k, (i & 63) >> 3) + (i & 7)] : X[conv_swz<64>(i, k >> 3) + (k & 7)];
+    };
     const int g = lane >> 2, t4 = lane & 3;
     for (int b = 0; b < MB_; b++)
         for (int j = 0; j < BN_ / 8; j++)
             for (int e = 0; e < 4; e++) {
                 const int r = b * 64 + warp_in_wg * 16 + g + (e >> 1) * 8, c = j * 8 + 2 * t4 + (e & 1);
                 float s = 0.0f;
-                for (int k = 0; k < 64; k++)
-                    s += act_to_f32(A_wg[conv_swz<64>(r, k >> 3) + (k & 7)]) * act_to_f32(Bs[conv_swz<64>(c, k >> 3) + (k & 7)]);
-                acc[b][j][e] += s;
-            }
-#endif
-}
-
-/* The same for MN-major operands (wgrad: the reduction runs over the rows of both): acc[b] += A^T x B over one slice
- * of 64 reduction rows, where A is MB_ boxes of 64 rows x 64 M elements (box b: the accumulators' m64 block b) and B
- * BN_ / 64 boxes of 64 rows x 64 N elements, each box 64 x 64 elements (8 KB) in the 128-byte swizzle, boxes
- * consecutive. On the GPU: 4 k16 steps (16 rows, 2 KB of each box, apart) x MB_ m64 blocks with TRANS = 1. The
- * emulator computes it per thread in the same accumulator layout. */
-template <int MB_, int BN_>
-__device__ __forceinline__ void wg_multiply_slice_mn(float (&acc)[MB_][BN_ / 8][4], const act_t *A, const act_t *B,
-                                                     int warp_in_wg, int lane) {
-    constexpr int BOX = 64 * 64; /* elements of a box */
-#if defined(__CUDA_ARCH__)
-    (void)warp_in_wg, (void)lane;
-    wg_fence();
-#pragma unroll
-    for (int k16 = 0; k16 < 4; k16++) {
-        const unsigned long long db = wg_desc_mn(B + k16 * 16 * 64, BOX * 2);
-#pragma unroll
-        for (int b = 0; b < MB_; b++)
-            wgmma_n<BN_, 1>(&acc[b][0][0], wg_desc_mn(A + b * BOX + k16 * 16 * 64, BOX * 2), db, 1);
-    }
-#else
-    const int g = lane >> 2, t4 = lane & 3;
-    for (int b = 0; b < MB_; b++)
-        for (int j = 0; j < BN_ / 8; j++)
-            for (int e = 0; e < 4; e++) {
-                const int r = warp_in_wg * 16 + g + (e >> 1) * 8, c = j * 8 + 2 * t4 + (e & 1);
-                const act_t *Ab = A + b * BOX, *Bb = B + (c >> 6) * BOX;
-                float s = 0.0f;
-                for (int k = 0; k < 64; k++)
-                    s += act_to_f32(Ab[conv_swz<64>(k, r >> 3) + (r & 7)]) *
-                         act_to_f32(Bb[conv_swz<64>(k, (c & 63) >> 3) + (c & 7)]);
+                for (int k = 0; k < 64; k++) s += act_to_f32(at(A_wg, TA, r, k)) * act_to_f32(at(Bs, TB, c, k));
                 acc[b][j][e] += s;
             }
 #endif

@@ -81,6 +81,9 @@ int64_t conv_stats_smem(const conv_row *c, int stages, int64_t gk); /* its stats
 /* the rows whose GROUPED program runs all of a strided dgrad's phases in one launch: how many, and the i-th */
 int conv_n_group_rows(void);
 int conv_group_row(int i);
+/* row v's program in cuda_family_conv2d_ft_warpspec (a stride-1 dgrad reading the forward's filter transposed, FILT_T),
+ * -1 where it has none (only the TMA warp-specialised rows do) */
+int conv_ft_program(int v);
 /* a filter-resident row runs a problem of gn columns over gk when its smem fits and each column block gets an SM */
 bool conv_bres_fits(const cuda_be *cb, const conv_row *r, int64_t gn, int64_t gk);
 /* the pipelined rows' reduction elements per slice (a slice row is bk*2 bytes) */
@@ -92,7 +95,7 @@ extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cud
     cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,
     cuda_family_winograd, cuda_family_conv2d_phase_pipelined, cuda_family_conv2d_phase_pipelined_ffma,
     cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec, cuda_family_conv2d_group_warpspec,
-    cuda_family_conv2d_stats_warpspec;
+    cuda_family_conv2d_stats_warpspec, cuda_family_conv2d_ft_warpspec;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
 enum {
     PIPE_MAIN = 0, PIPE_SPLITK_EPILOGUE = 1, PIPE_S2D_INPUT = 2, PIPE_S2D_FILTER = 3, PIPE_PAD_CHANNELS = 4,
@@ -160,6 +163,17 @@ cnn_status conv_tma_encode_x(cuda_be *cb, const cnn_conv2d *cv, const void *x, i
 cnn_status conv_tma_encode_rows(cuda_be *cb, const void *p, int64_t rows, int64_t cols, int box_rows, const char *what,
                                 conv_tma_map *map);
 cnn_status conv_ost_encode(cuda_be *cb, const conv_row *r, int64_t gm, int64_t gn, void *y, conv_tma_map *y_map);
+/* A stride-1 dgrad run as a forward convolution over dy that reads the forward's filter (K', R', S', C') as it is
+ * (kernels/conv2d_warpspec.cu's FILT_T; conv2d_dgrad.c): the convolution's tap (tr, ts) is the forward's tap
+ * base + tr * dr + ts * ds (r' * S' + s'); the convolution's C is K', its K is C'. */
+typedef struct conv_ft {
+    int taps;          /* R' * S' */
+    int base, dr, ds;
+} conv_ft;
+/* a TMA row's maps for such a dgrad: dy in im2col mode as conv_tma_encode's x, the filter as (C', R'*S', K')
+ * innermost first in boxes of 64 x 1 x 64 */
+cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *r, const cnn_conv2d *cv, const void *dy, const void *w,
+                              const conv_ft *ft, conv_tma_map *a_map, conv_tma_map *b_map);
 
 /* ---- the choice policy (conv2d_choose.c) ---------------------------------------------------------------- */
 
@@ -190,6 +204,7 @@ typedef struct conv_operands {
     const cnn_pool2d *pl;   /* a first layer's fused max-pool, or NULL */
     const conv_pair *pr;    /* a pair's second convolution, or NULL */
     const conv_phase_out *po; /* a strided dgrad's phase written in place (conv2d_dgrad.c), or NULL */
+    const conv_ft *ft;      /* a stride-1 dgrad reading the forward's filter (conv2d_dgrad.c; w: it), or NULL */
     const void *x, *w;
 } conv_operands;
 /* The launch the tuner times: candidate c of the problem into the scratch output y. */
@@ -219,6 +234,11 @@ enum { DGRAD_BLOCKS = 0, DGRAD_IN_PLACE = 1, DGRAD_GROUPED = 2 };
  * among the candidates when `groupable`; `heuristic` where nothing is timed */
 cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool groupable, conv_launch_fn launch,
                                     int *way);
+/* a stride-1 dgrad (op: its forward convolution over dy, dy in x, the forward's filter in w, op->ft set; ep's residual
+ * set when accumulating): a row whose FILT_T program reads the filter as it is, or CONV_DGRAD_REWRITE (the filter
+ * rewritten, then the forward's choice) */
+#define CONV_DGRAD_REWRITE (-1)
+cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, int *row);
 #define WINO_WS_CAP ((size_t)1 << 30) /* bytes of V, U and M at most (winograd.c slices the batch) */
 
 /* ---- launches ------------------------------------------------------------------------------------------- */
@@ -234,8 +254,11 @@ cnn_status conv_persistent_grid(cuda_be *cb, CUfunction f, const char *what, uns
                                 int64_t tiles, int64_t *grid);
 /* a's OUT_PHASE mapping (params.cuh's ph_* fields) for a launch of cv writing the phase po of dx */
 void conv_args_phase(conv_args *a, const cnn_conv2d *cv, const conv_phase_out *po);
+/* (pr: a pair's second convolution; po: a dgrad phase written in place; ft: a dgrad reading w as the forward's
+ * filter; each or NULL) */
 cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                            const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po);
+                            const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po,
+                            const conv_ft *ft);
 /* the tuned choice and launch of a problem the fast rows take (its checks made by the caller: a rewritten
  * problem's output size is the original's) */
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,

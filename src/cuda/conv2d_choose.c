@@ -18,6 +18,9 @@
  *                                      ..." and "dgrad_phase ..."), and all phases in one grouped launch on each
  *                                      group row (step 86); else in place unless accumulating over more than one
  *                                      phase with taps (perf-log step 75)
+ *   stride-1 dgrad (conv2d_dgrad.c)    key "dgrad_ft ...": the filter rewritten, then the forward's choice (the
+ *                                      heuristic's, --tune none), against every TMA row's FILT_T program reading the
+ *                                      forward's filter as it is (fast: those that keep their consumers busy) (step 88)
  *   wgrad on wgmma (conv2d_wgrad.c)    key "wgrad_wgmma ...": tile config x reduction splits, the 4 best by an
  *                                      estimate (fast) or all (full); else the estimate's best
  * Tuning happens once per distinct key, outside graph capture: each candidate is launched once to warm up, then 3
@@ -600,4 +603,48 @@ cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool
     if (cb->capturing) return CNN_OK;
     return time_algos(op, key, (size_t)cv->n * cv->h * cv->w * cv->c * act_size(cb), launch, algos, n, dgrad_way_name,
                       way);
+}
+
+/* ---- stride-1 dgrad: the filter read transposed, or rewritten --------------------------------------------------- */
+
+static const char *dgrad_ft_name(int row) { return row == CONV_DGRAD_REWRITE ? "rewrite" : conv_row_name(row); }
+
+cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, int *row) {
+    cuda_be *cb = cuda_impl(op->be);
+    const cnn_conv2d *cv = op->cv;
+    const bool res = op->ep && op->ep->residual;
+    int64_t gm, gn, gk;
+    conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    *row = CONV_DGRAD_REWRITE;
+    if (!conv_tma_fits(cv) || cuda_conv_skipped(cb, "dgrad_ft")) return CNN_OK; /* CNN_CONV_SKIP=dgrad_ft: the A/B */
+    if (cb->conv_force_cfg >= 0) { /* forced (tests): the row's FILT_T program where it has one (or its twin's, which
+                                     * conv_fast_launch runs where the row cannot: a TMA row too, as the maps fit) */
+        const int v = cb->conv_force_cfg;
+        if (v >= conv_n_generic() && conv_ft_program(v) >= 0) *row = v;
+        return CNN_OK;
+    }
+    /* no measured speed for the FILT_T programs without tuning: the rewrite, as before them */
+    if (cb->tune == CNN_TUNE_NONE || cb->conv_force_splitk >= 0) return CNN_OK;
+    char key[200];
+    snprintf(key, sizeof key, "dgrad_ft %s n%d c%d h%d w%d k%d r%d s%d pad%dx%d%s", conv_dtype_str(cb), cv->n, cv->c,
+             cv->h, cv->w, cv->k, cv->r, cv->s, cv->pad_h, cv->pad_w, res ? " acc" : "");
+    /* the candidates: the rewrite (first: the heuristic's), every TMA row that fits and keeps its consumers busy
+     * (every one that fits in a full search) */
+    conv_cand algos[CONV_MAX_ROWS + 1];
+    int n = 0, ids[CONV_MAX_ROWS], nids = 0;
+    algos[n++] = (conv_cand){CONV_DGRAD_REWRITE, 1};
+    for (int v = conv_n_generic(); v < conv_n_rows(); v++)
+        if (conv_ft_program(v) >= 0 && fast_fits(cb, v, cv, res, gn, gk) &&
+            (cb->tune == CNN_TUNE_FULL || ws_busy(cb, &conv_rows[v], gm, gn))) {
+            algos[n++] = (conv_cand){v, 1};
+            ids[nids++] = cuda_program_id(&cuda_family_conv2d_ft_warpspec, op->be->act_dtype, conv_ft_program(v));
+        }
+    int v, splits;
+    if (cuda_tune_get(cb, key, &v, &splits))
+        for (int i = 0; i < n; i++)
+            if (algos[i].row == v) return *row = v, CNN_OK;
+    if (cb->capturing || n == 1) return CNN_OK;
+    cuda_prepare_programs(cb, ids, nids); /* compiled side by side before the timing */
+    return time_algos(op, key, (size_t)cv->n * cv->p * cv->q * cv->k * act_size(cb), launch, algos, n, dgrad_ft_name,
+                      row);
 }

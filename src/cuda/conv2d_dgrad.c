@@ -9,7 +9,10 @@
  * i + off_h. Its padding is symmetric, as the forward kernels take it: the larger of what the first row needs above and
  * the last row below, so the block may have a row or column more than the phase (off_h, off_w skip it).
  * A stride-1 dgrad whose block is dx itself runs as a plain forward launch, adding dx through the epilogue's residual
- * when accumulating (every element read and then written by the same thread). Larger strides, one of three ways,
+ * when accumulating (every element read and then written by the same thread): either a TMA row's FILT_T program, which
+ * reads the forward's filter as it is (tap (tr, ts) is the filter's (R-1-tr, S-1-ts), its K x C boxes multiplied
+ * MN-major), or the filter rewritten, then the forward's choice; tuned per shape (conv2d_choose.c, "dgrad_ft";
+ * perf-log step 88). Larger strides, one of three ways,
  * chosen per shape and accumulation by the tuner (conv2d_choose.c, "dgrad_phases"):
  *   - in place: each phase's convolution is its row's OUT_PHASE program (conv_phase_out: the epilogue maps its output
  *     row to dx's pixel and leaves out the block's extra rows and columns), adding dx as its residual when
@@ -18,7 +21,8 @@
  *   - through blocks: each phase into its block of the staging workspace (a plain forward launch, tuned under its
  *     forward key), then conv2d_dgrad_interleave writes dx (adding dx when accumulating; zeros where no tap reaches);
  *   - grouped: every phase with taps in one persistent launch of a group row's GROUPED program (conv2d_warpspec.cu),
- *     written in place as above; the phases' tiles in one list, so the short phases fill the long one's tail.
+ *     written in place as above; the phases' tiles in one list, so the short phases fill the long one's tail; its
+ *     program reads the forward's filter as it is (FILT_T, no rewrite: step 88).
  * In place writes dx once, but accumulating it reads dx in every phase's epilogue, where the interleave reads it
  * once (perf-log step 75).
  * Where the forward kernels do not take a phase (channel counts, alignment, a tap pattern whose first row would
@@ -83,6 +87,14 @@ bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void 
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
     return (cv->c % 8 == 0 || cv->stride_h * cv->stride_w == 1) && plan(cb, cv, dy, dx, accumulate, ph, &direct);
+}
+
+/* where phase ph's taps are in the forward's filter (read as it is: FILT_T): its tap (t, u) is the filter's
+ * (r0 + sh (RT - 1 - t), s0 + sw (ST - 1 - u)), as conv2d_dgrad_filter would have written it at (t, u) */
+static conv_ft phase_ft(const cnn_conv2d *cv, const dgrad_phase *ph) {
+    const int r_last = ph->r0 + cv->stride_h * (ph->cv.r - 1), s_last = ph->s0 + cv->stride_w * (ph->cv.s - 1);
+    return (conv_ft){.taps = cv->r * cv->s, .base = r_last * cv->s + s_last, .dr = -cv->stride_h * cv->s,
+                     .ds = -cv->stride_w};
 }
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -155,8 +167,6 @@ static cnn_status run_grouped(cnn_backend *be, const cnn_conv2d *cv, const dgrad
     cuda_be *cb = cuda_impl(be);
     const int np = cv->stride_h * cv->stride_w, row = conv_group_row(gi);
     const conv_row *c = &conv_rows[row];
-    void *wt[DGRAD_MAX_PHASES];
-    CNN_TRY(rewrite_filters(cb, cv, ph, w, wt));
     int order[DGRAD_MAX_PHASES], n = 0; /* the phases with taps, most taps first */
     for (int i = 0; i < np; i++) {
         if (!ph[i].cv.n) continue;
@@ -171,10 +181,12 @@ static cnn_status run_grouped(cnn_backend *be, const cnn_conv2d *cv, const dgrad
     for (int j = 0; j < n; j++) {
         const int i = order[j];
         const conv_phase_out po = phase_out(cv, ph, i);
+        const conv_ft ft = phase_ft(cv, &ph[i]); /* the program reads w as it is (FILT_T) */
         conv_args a = conv_make_args(&ph[i].cv, PASS_FPROP, c->bk);
-        a.x = dy, a.wt = wt[i], a.out = dx, a.residual = accumulate ? dx : NULL;
+        a.x = dy, a.wt = w, a.out = dx, a.residual = accumulate ? dx : NULL;
+        a.ft_base = ft.base, a.ft_dr = ft.dr, a.ft_ds = ft.ds;
         conv_args_phase(&a, &ph[i].cv, &po);
-        CNN_TRY(conv_tma_encode(cb, c, &ph[i].cv, dy, wt[i], &g.a_map[j], &g.b_map[j]));
+        CNN_TRY(conv_tma_encode_ft(cb, c, &ph[i].cv, dy, w, &ft, &g.a_map[j], &g.b_map[j]));
         g.a[j] = a;
         tiles += cdiv(a.gm, c->bm) * cdiv(a.gn, c->bn);
         if (a.ktiles_per_split > ktiles) ktiles = a.ktiles_per_split;
@@ -248,6 +260,29 @@ static cnn_status run_way(cnn_backend *be, const cnn_conv2d *cv, const dgrad_pha
     return run_phases(be, cv, ph, dy, w, dx, accumulate, way == DGRAD_IN_PLACE);
 }
 
+/* the direct dgrad's launch: phase convolution pc over dy into dx (ep: dx as its residual when accumulating) on row's
+ * FILT_T program, or (CONV_DGRAD_REWRITE) the filter rewritten, then the forward's choice */
+static cnn_status run_direct(cnn_backend *be, const cnn_conv2d *pc, const cnn_epilogue *ep, const void *dy,
+                             const void *w, void *dx, int row, const conv_ft *ft) {
+    if (row != CONV_DGRAD_REWRITE) return conv_fast_launch(be, pc, ep, dy, w, dx, row, 1, NULL, NULL, ft);
+    /* the forward convolution whose dgrad pc is (stride 1: pc reads dy (N, P, Q, K) with padding R - 1 - pad) */
+    const cnn_conv2d cv = {.n = pc->n, .c = pc->k, .h = pc->p, .w = pc->q, .k = pc->c, .r = pc->r, .s = pc->s,
+                           .stride_h = 1, .stride_w = 1, .pad_h = pc->r - 1 - pc->pad_h, .pad_w = pc->s - 1 - pc->pad_w,
+                           .p = pc->h, .q = pc->w};
+    dgrad_phase ph[DGRAD_MAX_PHASES];
+    void *wt[DGRAD_MAX_PHASES];
+    const bool ok = plan_phase(&cv, 0, 0, &ph[0]);
+    CNN_ASSERT(ok && ph[0].cv.n);
+    CNN_TRY(rewrite_filters(cuda_impl(be), &cv, ph, w, wt));
+    return conv_fast_fprop_checked(be, pc, ep, dy, wt[0], dx);
+}
+
+/* the direct dgrad's candidates into y, a scratch shaped as dx (itself the residual when accumulating) */
+static cnn_status direct_timed(const conv_operands *op, conv_cand c, void *y) {
+    const cnn_epilogue ep = {.residual = y};
+    return run_direct(op->be, op->cv, op->ep ? &ep : NULL, op->x, op->w, y, c.row, op->ft);
+}
+
 /* the choice's candidates, a way each, into y, a scratch shaped as dx (op->ep's residual when accumulating: y
  * itself) */
 static cnn_status phases_timed(const conv_operands *op, conv_cand c, void *y) {
@@ -267,10 +302,12 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
     CNN_ASSERT(ok); /* the caller asked cuda_dgrad_phases_fits */
     cb->stats.dgrad_fast_launches++;
     const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
-    if (direct) {
-        void *wt[DGRAD_MAX_PHASES];
-        CNN_TRY(rewrite_filters(cb, cv, ph, w, wt));
-        return conv_fast_fprop_checked(be, &ph[0].cv, accumulate ? &ep : NULL, dy, wt[0], dx);
+    if (direct) { /* the filter read as it is (FILT_T), or rewritten for the forward's choice: as tuned */
+        const conv_ft ft = phase_ft(cv, &ph[0]); /* tap (tr, ts): the filter's (R - 1 - tr, S - 1 - ts) */
+        const conv_operands op = {.be = be, .cv = &ph[0].cv, .ep = accumulate ? &ep : NULL, .x = dy, .w = w, .ft = &ft};
+        int row;
+        CNN_TRY(conv_choose_dgrad_ft(&op, direct_timed, &row));
+        return run_direct(be, &ph[0].cv, op.ep, dy, w, dx, row, &ft);
     }
     /* the heuristic: in place (no block written and read back), except accumulating over several phases with taps,
      * whose epilogues would each read dx as a residual (perf-log step 75) */

@@ -55,13 +55,14 @@ bool conv_fast_eligible(const cuda_be *cb, const cnn_conv2d *cv, const cnn_epilo
 }
 
 cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                            const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po) {
+                            const void *w, void *y, int row, int splits, const conv_pair *pr, const conv_phase_out *po,
+                            const conv_ft *ft) {
     cuda_be *cb = cuda_impl(be);
     if (po) row = conv_phase_row(row); /* the rows with an OUT_PHASE program of their own */
     /* sums for the training BatchNorm that reads y (cnn_conv_stats): the row's stats program, where it has one and
      * the BatchNorm would read y from DRAM (not in its one-launch pass over a tensor the L2 holds: there the sums
      * cost the epilogue more than they save, perf-log step 87) */
-    cnn_conv_stats *want = ep && ep->stats && !pr && !po && splits == 1 && conv_stats_row(row) >= 0 &&
+    cnn_conv_stats *want = ep && ep->stats && !pr && !po && !ft && splits == 1 && conv_stats_row(row) >= 0 &&
                                    !cuda_conv_skipped(cb, "bn_stats") &&
                                    !cuda_bn_forward_one_launch(cb, (int64_t)cv->n * cv->p * cv->q, cv->k)
                                ? ep->stats
@@ -80,6 +81,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         c = &conv_rows[row = conv_ws_twin(row, conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT), false)];
     const bool warpspec = conv_is(c, CNN_CUDA_CONV_WARPSPEC), tma = conv_is(c, CNN_CUDA_CONV_TMA);
     CNN_ASSERT(!pr || (tma && splits == 1)); /* pairs: the TMA rows only (pair_candidates, pair_fusable) */
+    CNN_ASSERT(!ft || (tma && !pr && !po && splits == 1)); /* its caller checked conv_tma_fits */
     CNN_ASSERT(splits == 1 || !conv_hopper(c));
     int cfg;
     const cuda_family *fam = conv_row_family(cb, row, po ? PASS_DGRAD : PASS_FPROP, &cfg); /* po: OUT_PHASE's program */
@@ -87,6 +89,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
                  conv_stats_smem(c, c->stages, conv_launch_gk(cv, pr)) > cb->smem_optin))
         want = NULL; /* a twin without a stats program: the BatchNorm sums y itself */
     if (want) fam = &cuda_family_conv2d_stats_warpspec;
+    if (ft) fam = &cuda_family_conv2d_ft_warpspec, cfg = conv_ft_program(row);
     CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
     if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
@@ -108,6 +111,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_ASSERT(!pr);
         conv_args_phase(&a, cv, po);
     }
+    if (ft) a.ft_base = ft->base, a.ft_dr = ft->dr, a.ft_ds = ft->ds;
     if (want) { /* a chunk per tile and consumer: (2, chunks, K) floats */
         a.stats_chunks = (int)(cdiv(gm, c->bm) * (conv_is(c, CNN_CUDA_CONV_COOPERATIVE) ? 2 : 1));
         void *ws;
@@ -123,7 +127,8 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     char what[200];
     snprintf(what, sizeof what, "conv2d_fprop_pipelined[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d%s",
              conv_dtype_str(cb), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
-             cv->stride_w, cv->pad_h, cv->pad_w, want ? " + channel sums" : "");
+             cv->stride_w, cv->pad_h, cv->pad_w,
+             want ? " + channel sums" : ft ? " (a dgrad, the filter read transposed)" : "");
     if (pr)
         snprintf(what + strlen(what), sizeof what - strlen(what), " + c%d h%d w%d r%d s%d stride %dx%d pad %dx%d",
                  pr->cv->c, pr->cv->h, pr->cv->w, pr->cv->r, pr->cv->s, pr->cv->stride_h, pr->cv->stride_w,
@@ -153,13 +158,15 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (tma) {
         conv_tma_args t;
         memset(&t, 0, sizeof t);
-        CNN_TRY(conv_tma_encode(cb, c, cv, x, w, &t.a_map, &t.b_map));
+        if (ft) CNN_TRY(conv_tma_encode_ft(cb, c, cv, x, w, ft, &t.a_map, &t.b_map));
+        else CNN_TRY(conv_tma_encode(cb, c, cv, x, w, &t.a_map, &t.b_map));
         if (pr) CNN_TRY(conv_tma_encode(cb, c, pr->cv, pr->x, pr->w, &t.a2_map, &t.b2_map));
         if (conv_is(c, CNN_CUDA_CONV_TMA_STORE)) CNN_TRY(conv_ost_encode(cb, c, gm, gn, y, &t.y_map));
         t.a = a;
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
         cb->stats.tma_launches++;
         if (conv_is(c, CNN_CUDA_CONV_TMA_STORE)) cb->stats.ost_launches++;
+        if (ft) cb->stats.dgrad_ft_launches++;
     } else {
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
     }
@@ -176,7 +183,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
 }
 
 static cnn_status fast_timed(const conv_operands *op, conv_cand c, void *y) {
-    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, NULL, op->po);
+    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, NULL, op->po, NULL);
 }
 
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
@@ -187,7 +194,7 @@ cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epil
     const conv_operands op = {.be = be, .cv = cv, .ep = ep && ep->stats ? &plain : ep, .x = x, .w = w};
     conv_cand c;
     CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
-    return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL, NULL);
+    return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL, NULL, NULL);
 }
 
 cnn_status conv_fast_fprop_phase(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
@@ -199,7 +206,7 @@ cnn_status conv_fast_fprop_phase(cnn_backend *be, const cnn_conv2d *cv, const cn
     const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w, .po = po};
     conv_cand c;
     CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
-    return conv_fast_launch(be, cv, ep, x, w, dx, c.row, c.splits, NULL, po);
+    return conv_fast_launch(be, cv, ep, x, w, dx, c.row, c.splits, NULL, po, NULL);
 }
 
 cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,

@@ -37,7 +37,7 @@ static cnn_status pair_unfused(cnn_backend *be, const cnn_conv2d *cv, const conv
 
 static cnn_status pair_timed(const conv_operands *op, conv_cand c, void *y) {
     if (c.row == CONV_PAIR_UNFUSED) return pair_unfused(op->be, op->cv, op->pr, op->ep, op->x, op->w, y);
-    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, op->pr, NULL);
+    return conv_fast_launch(op->be, op->cv, op->ep, op->x, op->w, y, c.row, c.splits, op->pr, NULL, NULL);
 }
 
 cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
@@ -57,7 +57,7 @@ cnn_status cuda_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const c
         CNN_TRY(conv_choose_pair(&op, pair_timed, y, &row));
         if (row != CONV_PAIR_UNFUSED) {
             cb->stats.pair_launches++;
-            return conv_fast_launch(be, cv, ep, x, w, y, row, 1, &pr, NULL);
+            return conv_fast_launch(be, cv, ep, x, w, y, row, 1, &pr, NULL, NULL);
         }
     }
     return pair_unfused(be, cv, &pr, ep, x, w, y);

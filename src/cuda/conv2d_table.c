@@ -340,8 +340,8 @@ const cuda_family cuda_family_conv2d_phase_warpspec = {
     .config_name = warpspec_name, .sm90a = true};
 
 /* The grouped phases (conv2d_warpspec.cu with GROUPED=1): every phase of a strided dgrad in one launch, on the rows
- * with TMA copies, pixel-major tiles of at most 128 channels, both operands in the ring and no staged residual;
- * group program i is the i-th such row's. */
+ * with TMA copies, pixel-major tiles of at most 128 channels, both operands in the ring and no staged residual,
+ * reading the forward's filter as it is (FILT_T=1); group program i is the i-th such row's. */
 static bool group_eligible(const conv_row *c) {
     return kind_of(c) == CNN_CUDA_CONV_WARPSPEC && conv_is(c, TMA) && !conv_is(c, BRES) && !conv_is(c, SWAP) &&
            !conv_is(c, OST) && !conv_is(c, RSM) && c->bn <= 128;
@@ -360,13 +360,45 @@ int conv_group_row(int i) {
 static void def_group_warpspec(int cfg, char *buf, size_t cap) {
     const conv_row *c = &conv_rows[conv_group_row(cfg)];
     snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=0 -DTMA=1 -DCOOP=%d -DRSM=0 -DSWAP=0 -DOST=0 -DOUT_PHASE=1 "
-             "-DGROUPED=1", c->bm, c->bn, c->stages, conv_is(c, COOP));
+             "-DGROUPED=1 -DFILT_T=1", c->bm, c->bn, c->stages, conv_is(c, COOP));
 }
 static const char *group_name(int cfg) { return conv_row_name(conv_group_row(cfg)); }
 const cuda_family cuda_family_conv2d_group_warpspec = {
     .name = "conv2d_group_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
     .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = conv_n_group_rows, .defines = def_group_warpspec,
     .config_name = group_name, .sm90a = true};
+
+/* The dgrads reading the forward's filter as it is (FILT_T=1; conv2d_dgrad.c, a stride-1 dgrad with no rewrite of
+ * the filter): the forward program of each TMA warp-specialised row, its filter slices read transposed; program i is
+ * the i-th such row's. */
+static bool ft_eligible(const conv_row *c) { return kind_of(c) == CNN_CUDA_CONV_WARPSPEC && conv_is(c, TMA); }
+static int n_ft(void) {
+    int n = 0;
+    for (int v = 0; v < N_ROWS; v++) n += ft_eligible(&conv_rows[v]);
+    return n;
+}
+int conv_ft_program(int v) {
+    if (!ft_eligible(&conv_rows[v])) return -1;
+    int i = 0;
+    for (int u = 0; u < v; u++) i += ft_eligible(&conv_rows[u]);
+    return i;
+}
+static int ft_row(int cfg) {
+    for (int v = 0; v < N_ROWS; v++)
+        if (ft_eligible(&conv_rows[v]) && cfg-- == 0) return v;
+    CNN_ASSERT(!"no such transposed-filter row");
+    return -1;
+}
+static void def_ft_warpspec(int cfg, char *buf, size_t cap) {
+    defines_warpspec(ft_row(cfg) - kind_first(CNN_CUDA_CONV_WARPSPEC), false, false, buf, cap);
+    const size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, " -DFILT_T=1");
+}
+static const char *ft_name(int cfg) { return conv_row_name(ft_row(cfg)); }
+const cuda_family cuda_family_conv2d_ft_warpspec = {
+    .name = "conv2d_dgrad_ft_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
+    .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = n_ft, .defines = def_ft_warpspec, .config_name = ft_name,
+    .sm90a = true};
 
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
 static int program_of(int v) {

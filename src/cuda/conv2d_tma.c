@@ -79,6 +79,20 @@ cnn_status conv_tma_encode(cuda_be *cb, const conv_row *c, const cnn_conv2d *cv,
     return conv_tma_encode_rows(cb, w, cv->k, (int64_t)cv->r * cv->s * cv->c, c->bn, "the filter of a TMA conv", b_map);
 }
 
+cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *c, const cnn_conv2d *cv, const void *dy, const void *w,
+                              const conv_ft *ft, conv_tma_map *a_map, conv_tma_map *b_map) {
+    CNN_ASSERT(c->bk == 64 && cv->k % 8 == 0);
+    CNN_TRY(conv_tma_encode_x(cb, cv, dy, c->bm, a_map));
+    const cuuint64_t dim[3] = {(cuuint64_t)cv->k, (cuuint64_t)ft->taps, (cuuint64_t)cv->c};
+    const cuuint64_t stride[2] = {dim[0] * 2, dim[0] * dim[1] * 2};
+    const cuuint32_t box[3] = {64, 1, 64}, trav[3] = {1, 1, 1};
+    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)b_map, tma_dtype(cb), 3, (void *)w, dim, stride, box, trav,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           "cuTensorMapEncodeTiled (the filter of a dgrad read transposed)");
+    return CNN_OK;
+}
+
 /* a TMA-store row's map of the output y (gm x gn, row-major): 16 channels x bm/CONV_OST_PIECES pixels per store (a piece
  * of a consumer warp's part of the transposed tile), no swizzle (tile_epilogue_cols_tma writes its box pixel-major,
  * 32 bytes per pixel) */

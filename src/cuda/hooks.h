@@ -85,6 +85,7 @@ typedef struct cnn_cuda_stats {
     long wgrad_few_launches; /* filter gradients over few channels on mma.sync (conv2d_wgrad.c) */
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
     long dgrad_grouped_launches; /* of them, a strided one's phases in one grouped launch */
+    long dgrad_ft_launches; /* of them, stride-1 ones reading the forward's filter transposed (no rewrite: FILT_T) */
     long bn_fused_launches; /* BatchNorm passes in one cooperative launch (batchnorm.c) */
     long conv_stats_launches; /* convolutions that summed their output's channels for a BatchNorm (conv2d_fast.c) */
     long bn_stats_folds;    /* BatchNorm forwards that took those sums instead of reading x (batchnorm.c) */

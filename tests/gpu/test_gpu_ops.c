@@ -1586,9 +1586,49 @@ static void dgrad_phase_rows(ctx *t) {
     if (t->dt != CNN_DTYPE_F32) dgrad_grouped(t);
 }
 
+/* stride-1 dgrads reading the forward's filter as it is (conv2d_warpspec.cu's FILT_T: its slices TMA boxes of the
+ * filter's K x C, multiplied MN-major): every TMA row forced (boxes per slice 1, 2 or 4; the transposed tiles, where
+ * the filter is wgmma's m64 operand; filter-resident; cooperative), C not a multiple of 64 (the last box partly past
+ * the filter, zeros), C = 8, 1x1 over two slices, 3x3 and 5x5 with every padding (the flipped taps), batch 1, H != W,
+ * accumulating and overwriting; each must have run so (the backend counts those launches). A filter-resident row
+ * keeps every slice of its column block in shared memory: it runs the 1x1 case only (two slices; the others'
+ * filters do not fit, and the row's twin would run them); a transposed row overwrites (it hands a residual to its
+ * twin). */
+static const conv_case dgrad_ft_cases[] = {
+    {2, 16, 9, 7, 64, 3, 3, 1, 1, 1, 1},   /* 3x3 pad 1, odd sizes, 16 output channels of a 64-wide box */
+    {1, 72, 6, 11, 128, 1, 1, 1, 1, 0, 0}, /* 1x1, batch 1, H != W, two slices, C = 72: a second box mostly zeros */
+    {2, 136, 7, 5, 64, 3, 3, 1, 1, 0, 0},  /* pad 0 (the dgrad pads 2), C = 136: three boxes */
+    {2, 8, 6, 6, 64, 5, 5, 1, 1, 2, 2},    /* 5x5 pad 2, C = 8 */
+};
+static void dgrad_ft(ctx *t) {
+    const int n = (int)(sizeof dgrad_ft_cases / sizeof dgrad_ft_cases[0]);
+    for (int cfg = first_fast_row(); cfg < cnn_cuda_conv_config_count(); cfg++) {
+        if (!row_has(cfg, CNN_CUDA_CONV_WARPSPEC) || !row_has(cfg, CNN_CUDA_CONV_TMA) ||
+            !cnn_cuda_conv_config_usable(t->gpu, cfg) || !row_selected(cfg))
+            continue;
+        t->tag = ".filter_t";
+        const bool bres = row_has(cfg, CNN_CUDA_CONV_FILTER_RESIDENT);
+        for (int i = bres ? 1 : 0; i < (bres ? 2 : quick ? 1 : n); i++) {
+            cnn_cuda_stats st0, st1;
+            cnn_cuda_stats_get(t->gpu, &st0);
+            /* variant 3: accumulating (a transposed row hands that to its pixel-major twin: overwriting there) */
+            const int variant = row_has(cfg, CNN_CUDA_CONV_TRANSPOSED) || (i + cfg) % 2 ? 0 : 3;
+            conv_one(t, &dgrad_ft_cases[i], cfg, variant, 8700 + 10 * cfg + i);
+            cnn_cuda_stats_get(t->gpu, &st1);
+            char name[160];
+            snprintf(name, sizeof name, "dgrad_ft.%s.%s.case%d.ran_filter_t", t->dts, cnn_cuda_conv_config_name(cfg),
+                     i);
+            check(st1.dgrad_ft_launches == st0.dgrad_ft_launches + 1, name,
+                  "%ld launches reading the filter transposed", st1.dgrad_ft_launches - st0.dgrad_ft_launches);
+        }
+    }
+    t->tag = NULL;
+}
+
 static void g_dgrad_fast(ctx *t) {
     const int first_tc = first_fast_row();
     if (!t->tf32 && cnn_cuda_conv_config_usable(t->gpu, first_tc)) dgrad_phase_rows(t);
+    if (t->dt != CNN_DTYPE_F32) dgrad_ft(t);
     const int n = (int)(sizeof dgrad_fast_cases / sizeof dgrad_fast_cases[0]);
     for (int i = 0; i < n; i++)
         for (int f = 0; f < 2; f++) /* the tuned choice, then the first tensor-core config forced */

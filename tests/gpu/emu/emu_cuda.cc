@@ -719,10 +719,11 @@ static CUresult e_TensorMapEncodeTiled(CUtensorMap *tm, CUtensorMapDataType dt, 
                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
     FAULT(CUDA_ERROR_UNKNOWN);
     emu_tensor_map m;
-    if (rank != 2) return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the emulator models rank 2 only");
+    if (rank != 2 && rank != 3)
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the emulator models rank 2 and 3 only");
     CUresult r = tmap_common(&m, dt, rank, addr, dim, stride, estride, il, sw, oob);
     if (r) return r;
-    for (int i = 0; i < 2; i++) {
+    for (cuuint32_t i = 0; i < rank; i++) {
         if (box[i] == 0 || box[i] > 256 || estride[i] != 1)
             return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: a box dimension outside 1..256 (or strided)");
         m.box[i] = box[i];

@@ -2,7 +2,7 @@
  * (emu_cuda.cc) write into a CUtensorMap's 128 bytes, and the copy a TMA load instruction makes from one
  * (emu_tma_load, called by kernels/common.cuh's tma_load_* when compiled for the emulator, through emu.h), and the
  * copy a TMA store makes to one (emu_tma_store, tma_store_tile_2d).
- * Only what the engine encodes is modelled: 2-byte or 4-byte elements, rank 2 (tiled) or 4 (im2col, NHWC),
+ * Only what the engine encodes is modelled: 2-byte or 4-byte elements, rank 2 or 3 (tiled) or 4 (im2col, NHWC),
  * no interleave, no swizzle or the 128-byte swizzle with 128-byte box rows, zeros outside the tensor.
  * Test infrastructure only. */
 #ifndef CNN_EMU_TMAP_H
@@ -21,7 +21,7 @@ typedef struct emu_tensor_map {
     const unsigned char *base;
     uint32_t dim[4];                      /* innermost first */
     uint64_t stride[3];                   /* bytes between consecutive indices of dims 1..3 */
-    uint32_t box[4];                      /* tiled: the box */
+    uint32_t box[4];                      /* tiled: the box (innermost first) */
     uint32_t estride[4];                  /* traversal strides */
     int32_t lower[2], upper[2];           /* im2col: the bounding box corners (W, H) */
 } emu_tensor_map;
@@ -38,16 +38,21 @@ static inline size_t emu_tmap_dst(const emu_tensor_map *m, size_t row_bytes, uin
 static inline unsigned emu_tma_load(const emu_tensor_map *m, unsigned char *dst, const int *coord, int off_w, int off_h) {
     const size_t e = m->elem;
     if (m->kind == EMU_TMAP_TILED) {
+        /* box rows in order: dimension 1 fastest, then dimension 2 (rank 3) */
         const size_t row_bytes = m->box[0] * e;
-        for (uint32_t i = 0; i < m->box[1]; i++)
-            for (uint32_t j = 0; j < m->box[0]; j++) {
-                const int64_t x0 = (int64_t)coord[0] + j, x1 = (int64_t)coord[1] + i;
-                const bool in = x0 >= 0 && x0 < m->dim[0] && x1 >= 0 && x1 < m->dim[1];
-                unsigned char *d = dst + emu_tmap_dst(m, row_bytes, i, j * e);
-                if (in) memcpy(d, m->base + (size_t)x1 * m->stride[0] + (size_t)x0 * e, e);
-                else memset(d, 0, e);
-            }
-        return (unsigned)(m->box[0] * m->box[1] * e);
+        const uint32_t box2 = m->rank == 3 ? m->box[2] : 1;
+        for (uint32_t i2 = 0; i2 < box2; i2++)
+            for (uint32_t i = 0; i < m->box[1]; i++)
+                for (uint32_t j = 0; j < m->box[0]; j++) {
+                    const int64_t x0 = (int64_t)coord[0] + j, x1 = (int64_t)coord[1] + i, x2 = (int64_t)coord[2] + i2;
+                    const bool in = x0 >= 0 && x0 < m->dim[0] && x1 >= 0 && x1 < m->dim[1] &&
+                                    (m->rank < 3 || (x2 >= 0 && x2 < m->dim[2]));
+                    unsigned char *d = dst + emu_tmap_dst(m, row_bytes, i2 * m->box[1] + i, j * e);
+                    const size_t off = (size_t)x1 * m->stride[0] + (m->rank == 3 ? (size_t)x2 * m->stride[1] : 0);
+                    if (in) memcpy(d, m->base + off + (size_t)x0 * e, e);
+                    else memset(d, 0, e);
+                }
+        return (unsigned)(m->box[0] * m->box[1] * box2 * e);
     }
     /* im2col: pixel positions of the bounding box in W, H (traversal strides), then images */
     const int64_t sw = m->estride[1], sh = m->estride[2];
