@@ -1,6 +1,7 @@
-/* wgmma.cuh -- Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) as the forward kernels conv2d_wgmma.cu and
- * conv2d_warpspec.cu use it: both operands K-major in shared memory, 64-element (128-byte) slice rows in the 128-byte
- * swizzle (conv2d_loader.cuh's conv_swz<64>), f32 accumulators in mma.sync's m16n8 layout per warp.
+/* wgmma.cuh -- Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) as the conv kernels use it: operands in shared memory
+ * in the 128-byte swizzle, K-major (64-element slice rows, conv2d_loader.cuh's conv_swz<64>: the forward kernels
+ * conv2d_wgmma.cu and conv2d_warpspec.cu) or MN-major (TMA boxes: the wgrad kernel, a dgrad's filter read as it is),
+ * f32 accumulators in mma.sync's m16n8 layout per warp.
  *   wg_desc                the matrix descriptor of such an operand (wg_desc_mn: of an MN-major one: wgrad, dgrad)
  *   wgmma_n<N, TA, TB>     one m64 x N x k16 product, N = 64, 128, 192 or 256, either operand MN-major
  *   wg_multiply_slice      a warpgroup's products over one slice (the emulator computes them per thread)
