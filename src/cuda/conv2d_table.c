@@ -346,17 +346,26 @@ static bool group_eligible(const conv_row *c) {
     return kind_of(c) == CNN_CUDA_CONV_WARPSPEC && conv_is(c, TMA) && !conv_is(c, BRES) && !conv_is(c, SWAP) &&
            !conv_is(c, OST) && !conv_is(c, RSM) && c->bn <= 128;
 }
-int conv_n_group_rows(void) {
+/* the rows a family's programs are compiled for, by a predicate: how many, the i-th, and row v's place among them */
+static int rows_where(bool (*pred)(const conv_row *)) {
     int n = 0;
-    for (int v = 0; v < N_ROWS; v++) n += group_eligible(&conv_rows[v]);
+    for (int v = 0; v < N_ROWS; v++) n += pred(&conv_rows[v]);
     return n;
 }
-int conv_group_row(int i) {
+static int row_where(bool (*pred)(const conv_row *), int i) {
     for (int v = 0; v < N_ROWS; v++)
-        if (group_eligible(&conv_rows[v]) && i-- == 0) return v;
-    CNN_ASSERT(!"no such group row");
+        if (pred(&conv_rows[v]) && i-- == 0) return v;
+    CNN_ASSERT(!"no such row");
     return -1;
 }
+static int index_where(bool (*pred)(const conv_row *), int v) {
+    if (!pred(&conv_rows[v])) return -1;
+    int i = 0;
+    for (int u = 0; u < v; u++) i += pred(&conv_rows[u]);
+    return i;
+}
+int conv_n_group_rows(void) { return rows_where(group_eligible); }
+int conv_group_row(int i) { return row_where(group_eligible, i); }
 static void def_group_warpspec(int cfg, char *buf, size_t cap) {
     const conv_row *c = &conv_rows[conv_group_row(cfg)];
     snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d -DBRES=0 -DTMA=1 -DCOOP=%d -DRSM=0 -DSWAP=0 -DOST=0 -DOUT_PHASE=1 "
@@ -372,23 +381,9 @@ const cuda_family cuda_family_conv2d_group_warpspec = {
  * the filter): the forward program of each TMA warp-specialised row, its filter slices read transposed; program i is
  * the i-th such row's. */
 static bool ft_eligible(const conv_row *c) { return kind_of(c) == CNN_CUDA_CONV_WARPSPEC && conv_is(c, TMA); }
-static int n_ft(void) {
-    int n = 0;
-    for (int v = 0; v < N_ROWS; v++) n += ft_eligible(&conv_rows[v]);
-    return n;
-}
-int conv_ft_program(int v) {
-    if (!ft_eligible(&conv_rows[v])) return -1;
-    int i = 0;
-    for (int u = 0; u < v; u++) i += ft_eligible(&conv_rows[u]);
-    return i;
-}
-static int ft_row(int cfg) {
-    for (int v = 0; v < N_ROWS; v++)
-        if (ft_eligible(&conv_rows[v]) && cfg-- == 0) return v;
-    CNN_ASSERT(!"no such transposed-filter row");
-    return -1;
-}
+static int n_ft(void) { return rows_where(ft_eligible); }
+int conv_ft_program(int v) { return index_where(ft_eligible, v); }
+static int ft_row(int cfg) { return row_where(ft_eligible, cfg); }
 static void def_ft_warpspec(int cfg, char *buf, size_t cap) {
     defines_warpspec(ft_row(cfg) - kind_first(CNN_CUDA_CONV_WARPSPEC), false, false, buf, cap);
     const size_t len = strlen(buf);
