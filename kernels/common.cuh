@@ -461,7 +461,7 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned pari
 /* ---- the tensor memory accelerator (TMA, sm_90): bulk copies global -> shared that complete on an mbarrier ----
  * mbar_arrive_expect_tx(bar, bytes): one arrival that also announces `bytes` more to land on bar's phase, which
  * then completes only when the copies carrying them have. tma_load_tile_2d copies the box of a tiled tensor map
- * whose inner coordinate is c0, outer c1 (tma_load_tile_3d: of a rank-3 map); tma_load_im2col_4d copies
+ * whose inner coordinate is c0, outer c1 (tma_load_tile_3d, _4d: of a rank-3, rank-4 map); tma_load_im2col_4d copies
  * Pixels-per-Column rows of Channels-per-Pixel
  * channels from an NHWC tensor map in im2col mode: from pixel (w, h) of image n, the filter base, walking the
  * map's bounding box, each row at filter tap (w + off_w, h + off_h), channels c .. (kernels/conv2d_warpspec.cu).
@@ -503,6 +503,22 @@ __device__ __forceinline__ void tma_load_tile_3d(const void *map, void *dst, uns
     __trap();
 #else
     const int coord[4] = {c0, c1, c2, 0};
+    emu_mbar_update(bar, 0u, 0u, emu_tma_load((const emu_tensor_map *)map, (unsigned char *)dst, coord, 0, 0));
+#endif
+}
+/* the box of a rank-4 tiled map at coordinates (c0, c1, c2, c3), innermost first: an NHWC tensor's box of channels x
+ * pixels x rows of one image (the halo wgrad, kernels/conv2d_wgrad_wgmma.cu) */
+__device__ __forceinline__ void tma_load_tile_4d(const void *map, void *dst, unsigned long long *bar, int c0, int c1,
+                                                 int c2, int c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];"
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar)) : "memory");
+#elif defined(__CUDA_ARCH__)
+    (void)map, (void)dst, (void)bar, (void)c0, (void)c1, (void)c2, (void)c3;
+    __trap();
+#else
+    const int coord[4] = {c0, c1, c2, c3};
     emu_mbar_update(bar, 0u, 0u, emu_tma_load((const emu_tensor_map *)map, (unsigned char *)dst, coord, 0, 0));
 #endif
 }

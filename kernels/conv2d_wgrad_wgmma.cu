@@ -21,17 +21,28 @@
  * a.ktiles_per_split slices each. With a.splits == 1 a CTA writes its tile of dW (float32, overwritten); otherwise its
  * partial into a.ws[split] and conv2d_wgrad_wgmma_reduce adds the splits in order (deterministic, no atomics).
  * Specialisation (-D, src/cuda/conv2d_wgrad.c): BM (64, 128, 256), BN (64 .. 256), STAGES, ACT (F16/BF16).
+ *
+ * The halo kernel (-DHALO_QB, HALO_HB: the 3x3 stride-1 convs, perf-log step 89) reads x once per slice instead of
+ * once per tap: a slice is a block of HB output rows x QB output columns of one image, its reduction index k =
+ * (row, column) of the block. dy arrives as that box (QB*HB rows of 64 channels; zeros past P and Q); x as three
+ * boxes of HB + 2 rows x QB columns, box s shifted by tap column s, so that tap (r, s) of index k is row k + r*QB of
+ * box s. A consumer warpgroup per tap column s multiplies dy (m64) against the three taps (0..2, s) at once: n192,
+ * chunks QB rows apart (QB % 8 == 0 keeps every chunk on the swizzle's 1 KB period). The CTA holds all nine taps of
+ * one 64-channel block of x against 64 channels of dy; per slice it brings (HB + 3 (HB + 2)) QB rows for 576 x
+ * QB*HB products where the im2col kernel brings (1 + taps) x 64 rows per 64 x 64 taps.
  */
 #include "common.cuh"
 #include "params.cuh"
 #include "conv2d_loader.cuh"
 #include "wgmma.cuh"
 
-#if !defined(BM) || !defined(BN) || !defined(STAGES)
-#error "conv2d_wgrad_wgmma.cu needs -DBM -DBN -DSTAGES"
-#endif
 #if ACT == ACT_F32
 #error "conv2d_wgrad_wgmma.cu takes F16 or BF16 activations"
+#endif
+
+#ifndef HALO_QB /* the im2col kernel */
+#if !defined(BM) || !defined(BN) || !defined(STAGES)
+#error "conv2d_wgrad_wgmma.cu needs -DBM -DBN -DSTAGES (or -DHALO_QB -DHALO_HB -DSTAGES)"
 #endif
 
 #define BK 64                     /* output pixels per slice */
@@ -50,6 +61,25 @@ static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256 channels o
 static_assert(BN % 64 == 0 && (CN == 64 || CN == 128 || CN == 192 || CN == 256), "a consumer's columns: a wgmma n");
 static_assert(MB * CN / 2 <= 128, "accumulators of a consumer thread");
 static_assert(STAGES >= 2 && SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
+#else /* the halo kernel: 3x3, stride 1 */
+#if !defined(HALO_HB) || !defined(STAGES)
+#error "the halo wgrad needs -DHALO_QB -DHALO_HB -DSTAGES"
+#endif
+#define QB HALO_QB
+#define HB HALO_HB
+#define KR (QB * HB)                 /* reduction rows (output pixels of the block) per slice */
+#define XR ((HB + 2) * QB)           /* rows of one shifted x box */
+#define NT 512                       /* producer warpgroup + one consumer warpgroup per tap column */
+#define STAGE_ELEMS ((KR + 3 * XR) * 64)
+#define SMEM_BYTES (STAGE_ELEMS * 2 * STAGES + 1024)
+#define ENTRY_REGS 128
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS 152
+static_assert(128 * PRODUCER_REGS + 384 * CONSUMER_REGS <= NT * ENTRY_REGS, "registers handed back cover those taken");
+static_assert(QB % 8 == 0 && QB <= 256 && HB + 2 <= 256, "box columns a whole swizzle period, boxes of 256 at most");
+static_assert(KR % 16 == 0, "a slice of whole k16 steps");
+static_assert(STAGES >= 2 && SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
+#endif
 
 __device__ __forceinline__ void wgrad_regs_lower(void) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -62,6 +92,44 @@ __device__ __forceinline__ void wgrad_regs_raise(void) {
 #endif
 }
 
+/* the kernel's dynamic shared memory, and the ring in it from the first 1 KB boundary (the 128-byte swizzle's period:
+ * SMEM_BYTES has the slack) */
+#ifdef __CUDA_ARCH__
+#define WGRAD_SMEM extern __shared__ __align__(128) unsigned char smem_raw[]
+#else
+#define WGRAD_SMEM __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES]
+#endif
+__device__ __forceinline__ act_t (*ring_at(unsigned char *raw))[STAGE_ELEMS] {
+    return reinterpret_cast<act_t(*)[STAGE_ELEMS]>(raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u));
+}
+
+/* the ring's barriers: full[s] completes on the producer's arrival and its copies' bytes, empty[s] on the arrivals of
+ * the `consumer_warps` consumer warps; then the whole CTA synchronises */
+__device__ __forceinline__ void ring_init(unsigned long long *full, unsigned long long *empty, unsigned consumer_warps) {
+    if (threadIdx.x == 0)
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1u), mbar_init(&empty[s], consumer_warps);
+    __syncthreads();
+}
+
+/* a consumer warpgroup's loop over its `total` slices: wait for stage g % STAGES, multiply (mul(stage)), and once
+ * slice g - 1's batch has retired release its stage; the accumulators are final on return */
+template <class ACC, class MUL>
+__device__ __forceinline__ void consume(int total, unsigned long long *full, unsigned long long *empty, int lane, ACC &acc,
+                                        MUL mul) {
+    acc_zero(acc);
+    for (int g = 0; g < total; g++) {
+        const int s = g % STAGES;
+        mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
+        mul(s);
+        wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
+        acc_fence_all(acc);
+        if (g > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
+    }
+    wg_wait_all();
+    acc_fence_all(acc);
+}
+
+#ifndef HALO_QB /* ================================ the im2col kernel ================================ */
 /* the producer's copies, slice by slice: dy's BM channels, then each column block's x (ROWS: the tiled map of x's
  * rows, a 1x1 stride-1 unpadded conv; otherwise im2col at the block's tap) */
 template <bool ROWS>
@@ -111,14 +179,9 @@ __device__ __forceinline__ void produce(const conv_tma_args &targs, act_t (*ring
 extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __grid_constant__ conv_tma_args targs) {
     pdl_enter();
     const conv_args &a = targs.a;
-#ifdef __CUDA_ARCH__
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-#else
-    __shared__ __align__(128) unsigned char smem_raw[SMEM_BYTES];
-#endif
+    WGRAD_SMEM;
     __shared__ unsigned long long full[STAGES], empty[STAGES];
-    unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    act_t(*ring)[STAGE_ELEMS] = reinterpret_cast<act_t(*)[STAGE_ELEMS]>(smem); /* stage s: A boxes, then B boxes */
+    act_t(*ring)[STAGE_ELEMS] = ring_at(smem_raw); /* stage s: A boxes, then B boxes */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
     const int n_tiles = (a.gn + BN - 1) / BN;
@@ -128,10 +191,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     const int total = min(ktiles - g0, a.ktiles_per_split); /* this split's slices (the host makes none empty) */
     if (total <= 0 || dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap();
 
-    if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1u), mbar_init(&empty[s], 8u);
-    }
-    __syncthreads();
+    ring_init(full, empty, 8u);
 
     if (role == 0) { /* ---- the producer: thread 0 issues every copy ---- */
         wgrad_regs_lower();
@@ -149,18 +209,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     const int me = role - 1;
     const int row_off = BM == 64 ? 0 : me * CM, col_off = BM == 64 ? me * CN : 0;
     float acc[MB][CN / 8][4];
-    acc_zero(acc);
-    for (int g = 0; g < total; g++) {
-        const int s = g % STAGES;
-        mbar_wait(&full[s], (unsigned)(g / STAGES) & 1u);
+    consume(total, full, empty, lane, acc, [&](int s) {
         wg_multiply_slice<MB, CN, 1, 1>(acc, ring[s] + (row_off / 64) * BOX, ring[s] + BM * BK + (col_off / 64) * BOX,
                                         warp, lane);
-        wg_commit_and_wait_prev(); /* slice g - 1's batch has retired: its stage is free */
-        acc_fence_all(acc);
-        if (g > 0 && lane == 0) mbar_arrive(&empty[(g - 1) % STAGES]);
-    }
-    wg_wait_all();
-    acc_fence_all(acc);
+    });
 
     /* epilogue: warp w of the consumer holds rows 16w + g (+ 8) of each m64 block, columns 8j + 2t .. + 1 */
     float *out = a.splits > 1 ? a.ws + (long long)blockIdx.y * a.gm * a.gn : (float *)a.out;
@@ -179,6 +231,78 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
             }
         }
 }
+
+#else /* ================================ the halo kernel (3x3, stride 1) ================================ */
+/* Grid: x = (64-channel block of dy) x (64-channel block of x), y = splits of a.ktiles_per_split slices; slice g is
+ * column block g % qbn of row block (g / qbn) % pbn of image g / (qbn * pbn). targs.b_map: dy (K, Q, P, N) in boxes
+ * of 64 x QB x HB; targs.a_map: x (C, W, H, N) in boxes of 64 x QB x (HB + 2). */
+extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __grid_constant__ conv_tma_args targs) {
+    pdl_enter();
+    const conv_args &a = targs.a;
+    WGRAD_SMEM;
+    __shared__ unsigned long long full[STAGES], empty[STAGES];
+    act_t(*ring)[STAGE_ELEMS] = ring_at(smem_raw); /* stage: dy box, x boxes s = 0, 1, 2 */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
+    const int cblocks = a.c / 64;
+    const int m0 = ((int)blockIdx.x / cblocks) * 64, c0 = ((int)blockIdx.x % cblocks) * 64;
+    const int qbn = (a.q + QB - 1) / QB, pbn = (a.p + HB - 1) / HB;
+    const long long slices = (long long)a.n * pbn * qbn;
+    const long long g0 = (long long)blockIdx.y * a.ktiles_per_split;
+    const int total = (int)min(slices - g0, (long long)a.ktiles_per_split); /* the host makes no split empty */
+    if (total <= 0 || dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap();
+
+    ring_init(full, empty, 12u);
+
+    if (role == 0) { /* ---- the producer: thread 0 issues every copy ---- */
+        wgrad_regs_lower();
+        if (tid != 0) return;
+        tma_prefetch_map(&targs.a_map);
+        tma_prefetch_map(&targs.b_map);
+        const unsigned bytes = (unsigned)((KR + 3 * XR) * 64 * 2);
+        int qi = (int)(g0 % qbn), pi = (int)((g0 / qbn) % pbn), img = (int)(g0 / ((long long)qbn * pbn));
+        for (int g = 0; g < total; g++) {
+            const int s = g % STAGES;
+            if (g >= STAGES) mbar_wait(&empty[s], (unsigned)(g / STAGES - 1) & 1u); /* slice g - STAGES released */
+            const int q0 = qi * QB, p0 = pi * HB;
+            mbar_arrive_expect_tx(&full[s], bytes);
+            tma_load_tile_4d(&targs.b_map, ring[s], &full[s], m0, q0, p0, img);
+#pragma unroll
+            for (int sx = 0; sx < 3; sx++)
+                tma_load_tile_4d(&targs.a_map, ring[s] + (KR + sx * XR) * 64, &full[s], c0, q0 + sx - a.pad_w,
+                                 p0 - a.pad_h, img);
+            if (++qi == qbn) { /* the next slice: column block, row block, image */
+                qi = 0;
+                if (++pi == pbn) pi = 0, img++;
+            }
+        }
+        return;
+    }
+
+    /* ---- consumer sx = role - 1: taps (0..2, sx) = dW columns (r*3 + sx)*C + c0 .. + 63 for r = 0, 1, 2 ---- */
+    wgrad_regs_raise();
+    const int sx = role - 1;
+    float acc[1][192 / 8][4];
+    consume(total, full, empty, lane, acc, [&](int s) {
+        wg_multiply_mn<192, KR / 16>(acc, ring[s], ring[s] + (KR + sx * XR) * 64, QB * 64, warp, lane);
+    });
+
+    /* epilogue: warp w holds rows 16w + g (+ 8), columns 8j + 2t .. + 1 of the n192 = taps r = j / 8 */
+    float *out = a.splits > 1 ? a.ws + (long long)blockIdx.y * a.gm * a.gn : (float *)a.out;
+    const int g8 = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = m0 + warp * 16 + g8 + h * 8;
+        if (row >= a.gm) continue;
+        float *orow = out + (long long)row * a.gn;
+#pragma unroll
+        for (int j = 0; j < 192 / 8; j++) {
+            const int r = j >> 3, col = (r * 3 + sx) * a.c + c0 + (j & 7) * 8 + 2 * t4;
+            *(float2 *)(orow + col) = make_float2(acc[0][j][2 * h], acc[0][j][2 * h + 1]);
+        }
+    }
+}
+#endif
 
 /* dW = the splits' partials added in split order (a.ws: (splits, gm*gn) float32), four elements per thread where
  * gm*gn % 4 == 0 (the host launches it only then: gn = R*S*C, C % 64 == 0) */

@@ -5,6 +5,7 @@
  *   wg_desc                the matrix descriptor of such an operand (wg_desc_mn: of an MN-major one: wgrad, dgrad)
  *   wgmma_n<N, TA, TB>     one m64 x N x k16 product, N = 64, 128, 192 or 256, either operand MN-major
  *   wg_multiply_slice      a warpgroup's products over one slice (the emulator computes them per thread)
+ *   wg_multiply_mn         the same over K16 k16 steps of MN-major operands whose B chunks are any distance apart
  *   wg_fence, wg_commit_and_wait_prev, wg_wait_all, acc_zero, acc_fence_all (fence_proxy_async: common.cuh)
  * Needs ACT (common.cuh) and conv2d_loader.cuh.
  */
@@ -173,6 +174,35 @@ __device__ __forceinline__ void wg_multiply_slice(float (&acc)[MB_][BN_ / 8][4],
                 for (int k = 0; k < 64; k++) s += act_to_f32(at(A_wg, TA, r, k)) * act_to_f32(at(Bs, TB, c, k));
                 acc[b][j][e] += s;
             }
+#endif
+}
+
+
+/* One warpgroup's products over K16 k16 steps of two MN-major operands (wgrad, both read as TMA boxes land): acc +=
+ * A x B^T, A one m64 block (rows of 64 M elements, one per reduction index), B N_ columns in 64-element chunks
+ * `b_chunk` elements apart (any multiple of 512: a chunk starts on a 1 KB swizzle period). The halo wgrad's chunks are
+ * one shifted x box's rows r * QB apart, one per filter row r (kernels/conv2d_wgrad_wgmma.cu). */
+template <int N_, int K16>
+__device__ __forceinline__ void wg_multiply_mn(float (&acc)[1][N_ / 8][4], const act_t *A, const act_t *B, int b_chunk,
+                                               int warp_in_wg, int lane) {
+#if defined(__CUDA_ARCH__)
+    (void)warp_in_wg, (void)lane;
+    wg_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < K16; k16++)
+        wgmma_n<N_, 1, 1>(&acc[0][0][0], wg_desc_mn(A + k16 * 16 * 64, 64 * 64 * 2),
+                          wg_desc_mn(B + k16 * 16 * 64, (unsigned)b_chunk * 2u), 1);
+#else
+    const int g = lane >> 2, t4 = lane & 3;
+    for (int j = 0; j < N_ / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int r = warp_in_wg * 16 + g + (e >> 1) * 8, c = j * 8 + 2 * t4 + (e & 1);
+            float s = 0.0f;
+            for (int k = 0; k < 16 * K16; k++)
+                s += act_to_f32(A[conv_swz<64>(k, r >> 3) + (r & 7)]) *
+                     act_to_f32(B[(c >> 6) * b_chunk + conv_swz<64>(k, (c & 63) >> 3) + (c & 7)]);
+            acc[0][j][e] += s;
+        }
 #endif
 }
 

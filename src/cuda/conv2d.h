@@ -109,16 +109,20 @@ const cuda_family *conv_pipelined_family(const cuda_be *cb);
 
 typedef struct wgrad_config {
     int bm, bn;   /* tile: channels of dy x columns (r, s, c) of dW */
-    int stages;   /* ring stages of (bm + bn) x 64 elements */
+    int stages;   /* ring stages: (bm + bn) x 64 elements (im2col), or the halo slice's boxes */
     float eff;    /* relative tensor-core throughput of a full tile, for the heuristic */
+    int qb, hb;   /* the halo kernel (3x3 stride 1; 0 = im2col): a slice of hb output rows x qb columns, x read once */
 } wgrad_config;
 #define WGRAD_BK 64           /* output pixels per reduction slice (the kernel's BK) */
 #define WGRAD_MAX_CONFIGS 16  /* at least wgrad_n_configs(): the size of candidate lists */
 extern const wgrad_config wgrad_configs[];
 int wgrad_n_configs(void);
-const char *wgrad_config_name(int cfg); /* derived: "wgrad128x256/s4" */
+const char *wgrad_config_name(int cfg); /* derived: "wgrad128x256/s4", "wgrad_halo16x8/s2" */
 int64_t wgrad_smem(const wgrad_config *c);
 bool wgrad_config_usable(const cuda_be *cb, int cfg); /* its shared memory fits this GPU */
+bool wgrad_config_takes(int cfg, const cnn_conv2d *cv);  /* the halo configs: 3x3 stride 1 only */
+int64_t wgrad_slices(const wgrad_config *c, const cnn_conv2d *cv); /* reduction slices of a problem */
+int64_t wgrad_tiles(const wgrad_config *c, const cnn_conv2d *cv);  /* output tiles (CTAs of one split) */
 extern const cuda_family cuda_family_conv2d_wgrad_wgmma;
 extern const cuda_family cuda_family_conv2d_wgrad_few; /* families.c: one program per dtype */
 
@@ -163,6 +167,9 @@ cnn_status conv_tma_encode_x(cuda_be *cb, const cnn_conv2d *cv, const void *x, i
 cnn_status conv_tma_encode_rows(cuda_be *cb, const void *p, int64_t rows, int64_t cols, int box_rows, const char *what,
                                 conv_tma_map *map);
 cnn_status conv_ost_encode(cuda_be *cb, const conv_row *r, int64_t gm, int64_t gn, void *y, conv_tma_map *y_map);
+/* an NHWC tensor in boxes of 64 channels x box_w pixels x box_h rows of one image (the halo wgrad's dy and x) */
+cnn_status conv_tma_encode_nhwc(cuda_be *cb, const void *p, int n, int h, int w, int c, int box_w, int box_h,
+                                const char *what, conv_tma_map *map);
 /* A stride-1 dgrad run as a forward convolution over dy that reads the forward's filter (K', R', S', C') as it is
  * (kernels/conv2d_warpspec.cu's FILT_T; conv2d_dgrad.c): the convolution's tap (tr, ts) is the forward's tap
  * base + tr * dr + ts * ds (r' * S' + s'); the convolution's C is K', its K is C'. */

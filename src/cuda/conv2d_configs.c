@@ -58,11 +58,37 @@ const wgrad_config wgrad_configs[] = {
     {.bm = 64, .bn = 256, .stages = 5, .eff = 0.85f},
     {.bm = 128, .bn = 64, .stages = 8, .eff = 0.75f},
     {.bm = 64, .bn = 128, .stages = 8, .eff = 0.70f},
+    /* the halo kernel (3x3 stride 1): 64 channels of dy x all nine taps of 64 channels of x; a slice of hb x qb
+     * output pixels whose x is read once, not once per tap (perf-log step 89). Columns qb a multiple of 8 (the
+     * swizzle's period), so 8 for 7x7 and 14x14 outputs, 16 and 32 for 28x28 to 224x224, 64 for 56x56. */
+    {.bm = 64, .bn = 576, .stages = 4, .eff = 0.95f, .qb = 8, .hb = 8},
+    {.bm = 64, .bn = 576, .stages = 4, .eff = 0.95f, .qb = 16, .hb = 4},
+    {.bm = 64, .bn = 576, .stages = 2, .eff = 0.95f, .qb = 16, .hb = 8},
+    {.bm = 64, .bn = 576, .stages = 3, .eff = 0.95f, .qb = 32, .hb = 2},
+    {.bm = 64, .bn = 576, .stages = 2, .eff = 0.95f, .qb = 32, .hb = 4},
+    {.bm = 64, .bn = 576, .stages = 2, .eff = 0.95f, .qb = 64, .hb = 2},
 };
 #define N_WGRAD ((int)(sizeof wgrad_configs / sizeof wgrad_configs[0]))
 _Static_assert(N_WGRAD <= WGRAD_MAX_CONFIGS, "WGRAD_MAX_CONFIGS covers the table");
 int wgrad_n_configs(void) { return N_WGRAD; }
-int64_t wgrad_smem(const wgrad_config *c) { return (int64_t)(c->bm + c->bn) * WGRAD_BK * 2 * c->stages + 1024; }
+int64_t wgrad_smem(const wgrad_config *c) {
+    if (c->qb) /* dy's box of hb x qb pixels, three x boxes of (hb + 2) x qb, 64 channels each */
+        return ((int64_t)c->qb * c->hb + 3 * (int64_t)(c->hb + 2) * c->qb) * 64 * 2 * c->stages + 1024;
+    return (int64_t)(c->bm + c->bn) * WGRAD_BK * 2 * c->stages + 1024;
+}
+bool wgrad_config_takes(int cfg, const cnn_conv2d *cv) {
+    CNN_ASSERT(cfg >= 0 && cfg < N_WGRAD);
+    if (!wgrad_configs[cfg].qb) return true;
+    return cv->r == 3 && cv->s == 3 && cv->stride_h == 1 && cv->stride_w == 1;
+}
+int64_t wgrad_slices(const wgrad_config *c, const cnn_conv2d *cv) {
+    if (c->qb) return (int64_t)cv->n * cdiv(cv->p, c->hb) * cdiv(cv->q, c->qb);
+    return cdiv((int64_t)cv->n * cv->p * cv->q, WGRAD_BK);
+}
+int64_t wgrad_tiles(const wgrad_config *c, const cnn_conv2d *cv) {
+    if (c->qb) return cdiv(cv->k, 64) * (cv->c / 64);
+    return cdiv(cv->k, c->bm) * cdiv((int64_t)cv->r * cv->s * cv->c, c->bn);
+}
 bool wgrad_config_usable(const cuda_be *cb, int cfg) {
     CNN_ASSERT(cfg >= 0 && cfg < N_WGRAD);
     return wgrad_smem(&wgrad_configs[cfg]) <= cb->smem_optin;
@@ -71,9 +97,11 @@ bool wgrad_config_usable(const cuda_be *cb, int cfg) {
 static char wgrad_names[N_WGRAD][32];
 static pthread_once_t wgrad_names_once = PTHREAD_ONCE_INIT;
 static void make_wgrad_names(void) {
-    for (int i = 0; i < N_WGRAD; i++)
-        snprintf(wgrad_names[i], sizeof wgrad_names[i], "wgrad%dx%d/s%d", wgrad_configs[i].bm, wgrad_configs[i].bn,
-                 wgrad_configs[i].stages);
+    for (int i = 0; i < N_WGRAD; i++) {
+        const wgrad_config *c = &wgrad_configs[i];
+        if (c->qb) snprintf(wgrad_names[i], sizeof wgrad_names[i], "wgrad_halo%dx%d/s%d", c->qb, c->hb, c->stages);
+        else snprintf(wgrad_names[i], sizeof wgrad_names[i], "wgrad%dx%d/s%d", c->bm, c->bn, c->stages);
+    }
 }
 const char *wgrad_config_name(int cfg) {
     CNN_ASSERT(cfg >= 0 && cfg < N_WGRAD);
@@ -82,7 +110,8 @@ const char *wgrad_config_name(int cfg) {
 }
 static void wgrad_defines(int cfg, char *buf, size_t cap) {
     const wgrad_config *c = &wgrad_configs[cfg];
-    snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d", c->bm, c->bn, c->stages);
+    if (c->qb) snprintf(buf, cap, "-DHALO_QB=%d -DHALO_HB=%d -DSTAGES=%d", c->qb, c->hb, c->stages);
+    else snprintf(buf, cap, "-DBM=%d -DBN=%d -DSTAGES=%d", c->bm, c->bn, c->stages);
 }
 static const char *const wgrad_wgmma_entries[] = {"conv2d_wgrad_wgmma", "conv2d_wgrad_wgmma_reduce"};
 const cuda_family cuda_family_conv2d_wgrad_wgmma = {

@@ -55,19 +55,36 @@ cnn_status conv_tma_encode_x(cuda_be *cb, const cnn_conv2d *cv, const void *x, i
     return CNN_OK;
 }
 
-/* a row-major matrix (rows x cols, cols % 8 == 0) in boxes of box_rows rows x 64 columns, in the 128-byte swizzle,
- * zeros outside; `what` names it in errors */
-cnn_status conv_tma_encode_rows(cuda_be *cb, const void *p, int64_t rows, int64_t cols, int box_rows, const char *what,
-                                conv_tma_map *map) {
-    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)cols * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, trav[2] = {1, 1};
+/* a tiled map of `rank` dimensions (innermost first) of 16-bit elements in boxes whose rows are 64 elements, in the
+ * 128-byte swizzle, zeros outside; `what` names it in errors */
+static cnn_status encode_tiled(cuda_be *cb, const void *p, unsigned rank, const cuuint64_t *dim,
+                               const cuuint64_t *stride, const cuuint32_t *box, const char *what, conv_tma_map *map) {
+    const cuuint32_t trav[4] = {1, 1, 1, 1};
     char msg[96];
     snprintf(msg, sizeof msg, "cuTensorMapEncodeTiled (%s)", what);
-    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)map, tma_dtype(cb), 2, (void *)p, dim, stride, box, trav,
+    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)map, tma_dtype(cb), rank, (void *)p, dim, stride, box, trav,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            msg);
     return CNN_OK;
+}
+
+/* a row-major matrix (rows x cols, cols % 8 == 0) in boxes of box_rows rows x 64 columns */
+cnn_status conv_tma_encode_rows(cuda_be *cb, const void *p, int64_t rows, int64_t cols, int box_rows, const char *what,
+                                conv_tma_map *map) {
+    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    return encode_tiled(cb, p, 2, dim, stride, box, what, map);
+}
+
+/* an NHWC tensor (n, h, w, c; c % 8 == 0) in boxes of 64 channels x box_w pixels x box_h rows of one image (the halo
+ * wgrad's dy and x) */
+cnn_status conv_tma_encode_nhwc(cuda_be *cb, const void *p, int n, int h, int w, int c, int box_w, int box_h,
+                                const char *what, conv_tma_map *map) {
+    const cuuint64_t dim[4] = {(cuuint64_t)c, (cuuint64_t)w, (cuuint64_t)h, (cuuint64_t)n};
+    const cuuint64_t stride[3] = {dim[0] * 2, dim[0] * dim[1] * 2, dim[0] * dim[1] * dim[2] * 2};
+    const cuuint32_t box[4] = {64, (cuuint32_t)box_w, (cuuint32_t)box_h, 1};
+    return encode_tiled(cb, p, 4, dim, stride, box, what, map);
 }
 
 /* the tensor maps of a TMA row's launch (conv_tma_fits holds): x in im2col mode, BM pixels per copy, and the filter
@@ -85,12 +102,8 @@ cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *c, const cnn_conv2d *
     CNN_TRY(conv_tma_encode_x(cb, cv, dy, c->bm, a_map));
     const cuuint64_t dim[3] = {(cuuint64_t)cv->k, (cuuint64_t)ft->taps, (cuuint64_t)cv->c};
     const cuuint64_t stride[2] = {dim[0] * 2, dim[0] * dim[1] * 2};
-    const cuuint32_t box[3] = {64, 1, 64}, trav[3] = {1, 1, 1};
-    CU_TRY(cu.TensorMapEncodeTiled((CUtensorMap *)b_map, tma_dtype(cb), 3, (void *)w, dim, stride, box, trav,
-                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-           "cuTensorMapEncodeTiled (the filter of a dgrad read transposed)");
-    return CNN_OK;
+    const cuuint32_t box[3] = {64, 1, 64};
+    return encode_tiled(cb, w, 3, dim, stride, box, "the filter of a dgrad read transposed", b_map);
 }
 
 /* a TMA-store row's map of the output y (gm x gn, row-major): 16 channels x bm/CONV_OST_PIECES pixels per store (a piece

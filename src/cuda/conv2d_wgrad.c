@@ -7,6 +7,8 @@
  * depends only on (shape, config, splits), never on timing. Both operands arrive by TMA (dy tiled, x in im2col
  * mode) and are multiplied in wgmma's MN-major layout, so the kernel takes F16/BF16 on sm_90a with C % 64 == 0
  * (a column block of the tile is 64 channels of one filter tap) and K % 8 == 0 (dy's rows 16-byte multiples).
+ * The halo configs (3x3 stride 1) launch the same file's halo kernel: dy and x as rank-4 boxes of a block of output
+ * rows and columns, x read once per slice for all nine taps (perf-log step 89).
  * The first layer's few input channels (C <= 4) have their own kernel, kernels/conv2d_wgrad_few.cu (mma.sync,
  * sm_80+), launched at the end of this file; cuda_conv2d_wgrad (conv2d.c) runs everything else on the generic
  * kernels.
@@ -45,7 +47,9 @@ static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void
     a->p = cv->p, a->q = cv->q, a->stride_h = cv->stride_h, a->stride_w = cv->stride_w;
     a->pad_h = cv->pad_h, a->pad_w = cv->pad_w;
     a->gm = cv->k, a->gn = cv->r * cv->s * cv->c, a->gk = cv->n * cv->p * cv->q;
-    const int64_t slices = cdiv(a->gk, WGRAD_BK), per = cdiv(slices, splits);
+    if (!wgrad_config_takes(cfg, cv))
+        return cnn_fail(CNN_E_UNSUPPORTED, "wgrad config %s takes 3x3 stride-1 convs only", wgrad_config_name(cfg));
+    const int64_t slices = wgrad_slices(c, cv), per = cdiv(slices, splits);
     splits = (int)cdiv(slices, per); /* no empty split */
     a->ktiles_per_split = (int)per, a->splits = splits;
     a->x = x, a->dy = dy, a->out = dw;
@@ -55,22 +59,29 @@ static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void
         CNN_TRY(cuda_workspace(cb, (size_t)splits * (size_t)a->gm * (size_t)a->gn * sizeof(float), &ws));
         a->ws = ws;
     }
-    /* a 1x1 stride-1 unpadded conv's im2col is x itself: its rows by the tiled map (perf-log step 72) */
-    a->x_rows = cv->r == 1 && cv->s == 1 && cv->stride_h == 1 && cv->stride_w == 1 && cv->pad_h == 0 &&
-                cv->pad_w == 0 && !cuda_conv_skipped(cb, "wgrad_x_rows");
-    if (a->x_rows)
-        CNN_TRY(conv_tma_encode_rows(cb, x, (int64_t)cv->n * cv->h * cv->w, cv->c, WGRAD_BK, "the input of a 1x1 wgrad",
-                                     &t.a_map));
-    else
-        CNN_TRY(conv_tma_encode_x(cb, cv, x, WGRAD_BK, &t.a_map));
-    CNN_TRY(conv_tma_encode_rows(cb, dy, a->gk, cv->k, WGRAD_BK, "the output gradient of a wgrad", &t.b_map));
+    if (c->qb) { /* the halo kernel: dy in boxes of the slice's hb x qb pixels, x in boxes of (hb + 2) x qb */
+        CNN_TRY(conv_tma_encode_nhwc(cb, dy, cv->n, cv->p, cv->q, cv->k, c->qb, c->hb, "the output gradient of a wgrad",
+                                     &t.b_map));
+        CNN_TRY(conv_tma_encode_nhwc(cb, x, cv->n, cv->h, cv->w, cv->c, c->qb, c->hb + 2, "the input of a wgrad", &t.a_map));
+    } else {
+        /* a 1x1 stride-1 unpadded conv's im2col is x itself: its rows by the tiled map (perf-log step 72) */
+        a->x_rows = cv->r == 1 && cv->s == 1 && cv->stride_h == 1 && cv->stride_w == 1 && cv->pad_h == 0 &&
+                    cv->pad_w == 0 && !cuda_conv_skipped(cb, "wgrad_x_rows");
+        if (a->x_rows)
+            CNN_TRY(conv_tma_encode_rows(cb, x, (int64_t)cv->n * cv->h * cv->w, cv->c, WGRAD_BK,
+                                         "the input of a 1x1 wgrad", &t.a_map));
+        else
+            CNN_TRY(conv_tma_encode_x(cb, cv, x, WGRAD_BK, &t.a_map));
+        CNN_TRY(conv_tma_encode_rows(cb, dy, a->gk, cv->k, WGRAD_BK, "the output gradient of a wgrad", &t.b_map));
+    }
     char what[200];
     snprintf(what, sizeof what, "conv2d_wgrad_wgmma[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d splits %d",
              cuda_dtype_str(be->act_dtype), wgrad_config_name(cfg), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s,
              cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, splits);
-    const int64_t tiles = cdiv(a->gm, c->bm) * cdiv(a->gn, c->bn);
+    const int64_t tiles = wgrad_tiles(c, cv);
     if (tiles > INT_MAX) return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles", what, (long long)tiles);
-    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)tiles, (unsigned)splits, 1, 384, 1, (unsigned)wgrad_smem(c), &t));
+    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)tiles, (unsigned)splits, 1, c->qb ? 512 : 384, 1,
+                             (unsigned)wgrad_smem(c), &t));
     if (splits > 1) {
         size_t n = strlen(what);
         snprintf(what + n, sizeof what - n, " reduce");
@@ -104,6 +115,7 @@ bool cnn_cuda_wgrad_config_usable(cnn_backend *be, int cfg) {
     const cuda_be *cb = cuda_impl(be);
     return wgrad_backend_ok(cb) && wgrad_config_usable(cb, cfg);
 }
+bool cnn_cuda_wgrad_config_takes(int cfg, const cnn_conv2d *cv) { return wgrad_config_takes(cfg, cv); }
 void cnn_cuda_wgrad_force(cnn_backend *be, int cfg, int splits) {
     CNN_ASSERT(cfg >= -1 && cfg < wgrad_n_configs());
     cuda_be *cb = cuda_impl(be);

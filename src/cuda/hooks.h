@@ -148,6 +148,7 @@ bool cnn_cuda_coop_ok(cnn_backend *be);
 int cnn_cuda_wgrad_config_count(void);
 const char *cnn_cuda_wgrad_config_name(int cfg);
 bool cnn_cuda_wgrad_config_usable(cnn_backend *be, int cfg);
+bool cnn_cuda_wgrad_config_takes(int cfg, const cnn_conv2d *cv); /* the halo configs take 3x3 stride-1 convs only */
 void cnn_cuda_wgrad_force(cnn_backend *be, int cfg, int splits);
 /* Winograd F(2x2,3x3) for F32 3x3/1 convolutions (winograd.c): -1 the heuristic (default), 0 never, 1 wherever it
  * applies. */

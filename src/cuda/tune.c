@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CUDA_TUNE_VERSION 12 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
+#define CUDA_TUNE_VERSION 13 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
                               * of convs with a residual end in " res". 3: warp-specialised rows (conv2d_warpspec.cu)
                               * join the fast search. 4: their TMA rows join it. 5: so do the 64-wide TMA row
                               * and the cooperative rows. 6: and the two transposed-tile rows. 7: and the
@@ -34,7 +34,8 @@
                               * among the fast rows; their keys begin "fprop", not "fprop_tc". 10: the wgrad
                               * kernel's producer loop changed (perf-log steps 72-73): its winners timed again.
                               * 11: "dgrad_phases" keys also time the grouped launches (step 86). 12: the grouped
-                              * launches read the filter without its rewrite (step 88): timed again */
+                              * launches read the filter without its rewrite (step 88): timed again. 13: the
+                              * halo wgrad configs join the 3x3 stride-1 wgrads' search (step 89) */
 
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;

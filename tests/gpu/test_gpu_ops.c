@@ -1667,8 +1667,9 @@ static void g_conv_winograd(ctx *t) {
  * heuristic splits, one split (the kernel writes dW itself) and three, then the tuned or heuristic choice, on odd
  * shapes within those preconditions: batch 1, H != W, R != S, strides 2 and 2x1, pads 0 to 3, K a multiple of 8 but
  * not of 64 (rows past K read dy's zeros and are not stored), C over several 64-channel blocks per tap, the last
- * slice past the last pixel, 1x1 stride-1 unpadded convs (x read by its rows' tiled map). Each must have run on
- * wgmma (the backend counts those launches). Quick: 3 cases. */
+ * slice past the last pixel, 1x1 stride-1 unpadded convs (x read by its rows' tiled map); the halo configs on every
+ * 3x3 stride-1 case (partial row and column blocks, padded or not). Each must have run on wgmma (the backend counts
+ * those launches). Quick: 3 cases. */
 static const conv_case wgrad_cases[] = {
     {1, 64, 7, 9, 8, 3, 3, 1, 1, 1, 1},      /* batch 1, H != W, K = 8 */
     {2, 64, 9, 7, 72, 1, 1, 1, 1, 0, 0},     /* 1x1 (x by rows), 126 pixels (2 slices, the last partial) */
@@ -1678,6 +1679,9 @@ static const conv_case wgrad_cases[] = {
     {2, 64, 15, 13, 64, 7, 7, 2, 2, 3, 3},   /* the 7x7/2 pad 3 */
     {1, 64, 5, 12, 136, 3, 1, 1, 2, 1, 0},   /* R != S, stride 1x2, K = 136 */
     {3, 192, 9, 9, 24, 1, 1, 2, 2, 0, 0},    /* 1x1/2, C = 192 */
+    /* the halo configs' (3x3 stride 1): several column and row blocks per image, the last ones partial */
+    {2, 128, 13, 37, 64, 3, 3, 1, 1, 1, 1},  /* 2 channel blocks of x; Q = 37: 5 blocks of 8, 2 of 32 */
+    {3, 64, 17, 10, 16, 3, 3, 1, 1, 0, 0},   /* unpadded: P = 15, Q = 8, K = 16 */
 };
 
 static void wgrad_one(ctx *t, const conv_case *cc, int cfg, int splits, uint64_t seed) {
@@ -1722,8 +1726,9 @@ static void g_conv_wgrad(ctx *t) {
     }
     const int ncase = quick ? 3 : (int)(sizeof wgrad_cases / sizeof wgrad_cases[0]);
     for (int i = 0; i < ncase; i++) {
+        const cnn_conv2d cv = conv_of(&wgrad_cases[i]);
         for (int cfg = 0; cfg < cnn_cuda_wgrad_config_count(); cfg++) {
-            if (!cnn_cuda_wgrad_config_usable(t->gpu, cfg)) continue;
+            if (!cnn_cuda_wgrad_config_usable(t->gpu, cfg) || !cnn_cuda_wgrad_config_takes(cfg, &cv)) continue;
             for (int sp = 0; sp < 3; sp++) /* the heuristic's splits, one, three */
                 wgrad_one(t, &wgrad_cases[i], cfg, sp == 2 ? 3 : sp, 7000 + 100 * i + 10 * cfg + sp);
         }

@@ -719,8 +719,8 @@ static CUresult e_TensorMapEncodeTiled(CUtensorMap *tm, CUtensorMapDataType dt, 
                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
     FAULT(CUDA_ERROR_UNKNOWN);
     emu_tensor_map m;
-    if (rank != 2 && rank != 3)
-        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the emulator models rank 2 and 3 only");
+    if (rank < 2 || rank > 4)
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the emulator models ranks 2 to 4 only");
     CUresult r = tmap_common(&m, dt, rank, addr, dim, stride, estride, il, sw, oob);
     if (r) return r;
     for (cuuint32_t i = 0; i < rank; i++) {

@@ -38,21 +38,25 @@ static inline size_t emu_tmap_dst(const emu_tensor_map *m, size_t row_bytes, uin
 static inline unsigned emu_tma_load(const emu_tensor_map *m, unsigned char *dst, const int *coord, int off_w, int off_h) {
     const size_t e = m->elem;
     if (m->kind == EMU_TMAP_TILED) {
-        /* box rows in order: dimension 1 fastest, then dimension 2 (rank 3) */
+        /* box rows in order: dimension 1 fastest, then dimension 2 (rank 3, 4), then 3 (rank 4) */
         const size_t row_bytes = m->box[0] * e;
-        const uint32_t box2 = m->rank == 3 ? m->box[2] : 1;
-        for (uint32_t i2 = 0; i2 < box2; i2++)
-            for (uint32_t i = 0; i < m->box[1]; i++)
-                for (uint32_t j = 0; j < m->box[0]; j++) {
-                    const int64_t x0 = (int64_t)coord[0] + j, x1 = (int64_t)coord[1] + i, x2 = (int64_t)coord[2] + i2;
-                    const bool in = x0 >= 0 && x0 < m->dim[0] && x1 >= 0 && x1 < m->dim[1] &&
-                                    (m->rank < 3 || (x2 >= 0 && x2 < m->dim[2]));
-                    unsigned char *d = dst + emu_tmap_dst(m, row_bytes, i2 * m->box[1] + i, j * e);
-                    const size_t off = (size_t)x1 * m->stride[0] + (m->rank == 3 ? (size_t)x2 * m->stride[1] : 0);
-                    if (in) memcpy(d, m->base + off + (size_t)x0 * e, e);
-                    else memset(d, 0, e);
-                }
-        return (unsigned)(m->box[0] * m->box[1] * box2 * e);
+        const uint32_t box2 = m->rank >= 3 ? m->box[2] : 1, box3 = m->rank == 4 ? m->box[3] : 1;
+        for (uint32_t i3 = 0; i3 < box3; i3++)
+            for (uint32_t i2 = 0; i2 < box2; i2++)
+                for (uint32_t i = 0; i < m->box[1]; i++)
+                    for (uint32_t j = 0; j < m->box[0]; j++) {
+                        const int64_t x0 = (int64_t)coord[0] + j, x1 = (int64_t)coord[1] + i, x2 = (int64_t)coord[2] + i2,
+                                      x3 = (int64_t)coord[3] + i3;
+                        const bool in = x0 >= 0 && x0 < m->dim[0] && x1 >= 0 && x1 < m->dim[1] &&
+                                        (m->rank < 3 || (x2 >= 0 && x2 < m->dim[2])) &&
+                                        (m->rank < 4 || (x3 >= 0 && x3 < m->dim[3]));
+                        unsigned char *d = dst + emu_tmap_dst(m, row_bytes, (i3 * box2 + i2) * m->box[1] + i, j * e);
+                        const size_t off = (size_t)x1 * m->stride[0] + (m->rank >= 3 ? (size_t)x2 * m->stride[1] : 0) +
+                                           (m->rank == 4 ? (size_t)x3 * m->stride[2] : 0);
+                        if (in) memcpy(d, m->base + off + (size_t)x0 * e, e);
+                        else memset(d, 0, e);
+                    }
+        return (unsigned)(m->box[0] * m->box[1] * box2 * box3 * e);
     }
     /* im2col: pixel positions of the bounding box in W, H (traversal strides), then images */
     const int64_t sw = m->estride[1], sh = m->estride[2];
