@@ -75,32 +75,48 @@ extern "C" __global__ void chan_partial(const red_args a) {
     }
 }
 
-/* The finalize kernels: blocks of RED_TX channels x RED_TY lanes (grid C / RED_TX). chunk_sum adds channel c's
- * partial sums (which: the first or the second array) over the chunks: lane ty takes chunks ty, ty + RED_TY, ...
- * in order, several loads in flight, then lane 0 adds the lanes in order (deterministic); every thread of the block
- * calls it (it synchronises), lane 0 gets the total. A channel's chunks, summed one after another by one thread,
- * were a chain of dependent loads: ResNet-50's BN layers spent most of their time there (docs/perf-log). */
-__device__ double chunk_sum(const red_args &a, int which, int c) {
-    __shared__ double sh[RED_TY][RED_TX + 1];
-    double t = 0.0;
+/* The finalize kernels: blocks of RED_TX channels x FIN_TY lanes (grid C / RED_TX). chunk_sums adds channel c's
+ * partial sums over the chunks for W arrays at once (first, first + 1, ..): lane ty takes chunks ty, ty + FIN_TY,
+ * ... in order, the arrays' loads in flight together, then lane 0 adds the lanes in order (deterministic); every
+ * thread of the block calls it (it synchronises), lane 0 gets the totals. A channel's chunks summed one after another
+ * by one thread were a chain of dependent loads (ResNet-50's BN layers spent most of their time there); with 8 lanes
+ * and one array after the other, a finalize over 500 chunks still waited some 20 us on them (perf-log step 90). */
+#define FIN_TY 32
+#define FIN_THREADS (RED_TX * FIN_TY)
+template <int W> __device__ void chunk_sums(const red_args &a, int first, int c, double (&out)[W]) {
+    __shared__ double sh[W][FIN_TY][RED_TX + 1];
+    double t[W];
+#pragma unroll
+    for (int w = 0; w < W; w++) t[w] = 0.0;
     if (c < a.c) {
-        const double *p = a.partial + (long long)which * a.chunks * a.c + c;
-#pragma unroll 4
-        for (int k = threadIdx.y; k < a.chunks; k += RED_TY) t += p[(long long)k * a.c];
+        const long long plane = (long long)a.chunks * a.c;
+        const double *p = a.partial + first * plane + c;
+#pragma unroll 2
+        for (int k = threadIdx.y; k < a.chunks; k += FIN_TY)
+#pragma unroll
+            for (int w = 0; w < W; w++) t[w] += p[w * plane + (long long)k * a.c];
     }
-    sh[threadIdx.y][threadIdx.x] = t;
+#pragma unroll
+    for (int w = 0; w < W; w++) sh[w][threadIdx.y][threadIdx.x] = t[w];
     __syncthreads();
-    double s = 0.0;
-    if (threadIdx.y == 0)
-        for (int i = 0; i < RED_TY; i++) s += sh[i][threadIdx.x];
+#pragma unroll
+    for (int w = 0; w < W; w++) {
+        out[w] = 0.0;
+        if (threadIdx.y == 0)
+            for (int i = 0; i < FIN_TY; i++) out[w] += sh[w][i][threadIdx.x];
+    }
     __syncthreads();
-    return s;
+}
+__device__ __forceinline__ double chunk_sum(const red_args &a, int which, int c) {
+    double t[1];
+    chunk_sums<1>(a, which, c, t);
+    return t[0];
 }
 #define FIN_CHANNEL (blockIdx.x * RED_TX + threadIdx.x)
 #define FIN_WRITES(c) (threadIdx.y == 0 && (c) < a.c)
 
 /* channel_sum: fout[c] = sum of the chunks (mode 0 partials) */
-extern "C" __global__ void chan_sum_finalize(const red_args a) {
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) chan_sum_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
     const double t = chunk_sum(a, 0, c);
@@ -109,7 +125,7 @@ extern "C" __global__ void chan_sum_finalize(const red_args a) {
 
 /* Synchronised BatchNorm: totals[w][c] = the sum of array w's chunks (w < sums). The launcher sums them over the
  * group's ranks, then a finalize kernel reads them as one chunk of all the ranks' rows. */
-extern "C" __global__ void bn_chunk_totals(const red_args a) {
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_chunk_totals(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
     for (int w = 0; w < a.sums; w++) {
@@ -119,7 +135,7 @@ extern "C" __global__ void bn_chunk_totals(const red_args a) {
 }
 
 /* mean[c] = sum x / M (mode 0 partials) */
-extern "C" __global__ void bn_mean_finalize(const red_args a) {
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_mean_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
     const double t = chunk_sum(a, 0, c);
@@ -128,7 +144,7 @@ extern "C" __global__ void bn_mean_finalize(const red_args a) {
 
 /* From the mode 1 partials: biased variance for normalisation, invstd = 1/sqrt(var + eps); running statistics
  * (1-momentum)*old + momentum*batch with the unbiased variance var*M/(M-1). */
-extern "C" __global__ void bn_var_finalize(const red_args a) {
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_var_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
     const double t = chunk_sum(a, 0, c);
@@ -148,11 +164,12 @@ __device__ __forceinline__ void bwd_coef_store(const red_args &a, int c, double 
     if (a.dbeta) a.dbeta[c] = (float)sdy;
     if (a.dgamma) a.dgamma[c] = (float)sdyx;
 }
-extern "C" __global__ void bn_bwd_finalize(const red_args a) {
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_bwd_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
-    const double sdy = chunk_sum(a, 0, c), sdyx = chunk_sum(a, 1, c);
-    if (FIN_WRITES(c)) bwd_coef_store(a, c, sdy, sdyx);
+    double t[2]; /* sum dy, sum dy * xhat */
+    chunk_sums<2>(a, 0, c, t);
+    if (FIN_WRITES(c)) bwd_coef_store(a, c, t[0], t[1]);
 }
 
 /* Elementwise over (M, C): each thread takes 4 consecutive elements per grid-stride step, channel = i % C. */
@@ -348,29 +365,38 @@ __device__ __forceinline__ void stats_store(const red_args &a, int c, double sx,
 }
 /* bn_fold_stats: the sums a conv's epilogue wrote for this BatchNorm (fpartial: (2, fchunks, C) float, a chunk per
  * tile's consumer rows, conv2d_epilogue.cuh's stats_flush) into the forward pass's double partials (2, chunks, C)
- * that bn_stats_finalize adds: CTA (x, y) adds fchunks [x * rows_per_chunk, ..) of channels 256y .., one thread per
- * channel, in order. Replaces bn_partial_vec's read of x (perf-log step 87). */
-extern "C" __global__ void __launch_bounds__(256) bn_fold_stats(const red_args a) {
+ * that bn_stats_finalize adds: CTA (x, y) adds fchunks [x * rows_per_chunk, ..) of channels RED_TX * y .., lane ty
+ * of RED_TY taking fchunks ty, ty + RED_TY, .. of both arrays in order, the lanes then added in order. Replaces
+ * bn_partial_vec's read of x (perf-log step 87). Lanes, not one thread per channel of 256 as before step 90: no
+ * faster by itself (the fold's time is its launch, or the conv's partials read), but every thread has work at C = 64. */
+extern "C" __global__ void __launch_bounds__(RED_TX * RED_TY) bn_fold_stats(const red_args a) {
     pdl_enter();
-    const int c = (int)blockIdx.y * 256 + (int)threadIdx.x;
-    if (c >= a.c) return;
+    __shared__ double sh[2][RED_TY][RED_TX + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y, c = (int)blockIdx.y * RED_TX + tx;
     const long long j0 = (long long)blockIdx.x * a.rows_per_chunk;
     const long long j1 = j0 + a.rows_per_chunk < a.fchunks ? j0 + a.rows_per_chunk : a.fchunks;
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-        const float *p = a.fpartial + (long long)s * a.fchunks * a.c + c;
+    double t0 = 0.0, t1 = 0.0;
+    if (c < a.c) {
+        const long long plane = a.fchunks * a.c;
+        const float *p = a.fpartial + c;
+#pragma unroll 2
+        for (long long j = j0 + ty; j < j1; j += RED_TY) t0 += (double)p[j * a.c], t1 += (double)p[plane + j * a.c];
+    }
+    sh[0][ty][tx] = t0, sh[1][ty][tx] = t1;
+    __syncthreads();
+    if (ty < 2 && c < a.c) { /* lane 0 adds the sums of x, lane 1 those of x^2 */
         double t = 0.0;
-#pragma unroll 4
-        for (long long j = j0; j < j1; j++) t += (double)p[j * a.c];
-        a.partial[((long long)s * a.chunks + blockIdx.x) * a.c + c] = t;
+        for (int i = 0; i < RED_TY; i++) t += sh[ty][i][tx];
+        a.partial[((long long)ty * a.chunks + blockIdx.x) * a.c + c] = t;
     }
 }
 
-extern "C" __global__ void bn_stats_finalize(const red_args a) {
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_stats_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
-    const double sx = chunk_sum(a, 0, c), sxx = chunk_sum(a, 1, c);
-    if (FIN_WRITES(c)) stats_store(a, c, sx, sxx);
+    double t[2]; /* sum x, sum x^2 */
+    chunk_sums<2>(a, 0, c, t);
+    if (FIN_WRITES(c)) stats_store(a, c, t[0], t[1]);
 }
 
 /* the per-channel factors of a thread's 8 channels, reloaded only when its channel group changes: with a grid
@@ -440,27 +466,90 @@ extern "C" __global__ void bn_apply_vec(const red_args a) {
     apply_vec<1>(a, GRID_TID, GRID_STRIDE);
 }
 
-/* bn_bwd_apply over 8 channels per thread and step. The next step's dy, x and pass bits are loaded before this
- * step's stores, two steps' loads in flight per thread. With 16-bit activations the arithmetic is float (the
- * result is rounded to 8 bits of mantissa; float's error is 2^-24 of g); f32 keeps double as bn_bwd_apply. */
+/* bn_bwd_apply over 8 channels per thread and step. With 16-bit activations the arithmetic is float (the result is
+ * rounded to 8 bits of mantissa; float's error is 2^-24 of g); f32 keeps double as bn_bwd_apply. */
 #if ACT == ACT_F32
 typedef double bwd_t;
 #else
 typedef float bwd_t;
 #endif
-__device__ __forceinline__ void bwd_apply_vec(const red_args &a, long long v, const long long stride) {
+/* the coefficients of a thread's 8 channels (k2: times invstd), reloaded only when its channel group changes */
+struct bn_bwd8 {
+    int c;
+    bwd_t k0[8], k1[8], k2[8];
+    float mu[8]; /* the saved mean is float: exact in bwd_t */
+};
+__device__ __forceinline__ void bn_bwd8_at(const red_args &a, int c, bn_bwd8 &p) {
+    if (c == p.c) return;
+    p.c = c;
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        p.k0[e] = (bwd_t)a.coef[c + e], p.k1[e] = (bwd_t)a.coef[a.c + c + e],
+        p.k2[e] = (bwd_t)(a.coef[2 * a.c + c + e] * (double)a.invstd[c + e]), p.mu[e] = a.mean[c + e];
+}
+/* vector v of dx (and of dres) from dy's and x's raw vectors and the ReLU's pass bits */
+__device__ __forceinline__ void bwd_apply8(const red_args &a, const bn_bwd8 &p, const act8 &rg, const act8 &rx,
+                                           unsigned pass, long long v) {
+    act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
+    float g[8], t[8];
+    act8_unpack(rg, g);
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[e] = (pass >> e) & 1 ? g[e] : 0.0f;
+    if (dx) {
+        float xv[8], o[8];
+        act8_unpack(rx, xv);
+        if (a.accumulate) act8_unpack(act8_load(dx + v * 8), o);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const bwd_t d = p.k0[e] * ((bwd_t)g[e] - p.k1[e] - ((bwd_t)xv[e] - (bwd_t)p.mu[e]) * p.k2[e]);
+            t[e] = (float)(a.accumulate ? d + (bwd_t)o[e] : d);
+        }
+        act8_store(dx + v * 8, t);
+    }
+    if (dres) {
+        if (a.dres_accumulate) {
+            act8_unpack(act8_load(dres + v * 8), t);
+#pragma unroll
+            for (int e = 0; e < 8; e++) g[e] += t[e];
+        }
+        act8_store(dres + v * 8, g);
+    }
+}
+/* Vectors v, v + stride, ... U at a time, their loads issued together, where every one a thread takes is of the same
+ * channel group (stride a multiple of C / 8): the fused kernel's one wave of CTAs (U = BWD_U) needs the loads in
+ * flight the standalone kernel's occupancy gives it (perf-log step 91, as step 79 found for the forward). The rest,
+ * and the standalone kernel (U = 1): the next step's dy, x and pass bits loaded before this step's stores. */
+#define BWD_U (ACT == ACT_F32 ? 1 : 4) /* F32's vectors and double arithmetic spill at 4 */
+template <int U> __device__ __forceinline__ void bwd_apply_vec(const red_args &a, long long v, const long long stride) {
     const int cvs = a.c / 8;
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
-    act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
+    const bool need_x = a.out != NULL;
     const long long n = a.m * cvs;
-    int cg = (int)(v % cvs), c_loaded = -1;
+    int cg = (int)(v % cvs);
     const int cstep = (int)(stride % cvs);
-    bwd_t k0[8], k1[8], k2[8], mu[8]; /* the channels' coefficients (k2: times invstd), per group of channels */
+    bn_bwd8 p;
+    p.c = -1;
+    if (U > 1 && cstep == 0) {
+        bn_bwd8_at(a, cg * 8, p);
+        for (; v + (U - 1) * stride < n; v += U * stride) {
+            act8 rg[U], rx[U];
+            unsigned pass[U];
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const long long w = v + k * stride;
+                rg[k] = act8_load(dy + w * 8);
+                rx[k] = need_x ? act8_load(x + w * 8) : act8_zero();
+                pass[k] = relu_pass8(a, w);
+            }
+#pragma unroll
+            for (int k = 0; k < U; k++) bwd_apply8(a, p, rg[k], rx[k], pass[k], v + k * stride);
+        }
+    }
     act8 ng, nx = act8_zero();
     unsigned nb = 0;
     if (v < n) {
         ng = act8_load(dy + v * 8);
-        if (dx) nx = act8_load(x + v * 8);
+        if (need_x) nx = act8_load(x + v * 8);
         nb = relu_pass8(a, v);
     }
     for (; v < n; v += stride, cg = cg + cstep >= cvs ? cg + cstep - cvs : cg + cstep) {
@@ -469,45 +558,16 @@ __device__ __forceinline__ void bwd_apply_vec(const red_args &a, long long v, co
         if (v + stride < n) {
             const long long vn = v + stride;
             ng = act8_load(dy + vn * 8);
-            if (dx) nx = act8_load(x + vn * 8);
+            if (need_x) nx = act8_load(x + vn * 8);
             nb = relu_pass8(a, vn);
         }
-        const int c = cg * 8;
-        if (c != c_loaded) {
-            c_loaded = c;
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                k0[e] = (bwd_t)a.coef[c + e], k1[e] = (bwd_t)a.coef[a.c + c + e],
-                k2[e] = (bwd_t)(a.coef[2 * a.c + c + e] * (double)a.invstd[c + e]), mu[e] = a.mean[c + e];
-        }
-        float g[8], t[8];
-        act8_unpack(rg, g);
-#pragma unroll
-        for (int e = 0; e < 8; e++) g[e] = (pass >> e) & 1 ? g[e] : 0.0f;
-        if (dx) {
-            float xv[8], o[8];
-            act8_unpack(rx, xv);
-            if (a.accumulate) act8_unpack(act8_load(dx + v * 8), o);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const bwd_t d = k0[e] * ((bwd_t)g[e] - k1[e] - ((bwd_t)xv[e] - mu[e]) * k2[e]);
-                t[e] = (float)(a.accumulate ? d + (bwd_t)o[e] : d);
-            }
-            act8_store(dx + v * 8, t);
-        }
-        if (dres) {
-            if (a.dres_accumulate) {
-                act8_unpack(act8_load(dres + v * 8), t);
-#pragma unroll
-                for (int e = 0; e < 8; e++) g[e] += t[e];
-            }
-            act8_store(dres + v * 8, g);
-        }
+        bn_bwd8_at(a, cg * 8, p);
+        bwd_apply8(a, p, rg, rx, pass, v);
     }
 }
 extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     pdl_enter();
-    bwd_apply_vec(a, GRID_TID, GRID_STRIDE);
+    bwd_apply_vec<1>(a, GRID_TID, GRID_STRIDE);
 }
 
 /* ---- the fused kernels: a whole BatchNorm pass in one cooperative launch -------------------------------------
@@ -544,7 +604,7 @@ template <int MODE> __device__ __forceinline__ void fused_vec(const red_args &a)
     grid_sync(a.barrier);
     const long long v = (long long)cta_rank() * VEC_T + threadIdx.x, stride = (long long)cta_count() * VEC_T;
     if (MODE == 0) apply_vec<4>(a, v, stride);
-    else bwd_apply_vec(a, v, stride);
+    else bwd_apply_vec<BWD_U>(a, v, stride);
 }
 extern "C" __global__ void __launch_bounds__(VEC_T) bn_fused_vec(const red_args a) {
     pdl_enter();

@@ -24,6 +24,7 @@
 
 #define RED_TX 32 /* = kernels/batchnorm.cu */
 #define RED_TY 8
+#define FIN_TY 32 /* = kernels/batchnorm.cu: lanes per channel of the finalize kernels */
 #define VEC_T 256 /* = kernels/batchnorm.cu: threads of bn_partial_vec */
 
 static cnn_status kern(cuda_be *cb, int entry, CUfunction *f) {
@@ -111,9 +112,9 @@ static const cnn_conv_stats *conv_sums(cuda_be *cb, const cnn_bn *bn, const void
     return s;
 }
 
-/* bn_fold_stats's chunks of the conv's chunks: about 4 CTAs per SM in all over the channel groups of 256 */
+/* bn_fold_stats's chunks of the conv's chunks: about 4 CTAs per SM in all over the channel groups of RED_TX */
 static void plan_fold(const cuda_be *cb, const cnn_conv_stats *s, red_args *a) {
-    const long long groups = (a->c + 255) / 256;
+    const long long groups = (a->c + RED_TX - 1) / RED_TX;
     long long chunks = 4LL * cb->sm_count / groups;
     if (chunks > s->chunks) chunks = s->chunks;
     if (chunks < 1) chunks = 1;
@@ -142,11 +143,11 @@ static cnn_status run_partial(cuda_be *cb, red_args *a, int mode, const char *wh
     return cuda_launch(cb, f, what, (unsigned)((a->c + RED_TX - 1) / RED_TX), (unsigned)a->chunks, 1, RED_TX, RED_TY, a);
 }
 
-/* the finalize kernels: RED_TX channels x RED_TY lanes adding the chunks (kernels/batchnorm.cu, chunk_sum) */
+/* the finalize kernels: RED_TX channels x FIN_TY lanes adding the chunks (kernels/batchnorm.cu, chunk_sums) */
 static cnn_status run_per_channel(cuda_be *cb, red_args *a, int entry, const char *what) {
     CUfunction f;
     CNN_TRY(kern(cb, entry, &f));
-    return cuda_launch(cb, f, what, (unsigned)((a->c + RED_TX - 1) / RED_TX), 1, 1, RED_TX, RED_TY, a);
+    return cuda_launch(cb, f, what, (unsigned)((a->c + RED_TX - 1) / RED_TX), 1, 1, RED_TX, FIN_TY, a);
 }
 
 static cnn_status run_elementwise(cuda_be *cb, red_args *a, int entry, const char *what) {
@@ -244,7 +245,8 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     if (fused) return run_fused(cb, fpart, &a, 0, what);
     if (vec) {
         if (sums) {
-            CNN_TRY(cuda_launch(cb, fpart, what, (unsigned)a.chunks, (unsigned)((a.c + 255) / 256), 1, 256, 1, &a));
+            CNN_TRY(cuda_launch(cb, fpart, what, (unsigned)a.chunks, (unsigned)((a.c + RED_TX - 1) / RED_TX), 1, RED_TX,
+                                RED_TY, &a));
             cb->stats.bn_stats_folds++;
         } else {
             CNN_TRY(run_partial_vec(cb, fpart, &a, 0, what));
