@@ -127,13 +127,28 @@ extern "C" __global__ void __launch_bounds__(FEW_THREADS) conv2d_wgrad_few(const
     }
 }
 
-/* dW[i] = the CTAs' partials of element i added in CTA order */
-extern "C" __global__ void conv2d_wgrad_few_reduce(const conv_args a) {
+/* dW = the CTAs' partials added in CTA order: blocks of 32 elements x RED_LANES lanes, lane l adding CTAs l, l +
+ * RED_LANES, ... in order, then lane 0 adding the lanes in order (deterministic). One thread walking hundreds of
+ * CTAs' partials was a chain of loads (perf-log step 92). */
+#define RED_LANES 8
+extern "C" __global__ void __launch_bounds__(32 * RED_LANES) conv2d_wgrad_few_reduce(const conv_args a) {
     pdl_enter();
+    __shared__ float sh[RED_LANES][32];
     const long long total = (long long)a.k * a.gn;
-    for (long long i = GRID_TID; i < total; i += GRID_STRIDE) {
+    const int tx = threadIdx.x & 31, ly = threadIdx.x >> 5;
+    for (long long base = (long long)blockIdx.x * 32; base < total; base += (long long)gridDim.x * 32) {
+        const long long i = base + tx;
         float s = 0.0f;
-        for (int c = 0; c < a.splits; c++) s += a.ws[c * total + i];
-        ((float *)a.out)[i] = s;
+        if (i < total)
+#pragma unroll 4
+            for (int c = ly; c < a.splits; c += RED_LANES) s += a.ws[c * total + i];
+        sh[ly][tx] = s;
+        __syncthreads();
+        if (ly == 0 && i < total) {
+            float t = sh[0][tx];
+            for (int l = 1; l < RED_LANES; l++) t += sh[l][tx];
+            ((float *)a.out)[i] = t;
+        }
+        __syncthreads();
     }
 }

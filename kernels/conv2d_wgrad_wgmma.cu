@@ -305,17 +305,36 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
 #endif
 
 /* dW = the splits' partials added in split order (a.ws: (splits, gm*gn) float32), four elements per thread where
- * gm*gn % 4 == 0 (the host launches it only then: gn = R*S*C, C % 64 == 0) */
-extern "C" __global__ void __launch_bounds__(256) conv2d_wgrad_wgmma_reduce(const conv_args a) {
+ * gm*gn % 4 == 0 (the host launches it only then: gn = R*S*C, C % 64 == 0). Blocks of 32 float4s x RED_LANES lanes:
+ * lane l adds splits l, l + RED_LANES, ... in order, then lane 0 adds the lanes in order (deterministic; with at
+ * most RED_LANES splits the same sums as one thread walking them). One thread walking a hundred splits, as the halo
+ * configs have, was a chain of loads (perf-log step 92). */
+#define RED_LANES 8
+extern "C" __global__ void __launch_bounds__(32 * RED_LANES) conv2d_wgrad_wgmma_reduce(const conv_args a) {
     pdl_enter();
+    __shared__ float4 sh[RED_LANES][32];
     const long long n4 = (long long)a.gm * a.gn / 4;
     const float4 *ws = (const float4 *)a.ws;
-    for (long long i = GRID_TID; i < n4; i += GRID_STRIDE) {
-        float4 s = ws[i];
-        for (int k = 1; k < a.splits; k++) {
-            const float4 v = ws[(long long)k * n4 + i];
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    const int tx = threadIdx.x & 31, ly = threadIdx.x >> 5;
+    for (long long base = (long long)blockIdx.x * 32; base < n4; base += (long long)gridDim.x * 32) {
+        const long long i = base + tx;
+        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n4)
+#pragma unroll 4
+            for (int k = ly; k < a.splits; k += RED_LANES) {
+                const float4 v = ws[(long long)k * n4 + i];
+                s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+            }
+        sh[ly][tx] = s;
+        __syncthreads();
+        if (ly == 0 && i < n4) {
+            float4 t = sh[0][tx];
+            for (int l = 1; l < RED_LANES; l++) {
+                const float4 v = sh[l][tx];
+                t.x += v.x, t.y += v.y, t.z += v.z, t.w += v.w;
+            }
+            ((float4 *)a.out)[i] = t;
         }
-        ((float4 *)a.out)[i] = s;
+        __syncthreads();
     }
 }

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define WGRAD_RED_LANES 8 /* = RED_LANES of both reduce kernels: 32 outputs x 8 lanes over the splits per block */
+
 /* wgmma and TMA: sm_90a with the driver's tensor-map encoders, F16/BF16 activations */
 static bool wgrad_backend_ok(const cuda_be *cb) {
     return cb->cc_major == 9 && cb->cc_minor == 0 && strcmp(cb->arch, "sm_90a") == 0 && !cb->no_tma &&
@@ -85,7 +87,9 @@ static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void
     if (splits > 1) {
         size_t n = strlen(what);
         snprintf(what + n, sizeof what - n, " reduce");
-        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a->gm * a->gn / 4, 256), 1, 1, 256, 1, a));
+        /* 32 float4s x WGRAD_RED_LANES lanes over the splits per block (the kernel's RED_LANES) */
+        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a->gm * a->gn / 4 * WGRAD_RED_LANES, 256), 1, 1,
+                            256, 1, a));
     }
     return CNN_OK;
 }
@@ -168,7 +172,8 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     if (ctas > 1) {
         size_t n = strlen(what);
         snprintf(what + n, sizeof what - n, " reduce of %lld CTAs", (long long)ctas);
-        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a.gm * a.gn, 256), 1, 1, 256, 1, &a));
+        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a.gm * a.gn * WGRAD_RED_LANES, 256), 1, 1, 256, 1,
+                            &a));
     }
     cb->stats.wgrad_few_launches++;
     return CNN_OK;
