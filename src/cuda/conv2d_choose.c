@@ -443,7 +443,7 @@ static double wgrad_estimate(const cuda_be *cb, const wgrad_config *c, const cnn
     double slice;
     if (c->qb) {
         const double l2_per_sm = 40e9; /* bytes/s an SM draws from L2, about */
-        const double mma = 64.0 * 576 * c->qb * c->hb * 2.0 / sm_flops;
+        const double mma = (double)c->bm * c->bn * c->qb * c->hb * 2.0 / sm_flops;
         const double copy = ((double)c->qb * c->hb + 3.0 * (c->hb + 2) * c->qb) * 128.0 / l2_per_sm;
         slice = mma > copy ? mma : copy;
     } else
@@ -502,8 +502,6 @@ cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, con
         if (!wgrad_config_usable(cb, cfg))
             return cnn_fail(CNN_E_UNSUPPORTED, "wgrad config %s needs more shared memory than this GPU has",
                             wgrad_config_name(cfg));
-        if (!wgrad_config_takes(cfg, cv))
-            return cnn_fail(CNN_E_UNSUPPORTED, "wgrad config %s takes 3x3 stride-1 convs only", wgrad_config_name(cfg));
         *out = (conv_cand){cfg, cb->wgrad_force_splits > 0 ? cb->wgrad_force_splits : wgrad_splits(cb, &wgrad_configs[cfg], cv, 2)};
         return CNN_OK;
     }

@@ -60,7 +60,8 @@ const wgrad_config wgrad_configs[] = {
     {.bm = 64, .bn = 128, .stages = 8, .eff = 0.70f},
     /* the halo kernel (3x3 stride 1): 64 channels of dy x all nine taps of 64 channels of x; a slice of hb x qb
      * output pixels whose x is read once, not once per tap (perf-log step 89). Columns qb a multiple of 8 (the
-     * swizzle's period), so 8 for 7x7 and 14x14 outputs, 16 and 32 for 28x28 to 224x224, 64 for 56x56. */
+     * swizzle's period), so 8 for 7x7 and 14x14 outputs, 16 and 32 for 28x28 to 224x224, 64 for 56x56. bm x bn is
+     * the kernel's CTA, fixed: 64 channels of dy x the nine taps of 64 channels of x. */
     {.bm = 64, .bn = 576, .stages = 4, .eff = 0.95f, .qb = 8, .hb = 8},
     {.bm = 64, .bn = 576, .stages = 4, .eff = 0.95f, .qb = 16, .hb = 4},
     {.bm = 64, .bn = 576, .stages = 2, .eff = 0.95f, .qb = 16, .hb = 8},
@@ -86,7 +87,7 @@ int64_t wgrad_slices(const wgrad_config *c, const cnn_conv2d *cv) {
     return cdiv((int64_t)cv->n * cv->p * cv->q, WGRAD_BK);
 }
 int64_t wgrad_tiles(const wgrad_config *c, const cnn_conv2d *cv) {
-    if (c->qb) return cdiv(cv->k, 64) * (cv->c / 64);
+    if (c->qb) return cdiv(cv->k, c->bm) * (cv->c / 64); /* a CTA: bm channels of dy x all taps of 64 of x */
     return cdiv(cv->k, c->bm) * cdiv((int64_t)cv->r * cv->s * cv->c, c->bn);
 }
 bool wgrad_config_usable(const cuda_be *cb, int cfg) {
