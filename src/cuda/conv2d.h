@@ -97,6 +97,9 @@ extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cud
     cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec, cuda_family_conv2d_group_warpspec,
     cuda_family_conv2d_stats_warpspec, cuda_family_conv2d_ft_warpspec;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
+/* conv2d_wgrad_few's configs: the width of dW's tile, R*S*C at most (families.c; the launcher takes the narrowest) */
+enum { WGRAD_FEW_N_CFG = 2 };
+extern const int cuda_wgrad_few_cols[WGRAD_FEW_N_CFG];
 enum {
     PIPE_MAIN = 0, PIPE_SPLITK_EPILOGUE = 1, PIPE_S2D_INPUT = 2, PIPE_S2D_FILTER = 3, PIPE_PAD_CHANNELS = 4,
     PIPE_DGRAD_FILTER = 5, PIPE_DGRAD_INTERLEAVE = 6, PIPE_DGRAD_ZERO = 7

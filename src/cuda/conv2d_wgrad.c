@@ -129,14 +129,14 @@ void cnn_cuda_wgrad_force(cnn_backend *be, int cfg, int splits) {
 /* ---- few input channels (the first layer) on mma.sync: kernels/conv2d_wgrad_few.cu ----------------------------- */
 
 #define FEW_PIX 64   /* = kernels/conv2d_wgrad_few.cu */
-#define FEW_COLS 160
 #define FEW_THREADS 256
 
 bool cuda_wgrad_few_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy) {
     const cnn_dtype dt = cb->pub.act_dtype;
     if ((dt != CNN_DTYPE_F16 && dt != CNN_DTYPE_BF16) || cb->cc_major < 8) return false;
     if (cuda_conv_skipped(cb, "wgrad_few")) return false;
-    if (cv->k > 64 || cv->k % 8 || cv->c > 4 || (int64_t)cv->r * cv->s * cv->c > FEW_COLS) return false;
+    if (cv->k > 64 || cv->k % 8 || cv->c > 4 || (int64_t)cv->r * cv->s * cv->c > cuda_wgrad_few_cols[WGRAD_FEW_N_CFG - 1])
+        return false;
     if (!aligned16(dy)) return false;
     return (int64_t)cv->n * cv->p * cv->q <= INT_MAX - FEW_PIX && (int64_t)cv->n * cv->h * cv->w * cv->c <= INT_MAX;
 }
@@ -145,12 +145,14 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     cuda_be *cb = cuda_impl(be);
     CNN_ASSERT(cuda_wgrad_few_fits(cb, cv, dy));
     CUfunction f, fr;
-    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, 0, WGRAD_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_WGRAD, FEW_PIX); /* gm = K, gn = R*S*C, gk = N*P*Q */
+    int cfg = 0;
+    while (cuda_wgrad_few_cols[cfg] < a.gn) cfg++; /* the narrowest tile: more CTAs per SM (perf-log step 93) */
+    CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, cfg, WGRAD_MAIN, &f));
     a.x = x, a.dy = dy, a.out = dw;
     char what[200];
-    snprintf(what, sizeof what, "conv2d_wgrad_few[%s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
-             cuda_dtype_str(be->act_dtype), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
+    snprintf(what, sizeof what, "conv2d_wgrad_few[%s, cols%d] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
+             cuda_dtype_str(be->act_dtype), cuda_wgrad_few_cols[cfg], cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w);
     /* as many CTAs as fit at once (each holds all of dW), each a contiguous range of 64-pixel blocks; the CTA count
      * depends on the GPU only, so the reduction order does too */
@@ -163,7 +165,7 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     ctas = cdiv(blocks, per); /* no CTA without a block */
     a.ktiles_per_split = (int)per, a.splits = (int)ctas;
     if (ctas > 1) {
-        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, 0, WGRAD_REDUCE, &fr));
+        CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, cfg, WGRAD_REDUCE, &fr));
         void *ws;
         CNN_TRY(cuda_workspace(cb, (size_t)ctas * (size_t)a.gm * (size_t)a.gn * sizeof(float), &ws));
         a.ws = ws;

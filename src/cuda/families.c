@@ -2,6 +2,7 @@
  * conv2d_table.c's and conv2d_configs.c's): each kernel file's entry points, in the order of the entry enums of internal.h, and its
  * specialisation defines. Data only: the registry lists these, the launchers ask for their kernels. */
 #include "cuda/internal.h"
+#include "cuda/conv2d.h"
 
 #include <stdio.h>
 
@@ -33,12 +34,19 @@ const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchno
                                            .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
                                            .defines = no_defines};
 
-/* the filter gradient over few input channels (conv2d_wgrad.c): WGRAD_MAIN, WGRAD_REDUCE */
+/* the filter gradient over few input channels (conv2d_wgrad.c): WGRAD_MAIN, WGRAD_REDUCE; a config per width of
+ * dW's tile (cuda_wgrad_few_cols) */
 static const char *const wgrad_few_entries[] = {"conv2d_wgrad_few", "conv2d_wgrad_few_reduce"};
+const int cuda_wgrad_few_cols[WGRAD_FEW_N_CFG] = {32, 160};
+static void wgrad_few_defines(int cfg, char *buf, size_t cap) {
+    snprintf(buf, cap, "-DFEW_COLS=%d", cuda_wgrad_few_cols[cfg]);
+}
+static const char *wgrad_few_config_name(int cfg) { return cfg == 0 ? "cols32" : "cols160"; }
 const cuda_family cuda_family_conv2d_wgrad_few = {.name = "conv2d_wgrad_few", .file = "conv2d_wgrad_few.cu",
                                                   .entries = wgrad_few_entries, .n_entries = 2,
-                                                  .dtypes = CUDA_DT_HALF, .n_configs = 1,
-                                                  .defines = no_defines};
+                                                  .dtypes = CUDA_DT_HALF, .n_configs = WGRAD_FEW_N_CFG,
+                                                  .defines = wgrad_few_defines,
+                                                  .config_name = wgrad_few_config_name};
 
 static const char *const pool_entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec",
                                                  "pool_backward_vec"};

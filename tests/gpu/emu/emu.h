@@ -53,6 +53,9 @@ static inline void __syncthreads(void) { emu_rt_ptr->sync(); }
     abort();
 }
 
+/* the read-only data path: a plain load here (the emulator has no caches) */
+template <class T> static inline T __ldg(const T *p) { return *p; }
+
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
     (void)mask;
     T out;
