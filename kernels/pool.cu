@@ -5,7 +5,8 @@
  *     2 adaptive  PyTorch's bins [floor(i*H/P), ceil((i+1)*H/P)), divisor = bin area
  * Forward: one thread per output element (n, p, q, c), c fastest (coalesced).
  * Backward is a gather, not a scatter: one thread per input element (n, h, w, c) visits the output windows that
- * cover it and adds their contributions in (p, q) order -- no atomics, deterministic. Max pooling's window gives its
+ * cover it and adds their contributions in (p, q) order -- no atomics, deterministic (ResNet's 3x3/2 max-pool: a
+ * thread per 2x2 block of inputs, the same sums; pool_backward_quad). Max pooling's window gives its
  * gradient to its first maximum: with pool_args.argmax the forward writes that position (r * S + s, 255 where the
  * window holds no value > -inf) as one byte per output element and the backward compares it with its own, reading
  * neither x nor y (perf-log step 68); without it the backward finds the maximum again from x (and y).
@@ -235,6 +236,17 @@ extern "C" __global__ void pool_backward(const pool_args a) {
     }
 }
 
+/* a vector of input gradients stored, added to what dx holds when the op accumulates */
+__device__ __forceinline__ void store_dx_vec(act_t *d, float *g, bool accumulate) {
+    if (accumulate) {
+        float e[ACT_VEC];
+        act_load_vec(d, e);
+#pragma unroll
+        for (int k = 0; k < ACT_VEC; k++) g[k] += e[k];
+    }
+    act_store_vec(d, g);
+}
+
 /* Max, average and adaptive-average backward, 16 bytes of channels per thread (the preconditions of pool_forward_vec
  * but the kind): a gather like pool_backward, with its arithmetic per element. Max pooling compares the forward's
  * argmax bytes where it kept them; otherwise it reads the forward's output y: an input element receives a window's
@@ -319,12 +331,61 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
 #pragma unroll
                 for (int k = 0; k < ACT_VEC; k++) g[k] += hit[k] ? dv[k] : 0.0f;
             }
-        act_t *d = dx + img + ((long long)hi * a.w + wi) * a.c;
-        if (a.accumulate) {
-            act_load_vec(d, e);
+        store_dx_vec(dx + img + ((long long)hi * a.w + wi) * a.c, g, a.accumulate);
+    }
+}
+
+/* Max pooling's backward over 3x3 windows at stride 2, pad 1 (ResNet's stem) from the argmax bytes, 16 bytes of
+ * channels per thread: a thread per 2x2 block of inputs (rows 2k, 2k + 1, columns 2j, 2j + 1), whose windows are
+ * (k, j), (k, j + 1), (k + 1, j) and (k + 1, j + 1): each read once, all loads issued before the sums. Input row 2k
+ * lies in window row k only (position r = 1), row 2k + 1 in k (r = 2) and k + 1 (r = 0); columns likewise. The
+ * sums run in pool_backward's (p, q) order over the same windows, so the result is its bit for bit. pool_backward_vec
+ * gave each input its own thread: threads of a warp took 1, 2 or 4 windows and read each window up to 9 times
+ * (perf-log step 94). Preconditions (the launcher's): those of pool_backward_vec, argmax present, P = (H - 1)/2 + 1. */
+extern "C" __global__ void pool_backward_quad(const pool_args a) {
+    pdl_enter();
+    const act_t *dy = (const act_t *)a.dy;
+    act_t *dx = (act_t *)a.out;
+    const int cv = a.c / ACT_VEC, hq = (a.h + 1) / 2, wq = (a.w + 1) / 2;
+    const int total = a.n * hq * wq * cv;
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
+        int t = o / cv;
+        const int cg = o - t * cv;
+        const int j = t % wq;
+        t /= wq;
+        const int k = t % hq;
+        const int n = t / hq;
+        const long long img = (long long)n * a.h * a.w * a.c + cg * ACT_VEC, oimg = (long long)n * a.p * a.q * a.c + cg * ACT_VEC;
+        float dv[4][ACT_VEC];
+        unsigned long long args[4];
 #pragma unroll
-            for (int k = 0; k < ACT_VEC; k++) g[k] += e[k];
+        for (int wdw = 0; wdw < 4; wdw++) { /* window (k + wdw / 2, j + wdw % 2) */
+            const int pp = k + wdw / 2, qq = j + wdw % 2;
+            args[wdw] = ~0ull; /* POOL_NO_ARG in every byte: matches no position */
+#pragma unroll
+            for (int e = 0; e < ACT_VEC; e++) dv[wdw][e] = 0.0f;
+            if (pp < a.p && qq < a.q) {
+                const long long wo = oimg + ((long long)pp * a.q + qq) * a.c;
+                act_load_vec(dy + wo, dv[wdw]);
+                args[wdw] = load_args(a.argmax + wo);
+            }
         }
-        act_store_vec(d, g);
+#pragma unroll
+        for (int in = 0; in < 4; in++) { /* input (2k + dh, 2j + dw) */
+            const int dh = in / 2, dw = in % 2, hi = 2 * k + dh, wi = 2 * j + dw;
+            if (hi >= a.h || wi >= a.w) continue;
+            float g[ACT_VEC];
+#pragma unroll
+            for (int e = 0; e < ACT_VEC; e++) g[e] = 0.0f;
+#pragma unroll
+            for (int wdw = 0; wdw < 4; wdw++) {
+                const int dp = wdw / 2, dq = wdw % 2;
+                if ((dp && !dh) || (dq && !dw)) continue; /* window k + 1 holds row 2k + 1 only; columns alike */
+                const unsigned me = (unsigned)((dh + 1 - 2 * dp) * 3 + dw + 1 - 2 * dq);
+#pragma unroll
+                for (int e = 0; e < ACT_VEC; e++) g[e] += ((args[wdw] >> (8 * e)) & 0xffu) == me ? dv[wdw][e] : 0.0f;
+            }
+            store_dx_vec(dx + img + ((long long)hi * a.w + wi) * a.c, g, a.accumulate);
+        }
     }
 }

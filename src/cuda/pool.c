@@ -1,5 +1,6 @@
 /* pool.c -- launchers of kernels/pool.cu: max / average (count_include_pad) / adaptive-average pooling over NHWC,
- * forward (one thread per output) and backward (a gather: one thread per input, no atomics). Max pooling keeps its
+ * forward (one thread per output) and backward (a gather: one thread per input, or per 2x2 inputs for ResNet's
+ * 3x3/2 max-pool; no atomics). Max pooling keeps its
  * maxima's window positions in cnn_pool2d.argmax when given one (windows of fewer than 255 positions); forward and
  * backward decide that from the problem alone, so the backward reads what the forward wrote whichever kernels
  * (vector or scalar) each runs. */
@@ -70,6 +71,12 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
     /* without the argmax bytes the vector kernel finds max pooling's first maximum through y, the scalar one from x */
     const void *ptrs[] = {x, y, dy, dx, a.argmax};
     const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
+    const bool stem = a.argmax && pl->r == 3 && pl->s == 3 && pl->stride_h == 2 && pl->stride_w == 2 &&
+                      pl->pad_h == 1 && pl->pad_w == 1; /* ResNet's: a thread per 2x2 inputs (perf-log step 94) */
+    if (stem && vec_ok(be, pl, ptrs, 5, false)) {
+        cuda_impl(be)->stats.pool_quad_launches++;
+        return run(be, POOL_BWD_QUAD, &a, (long long)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2) * (pl->c / vec), pl);
+    }
     if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true))
         return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
     return run(be, POOL_BWD, &a, (long long)pl->n * pl->h * pl->w * pl->c, pl);

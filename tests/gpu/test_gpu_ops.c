@@ -1047,8 +1047,17 @@ static void pool_argmax_case(ctx *t, const cnn_pool2d *pl0, const arr *x, const 
         pool_ref_bwd(&pl, x->h, dy.h, rdx);
         snprintf(name, sizeof name, "pool2d_backward.%s.max.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d.argmax%s", t->dts, pl.n,
                  pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, acc ? ".acc" : "");
+        cnn_cuda_stats st0, st1;
+        cnn_cuda_stats_get(t->gpu, &st0);
         expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, xc.g.p, yc.g.p, dy.g.p, dx.g.p, acc), name);
+        cnn_cuda_stats_get(t->gpu, &st1);
         if (t->cpu) cpu_ok(t, t->cpu->pool2d_backward(t->cpu, &plc, x->c, y.c, dy.c, dx.c, acc), name);
+        /* ResNet's 3x3/2 pad 1 with whole vectors of channels: a thread per 2x2 inputs (pool_backward_quad) */
+        const bool quad = pl.r == 3 && pl.s == 3 && pl.stride_h == 2 && pl.stride_w == 2 && pl.pad_h == 1 &&
+                          pl.pad_w == 1 && pl.c % (t->dt == CNN_DTYPE_F32 ? 4 : 8) == 0;
+        snprintf(nm, sizeof nm, "%s.path", name);
+        check(st1.pool_quad_launches - st0.pool_quad_launches == (quad ? 1 : 0), nm, "%ld quad launches, %d expected",
+              st1.pool_quad_launches - st0.pool_quad_launches, quad ? 1 : 0);
         arr *in2[] = {&dy};
         verify(t, name, &dx, rdx, &lx, in2, 1);
         free(rdx);
@@ -1077,6 +1086,8 @@ static void g_pool(ctx *t) {
         {CNN_POOL_ADAPTIVE_AVG, 1, 6, 14, 14, 0, 0, 0, 0, 0, 0, 7, 7, false},
         /* C % 8 == 0: the 16-byte-vector kernel (pool_forward_vec) */
         {CNN_POOL_MAX, 2, 16, 9, 11, 3, 3, 2, 2, 1, 1, 0, 0, true},
+        {CNN_POOL_MAX, 1, 24, 10, 12, 3, 3, 2, 2, 1, 1, 0, 0, true}, /* the stem's, even sizes: pool_backward_quad */
+        {CNN_POOL_MAX, 3, 12, 8, 5, 3, 3, 2, 2, 1, 1, 0, 0, false},  /* C % 8 = 4: the vector kernel of 4 in F32 only */
         {CNN_POOL_MAX, 1, 24, 7, 6, 2, 2, 2, 2, 0, 0, 0, 0, false},
         {CNN_POOL_AVG, 3, 8, 5, 7, 3, 3, 2, 1, 1, 1, 0, 0, false},
         /* the adaptive backward's vector kernel: overlapping bins, and more bins than pixels */
