@@ -39,11 +39,19 @@ def main():
             out += [f"## {title}", "", "No results yet.", ""]
             continue
         base = os.path.basename(f)[:-5]
-        md, _ = report.report(report.load(f), os.path.join(d, "plots-" + base), f"{title}: {base}",
+        records = report.load(f)
+        md, _ = report.report(records, os.path.join(d, "plots-" + base), f"{title}: {base}",
                               f"bench/run.sh  (records: bench/results/{base}.json)")
         md = md.replace("](plots-", "](bench/results/plots-")
-        # training rows of a suite older than the newest training summary: say where the newer step is
-        trained = [t for t in glob.glob(os.path.join(d, "*-training.md")) if os.path.basename(t)[:10] > base[:10]]
+        # training rows of a suite older than a training summary (a later date, or the same date and a heading that
+        # names none of the suite's commits): say where the newer step is
+        commits = {r["commit"].split("+")[0] for r in records if r.get("commit")}
+
+        def newer(t):
+            day, head = os.path.basename(t)[:10], open(t).readline()
+            return day > base[:10] or (day == base[:10] and commits and not any(c in head for c in commits))
+
+        trained = [t for t in glob.glob(os.path.join(d, "*-training.md")) if newer(t)]
         if title == "GPU" and "| train |" in md and trained:
             note = ("The training rows of this table are from this run's commit; newer training steps, beside PyTorch "
                     "eager's in the same call, are in \"Training against PyTorch eager\" below ("
