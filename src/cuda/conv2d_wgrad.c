@@ -135,8 +135,8 @@ bool cuda_wgrad_few_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy
     const cnn_dtype dt = cb->pub.act_dtype;
     if ((dt != CNN_DTYPE_F16 && dt != CNN_DTYPE_BF16) || cb->cc_major < 8) return false;
     if (cuda_conv_skipped(cb, "wgrad_few")) return false;
-    if (cv->k > 64 || cv->k % 8 || cv->c > 4 || (int64_t)cv->r * cv->s * cv->c > cuda_wgrad_few_cols[WGRAD_FEW_N_CFG - 1])
-        return false;
+    const int64_t cols = (int64_t)cv->r * cv->s * cv->c;
+    if (cv->k > 64 || cv->k % 8 || cv->c > 4 || cols > cuda_wgrad_few_cols[WGRAD_FEW_N_CFG - 1]) return false;
     if (!aligned16(dy)) return false;
     return (int64_t)cv->n * cv->p * cv->q <= INT_MAX - FEW_PIX && (int64_t)cv->n * cv->h * cv->w * cv->c <= INT_MAX;
 }
@@ -152,8 +152,8 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     a.x = x, a.dy = dy, a.out = dw;
     char what[200];
     snprintf(what, sizeof what, "conv2d_wgrad_few[%s, cols%d] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
-             cuda_dtype_str(be->act_dtype), cuda_wgrad_few_cols[cfg], cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
-             cv->stride_w, cv->pad_h, cv->pad_w);
+             cuda_dtype_str(be->act_dtype), cuda_wgrad_few_cols[cfg], cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s,
+             cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
     /* as many CTAs as fit at once (each holds all of dW), each a contiguous range of 64-pixel blocks; the CTA count
      * depends on the GPU only, so the reduction order does too */
     int per_sm = 1;

@@ -1,9 +1,8 @@
 /* pool.c -- launchers of kernels/pool.cu: max / average (count_include_pad) / adaptive-average pooling over NHWC,
  * forward (one thread per output) and backward (a gather: one thread per input, or per 2x2 inputs for ResNet's
- * 3x3/2 max-pool; no atomics). Max pooling keeps its
- * maxima's window positions in cnn_pool2d.argmax when given one (windows of fewer than 255 positions); forward and
- * backward decide that from the problem alone, so the backward reads what the forward wrote whichever kernels
- * (vector or scalar) each runs. */
+ * 3x3/2 max-pool; no atomics). Max pooling keeps its maxima's window positions in cnn_pool2d.argmax when given one
+ * (windows of fewer than 255 positions); forward and backward decide that from the problem alone, so the backward
+ * reads what the forward wrote whichever kernels (vector or scalar) each runs. */
 #include "cuda/internal.h"
 
 #include <limits.h>
@@ -74,8 +73,10 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
     const bool stem = a.argmax && pl->r == 3 && pl->s == 3 && pl->stride_h == 2 && pl->stride_w == 2 &&
                       pl->pad_h == 1 && pl->pad_w == 1; /* ResNet's: a thread per 2x2 inputs (perf-log step 94) */
     if (stem && vec_ok(be, pl, ptrs, 5, false)) {
+        const long long quads = (long long)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2);
+        CNN_TRY(run(be, POOL_BWD_QUAD, &a, quads * (pl->c / vec), pl));
         cuda_impl(be)->stats.pool_quad_launches++;
-        return run(be, POOL_BWD_QUAD, &a, (long long)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2) * (pl->c / vec), pl);
+        return CNN_OK;
     }
     if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true))
         return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
