@@ -15,6 +15,7 @@
  *     sums of x and x^2 (the variance from them in double), one apply pass; the ResNet/VGG case. For a small
  *     tensor the partial sums, the finalize and the apply run as one cooperative kernel (the fused kernels below);
  *   - scalar (any C): 32 channels x 8 rows per block; mean, then the centred variance, then apply.
+ * The stem's backward (a BN -> ReLU that only a 3x3/2 max-pool reads) takes in the pool's: bn_bwd_pool_*, below.
  * Specialisation: ACT.
  */
 #include "common.cuh"
@@ -252,10 +253,30 @@ __device__ __forceinline__ unsigned relu_pass8(const red_args &a, long long v) {
 /* MODE 0 (bn_partial_vec): P0 = sum x, P1 = sum x^2;  MODE 2 (bn_bwd_partial_vec): P0 = sum g, P1 = sum g * xhat
  * (g as in bn_bwd_apply). Two kernels, each with its own registers: in one kernel the backward's loads raised the
  * forward's registers and halved its occupancy (perf-log step 68). */
+/* A partial CTA's sums: thread tid = row lane * CVT + channel vector owns the 16 doubles partials_slot(which, e) of
+ * its 8 channels, [sum][e][tid]: a warp's accesses to one slot are consecutive doubles (bn_bwd_pool_partial_vec adds
+ * into them once per quad; with a thread's 8 side by side they were 16-way bank conflicts). partials_reduce adds the
+ * row lanes' slots in lane order into partial[which][chunk][c]. */
+#define PARTIAL_SLOTS (VEC_T * 8) /* 32 KB in all */
+__device__ __forceinline__ double *partials_slot(double sh[2][PARTIAL_SLOTS], int which, int e) {
+    return &sh[which][e * VEC_T + threadIdx.x];
+}
+__device__ __forceinline__ void partials_reduce(const red_args &a, double sh[2][PARTIAL_SLOTS], long long chunk) {
+    const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, width = cvt * 8;
+    __syncthreads();
+    for (int v = threadIdx.x; v < 2 * width; v += VEC_T) {
+        const int which = v / width, ch = v % width, c = blockIdx.y * width + ch;
+        if (c >= a.c) continue;
+        const double *slot = &sh[which][(ch % 8) * VEC_T + ch / 8]; /* lane l's: slot[l * cvt] */
+        double t = 0.0;
+        for (int l = 0; l < rt; l++) t += slot[l * cvt];
+        a.partial[((long long)which * a.chunks + chunk) * a.c + c] = t;
+    }
+}
+
 template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &a) {
-    __shared__ double sh[2][VEC_T * 8]; /* [sum][row lane * CVT * 8 + channel of the group]: 32 KB */
     const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
-    const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt, cl = (tid % cvt) * 8;
+    const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt;
     const bool active = lane_r < rt && cv < a.c / 8;
     const long long chunk = vec_chunk(a), r0 = chunk * a.rows_per_chunk;
     long long r1 = r0 + a.rows_per_chunk;
@@ -326,21 +347,13 @@ template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &
             }
         }
     }
-    /* the row lanes' sums, added in lane order */
-    const int width = cvt * 8;
+    __shared__ double sh[2][PARTIAL_SLOTS];
 #pragma unroll
     for (int e = 0; e < 8; e++) {
-        sh[0][lane_r * width + cl + e] = active ? s0[e] : 0.0;
-        sh[1][lane_r * width + cl + e] = active ? s1[e] : 0.0;
+        *partials_slot(sh, 0, e) = active ? s0[e] : 0.0;
+        *partials_slot(sh, 1, e) = active ? s1[e] : 0.0;
     }
-    __syncthreads();
-    for (int v = tid; v < 2 * width; v += VEC_T) {
-        const int which = v / width, ch = v % width, c = blockIdx.y * width + ch;
-        if (c >= a.c) continue;
-        double t = 0.0;
-        for (int l = 0; l < rt; l++) t += sh[which][l * width + ch];
-        a.partial[((long long)which * a.chunks + chunk) * a.c + c] = t;
-    }
+    partials_reduce(a, sh, chunk);
 }
 extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_args a) {
     pdl_enter();
@@ -487,12 +500,12 @@ __device__ __forceinline__ void bn_bwd8_at(const red_args &a, int c, bn_bwd8 &p)
         p.k0[e] = (bwd_t)a.coef[c + e], p.k1[e] = (bwd_t)a.coef[a.c + c + e],
         p.k2[e] = (bwd_t)(a.coef[2 * a.c + c + e] * (double)a.invstd[c + e]), p.mu[e] = a.mean[c + e];
 }
-/* vector v of dx (and of dres) from dy's and x's raw vectors and the ReLU's pass bits */
-__device__ __forceinline__ void bwd_apply8(const red_args &a, const bn_bwd8 &p, const act8 &rg, const act8 &rx,
-                                           unsigned pass, long long v) {
+/* vector v of dx (and of dres) from dy's values g (the ReLU's input gradient before its mask), x's raw vector and the
+ * ReLU's pass bits */
+__device__ __forceinline__ void bwd_apply8f(const red_args &a, const bn_bwd8 &p, float g[8], const act8 &rx,
+                                            unsigned pass, long long v) {
     act_t *dx = (act_t *)a.out, *dres = (act_t *)a.dres;
-    float g[8], t[8];
-    act8_unpack(rg, g);
+    float t[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) g[e] = (pass >> e) & 1 ? g[e] : 0.0f;
     if (dx) {
@@ -514,6 +527,13 @@ __device__ __forceinline__ void bwd_apply8(const red_args &a, const bn_bwd8 &p, 
         }
         act8_store(dres + v * 8, g);
     }
+}
+/* the same from dy's raw vector */
+__device__ __forceinline__ void bwd_apply8(const red_args &a, const bn_bwd8 &p, const act8 &rg, const act8 &rx,
+                                           unsigned pass, long long v) {
+    float g[8];
+    act8_unpack(rg, g);
+    bwd_apply8f(a, p, g, rx, pass, v);
 }
 /* Vectors v, v + stride, ... U at a time, their loads issued together, where every one a thread takes is of the same
  * channel group (stride a multiple of C / 8): the fused kernel's one wave of CTAs (U = BWD_U) needs the loads in
@@ -568,6 +588,176 @@ template <int U> __device__ __forceinline__ void bwd_apply_vec(const red_args &a
 extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     pdl_enter();
     bwd_apply_vec<1>(a, GRID_TID, GRID_STRIDE);
+}
+
+/* ---- the backward of a BatchNorm -> ReLU whose output only a 3x3/2 pad-1 max-pool reads (the ResNet stem) ------
+ * g, the gradient of the ReLU's output, is the pool's backward (pool.cu's pool_backward_quad), made where the two
+ * passes use it instead of stored between them: a thread takes 8 channels of the 2x2 inputs (2k .. 2k+1, 2j .. 2j+1),
+ * which windows (k, j), (k, j+1), (k+1, j), (k+1, j+1) alone cover (row 2k lies in window k only, row 2k+1 in k and
+ * k+1; columns alike), loading each window's dy and argmax once. The pool's write of g and the BatchNorm's two reads
+ * of it go; dy and the argmax bytes, a quarter of g's elements, are read twice instead (perf-log step 95). The same
+ * sums in another order (by quad, not by row), and g in float where the pool stored it in the activation dtype. */
+
+/* 8 values from 16-byte aligned shared memory in 16-byte loads (one at a time took 2-way conflicts per value) */
+__device__ __forceinline__ void sh_load8(const float *src, float dst[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const float4 v = reinterpret_cast<const float4 *>(src)[i];
+        dst[4 * i] = v.x, dst[4 * i + 1] = v.y, dst[4 * i + 2] = v.z, dst[4 * i + 3] = v.w;
+    }
+}
+__device__ __forceinline__ void sh_load8(const double *src, double dst[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const double2 v = reinterpret_cast<const double2 *>(src)[i];
+        dst[2 * i] = v.x, dst[2 * i + 1] = v.y;
+    }
+}
+/* quad t's windows for the channels 8 cv .. 8 cv + 7: dy's raw vectors and the argmax bytes (zero and no position
+ * past the pool's output), and the quad's 4 inputs (2k + i / 2, 2j + i % 2) as rows of x (-1: past the image's last
+ * row or column). 32-bit indices (the launcher checks M < 2^31) and dy packed until used: with 64-bit divisions and
+ * the 4 windows unpacked the partial kernel spilled. */
+__device__ __forceinline__ void pool_quad_load(const red_args &a, int t, int cv, act8 dv[4],
+                                               unsigned long long args[4], int rows[4]) {
+    const int hq = (a.pool_h + 1) / 2, wq = (a.pool_w + 1) / 2;
+    const int j = t % wq;
+    t /= wq;
+    const int k = t % hq, n = t / hq;
+    const act_t *dy = (const act_t *)a.dy;
+#pragma unroll
+    for (int wdw = 0; wdw < 4; wdw++) { /* window (k + wdw / 2, j + wdw % 2) */
+        const int pp = k + wdw / 2, qq = j + wdw % 2;
+        args[wdw] = ~0ull; /* POOL_NO_ARG in every byte: matches no position */
+        dv[wdw] = act8_zero();
+        if (pp < a.pool_p && qq < a.pool_q) {
+            const long long o = (long long)((n * a.pool_p + pp) * a.pool_q + qq) * a.c + cv * 8;
+            dv[wdw] = act8_load(dy + o);
+            args[wdw] = *(const unsigned long long *)(a.argmax + o);
+        }
+    }
+#pragma unroll
+    for (int in = 0; in < 4; in++) {
+        const int hi = 2 * k + in / 2, wi = 2 * j + in % 2;
+        rows[in] = hi < a.pool_h && wi < a.pool_w ? (n * a.pool_h + hi) * a.pool_w + wi : -1;
+    }
+}
+
+/* g of the quad's input `in` (a compile-time index): the windows whose maximum it is */
+__device__ __forceinline__ void pool_quad_g(int in, const act8 dv[4], const unsigned long long args[4], float g[8]) {
+    const int dh = in / 2, dw = in % 2;
+#pragma unroll
+    for (int e = 0; e < 8; e++) g[e] = 0.0f;
+#pragma unroll
+    for (int wdw = 0; wdw < 4; wdw++) {
+        const int dp = wdw / 2, dq = wdw % 2;
+        if ((dp && !dh) || (dq && !dw)) continue;
+        const unsigned me = (unsigned)((dh + 1 - 2 * dp) * 3 + dw + 1 - 2 * dq); /* r * 3 + s in the window */
+        float v[8];
+        act8_unpack(dv[wdw], v);
+#pragma unroll
+        for (int e = 0; e < 8; e++) g[e] += ((args[wdw] >> (8 * e)) & 0xffu) == me ? v[e] : 0.0f;
+    }
+}
+
+/* x's vectors and the ReLU's pass bits of a quad's inputs (zero where outside) */
+__device__ __forceinline__ void pool_quad_x(const red_args &a, int cv, const int rows[4], act8 rx[4],
+                                            unsigned pass[4]) {
+    const act_t *x = (const act_t *)a.x;
+    const int cvs = a.c / 8;
+#pragma unroll
+    for (int in = 0; in < 4; in++) {
+        rx[in] = rows[in] >= 0 ? act8_load(x + (long long)rows[in] * a.c + cv * 8) : act8_zero();
+        pass[in] = rows[in] >= 0 ? relu_pass8(a, (long long)rows[in] * cvs + cv) : 0u;
+    }
+}
+
+/* CTAs per SM the pool kernels are built for: f32's 32-byte vectors spilled at 2 (the stem trains in bf16/f16) */
+#define POOL_CTAS (ACT == ACT_F32 ? 1 : 2)
+
+/* partial_vec's MODE 2 sums over chunks of quads: P0 = sum g, P1 = sum g * xhat */
+extern "C" __global__ void __launch_bounds__(VEC_T, POOL_CTAS) bn_bwd_pool_partial_vec(const red_args a) {
+    pdl_enter();
+    const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
+    const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt;
+    const bool active = lane_r < rt && cv < a.c / 8;
+    const long long chunk = vec_chunk(a), q0 = chunk * a.rows_per_chunk;
+    const long long q1 = q0 + a.rows_per_chunk < a.quads ? q0 + a.rows_per_chunk : a.quads;
+    /* the double sums in the thread's own shared slots and the statistics in shared memory, not in registers: with
+     * them in registers it spilled */
+    __shared__ double sh[2][PARTIAL_SLOTS];
+    __shared__ __align__(16) float sh_mu[VEC_T * 8], sh_is[VEC_T * 8]; /* the CTA's channels */
+#pragma unroll
+    for (int e = 0; e < 8; e++) *partials_slot(sh, 0, e) = *partials_slot(sh, 1, e) = 0.0;
+    for (int i = tid; i < cvt * 8; i += VEC_T) {
+        const int c = blockIdx.y * cvt * 8 + i;
+        sh_mu[i] = c < a.c ? a.mean[c] : 0.0f;
+        sh_is[i] = c < a.c ? a.invstd[c] : 0.0f;
+    }
+    __syncthreads();
+    if (active) {
+        const int cl = (tid % cvt) * 8;
+        for (int t = (int)q0 + lane_r; t < (int)q1; t += rt) {
+            act8 dv[4], rx[4];
+            unsigned long long args[4];
+            int rows[4];
+            unsigned pass[4];
+            pool_quad_load(a, t, cv, dv, args, rows);
+            pool_quad_x(a, cv, rows, rx, pass);
+            float t0[8] = {0}, t1[8] = {0}, xv[8], g[8], st[8]; /* sum g, sum g * (x - mean) */
+            sh_load8(&sh_mu[cl], st);
+#pragma unroll
+            for (int in = 0; in < 4; in++) {
+                pool_quad_g(in, dv, args, g);
+                act8_unpack(rx[in], xv);
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float gm = (pass[in] >> e) & 1 ? g[e] : 0.0f;
+                    t0[e] += gm;
+                    t1[e] += gm * (xv[e] - st[e]);
+                }
+            }
+            sh_load8(&sh_is[cl], st);
+#pragma unroll
+            for (int e = 0; e < 8; e++) *partials_slot(sh, 0, e) += t0[e], *partials_slot(sh, 1, e) += t1[e] * st[e];
+        }
+    }
+    partials_reduce(a, sh, chunk);
+}
+
+/* bn_bwd_apply_vec over quads: thread o takes quad o / (C / 8) and channel vector o % (C / 8) (quads * C / 8 < 2^31:
+ * the launcher checks). dx's coefficients of every channel in shared memory, a thread's 8 read as each input needs
+ * them (C <= POOL_APPLY_C: the launcher checks): kept in registers across the quad they spilled. */
+#define POOL_APPLY_C 512
+extern "C" __global__ void __launch_bounds__(VEC_T, POOL_CTAS) bn_bwd_pool_apply_vec(const red_args a) {
+    pdl_enter();
+    __shared__ __align__(16) bwd_t sh_k[3][POOL_APPLY_C];
+    __shared__ __align__(16) float sh_mu[POOL_APPLY_C];
+    for (int c = threadIdx.x; c < a.c; c += blockDim.x) {
+        sh_k[0][c] = (bwd_t)a.coef[c], sh_k[1][c] = (bwd_t)a.coef[a.c + c];
+        sh_k[2][c] = (bwd_t)(a.coef[2 * a.c + c] * (double)a.invstd[c]), sh_mu[c] = a.mean[c];
+    }
+    __syncthreads();
+    const int cvs = a.c / 8, total = (int)a.quads * cvs;
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
+        const int cv = o % cvs;
+        act8 dv[4], rx[4];
+        unsigned long long args[4];
+        int rows[4];
+        unsigned pass[4];
+        pool_quad_load(a, o / cvs, cv, dv, args, rows);
+        pool_quad_x(a, cv, rows, rx, pass);
+#pragma unroll
+        for (int in = 0; in < 4; in++) {
+            if (rows[in] < 0) continue;
+            float g[8];
+            pool_quad_g(in, dv, args, g);
+            bn_bwd8 p;
+            p.c = cv * 8;
+            sh_load8(&sh_k[0][cv * 8], p.k0), sh_load8(&sh_k[1][cv * 8], p.k1), sh_load8(&sh_k[2][cv * 8], p.k2);
+            sh_load8(&sh_mu[cv * 8], p.mu);
+            bwd_apply8f(a, p, g, rx[in], pass[in], (long long)rows[in] * cvs + cv);
+        }
+    }
 }
 
 /* ---- the fused kernels: a whole BatchNorm pass in one cooperative launch -------------------------------------

@@ -174,6 +174,12 @@ typedef struct red_args {
     const float *fpartial;           /* bn_fold_stats: a conv's sums of x and x^2 per row chunk, (2, fchunks, C)
                                       * float (conv_args.stats), added into partial */
     long long fchunks;
+    /* bn backward with the 3x3/2 pad-1 max-pool that alone reads its ReLU's output (bn_bwd_pool_*): dy is the pool's
+     * (N, P, Q, C) output gradient and argmax its window positions (pool.cu); x's M rows are N x H x W pixels, taken
+     * in quads = N * ceil(H/2) * ceil(W/2) blocks of 2x2 (rows_per_chunk then counts quads) */
+    const unsigned char *argmax;
+    int pool_h, pool_w, pool_p, pool_q;
+    long long quads;
 } red_args;
 
 /* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */

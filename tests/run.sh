@@ -56,6 +56,8 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     add "emu-conv_dgrad-bf16 $EMU --dtype bf16 conv_dgrad"
     # BatchNorm's training kernels with the residual add and ReLU fused, scalar and vector paths
     add "emu-bn-bf16 $EMU --dtype bf16 bn"
+    # the stem's BatchNorm backward with its max-pool's taken in (the pool's gradient never stored)
+    for dt in bf16 f32; do add "emu-bn_pool-$dt $EMU --dtype $dt bn_pool"; done
     for dt in bf16 f16; do # the first-layer kernels and the fused stem + max-pool
         add "emu-conv_first-$dt $EMU --dtype $dt conv_first"
     done

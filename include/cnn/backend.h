@@ -306,6 +306,15 @@ struct cnn_backend {
                               const float *gamma, const float *save_mean, const float *save_invstd, bool relu,
                               void *dx, bool accumulate, void *dres, bool dres_accumulate, float *dgamma,
                               float *dbeta);
+    /* Optional (NULL where a backend has none): bn_backward with relu and no residual, of a BN -> ReLU whose output
+     * only the max-pool pl reads, taking in that pool's backward: dy is the gradient of the pool's output, the ReLU
+     * output's gradient is never stored. Needs bn->relu_mask and pl->argmax as the forward wrote them. The train
+     * plan's backward calls it where bn_pool_fusable says the backend runs that pair (the ResNet stem on the GPU);
+     * a problem it refuses is CNN_E_UNSUPPORTED. */
+    cnn_status (*bn_backward_pool)(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl, const void *x,
+                                   const void *dy, const float *gamma, const float *save_mean,
+                                   const float *save_invstd, void *dx, bool accumulate, float *dgamma, float *dbeta);
+    bool (*bn_pool_fusable)(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl);
     /* y = relu?(x*scale[c] + shift[c] + residual): eval-mode BN and the unfused epilogue */
     cnn_status (*scale_shift)(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
                               const float *shift, const void *residual, bool relu, void *y);

@@ -543,6 +543,27 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
+/* Whether train step s, a max-pool, runs its backward inside that of step s - 1, a BN -> ReLU (bn_backward_pool):
+ * the pool reads the ReLU's output alone, both keep their masks, and the backend fuses the pair (the ResNet stem on
+ * the GPU). pl: the pool's problem, with its argmax. */
+static bool pool_in_bn_backward(const cnn_model *m, int s, int n, cnn_pool2d *pl) {
+    const cnn_net *net = m->net;
+    if (s < 1 || !m->be->bn_backward_pool || !m->be->bn_pool_fusable) return false;
+    const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
+    const cnn_node *nd = &net->nodes[sp->node], *bnd = &net->nodes[sb->node];
+    if (nd->op != CNN_OP_MAXPOOL || bnd->op != CNN_OP_BN || !sb->relu || sb->has_residual || nd->in[0] != sb->out ||
+        m->mask_off[sp->node] < 0 || m->mask_off[sb->node] < 0)
+        return false;
+    for (int j = 0; j < net->n_nodes; j++) /* the pool alone reads the ReLU's output */
+        for (int k = 0; k < (net->nodes[j].op == CNN_OP_ADD ? 2 : 1); k++)
+            if (net->nodes[j].in[k] == sb->out && j != sp->node) return false;
+    cnn_node_pool2d(net, nd, n, pl);
+    pl->argmax = m->masks + m->mask_off[sp->node];
+    cnn_bn bn = bn_problem(m, bnd, n);
+    bn.relu_mask = m->masks + m->mask_off[sb->node];
+    return m->be->bn_pool_fusable(m->be, &bn, pl);
+}
+
 /* The loss, its gradient and the backward pass: device work only. */
 static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
     const cnn_net *net = m->net;
@@ -584,6 +605,13 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             const float *stats = m->bn + m->bn_off[i];
             void *dres = sp->has_residual && sp->residual >= 0 ? grad_ptr(m, sp->residual) : NULL;
             if (sp->relu && m->mask_off[i] >= 0) bn.relu_mask = m->masks + m->mask_off[i];
+            cnn_pool2d pl;
+            if (pool_in_bn_backward(m, s + 1, n, &pl)) { /* from the pool's output gradient */
+                st = be->bn_backward_pool(be, &bn, &pl, x, grad_ptr(m, m->plan.train_steps[s + 1].out),
+                                          pf(m, nd->param[0]), stats, stats + nd->c, dx, acc,
+                                          gradp(m, nd->param[0]), gradp(m, nd->param[1]));
+                break;
+            }
             st = be->bn_backward(be, &bn, x, sp->relu ? value_ptr(m, sp->out, CNN_MODE_TRAIN) : NULL, dy,
                                  pf(m, nd->param[0]), stats, stats + nd->c, sp->relu, dx, acc, dres,
                                  m->plan.grad_acc[2 * s + 1], gradp(m, nd->param[0]), gradp(m, nd->param[1]));
@@ -595,8 +623,8 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_MAXPOOL:
         case CNN_OP_AVGPOOL:
         case CNN_OP_ADAPTIVE_AVGPOOL: {
-            if (!dx) break;
             cnn_pool2d pl;
+            if (!dx || pool_in_bn_backward(m, s, n, &pl)) break; /* the BN's backward takes it in */
             cnn_node_pool2d(net, nd, n, &pl);
             if (m->mask_off[i] >= 0) pl.argmax = m->masks + m->mask_off[i];
             st = be->pool2d_backward(be, &pl, x, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);

@@ -473,6 +473,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->channel_sum = cuda_channel_sum;
     be->bn_forward_train = cuda_bn_forward_train;
     be->bn_backward = cuda_bn_backward;
+    be->bn_backward_pool = cuda_bn_backward_pool;
+    be->bn_pool_fusable = cuda_bn_pool_fusable;
     be->scale_shift = cuda_scale_shift;
     be->relu_forward = cuda_relu_forward;
     be->relu_backward = cuda_relu_backward;

@@ -16,6 +16,8 @@
  * consumer rows, at most 128 of them, conv2d_epilogue.cuh's stats_flush), bn_fold_stats adds those chunks into the
  * double partials instead of bn_partial_vec reading x (perf-log step 87); the sums of x^2 then carry float rounding
  * of ~1e-7 relative, so the variance stays exact to ~1e-7 * (1 + mean^2 / var).
+ * bn_backward_pool (the stem's BN -> ReLU -> 3x3/2 max-pool, cuda_bn_pool_fusable) runs the vector backward over 2x2
+ * blocks of pixels, making the ReLU output's gradient from the pool's where it is used (perf-log step 95).
  */
 #include "cuda/internal.h"
 
@@ -54,18 +56,22 @@ static bool vec_ok(const red_args *a) {
  * CTAs, the most that keep to ~4 CTAs per SM in all (each CTA covers up to 256 channel vectors), at least 64 rows
  * per chunk. A partial wave ran the end at a third of the occupancy: 528 CTAs at 3 per SM are 1.33 waves (perf-log
  * step 72). The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
-static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int mode, CUfunction *f) {
-    CNN_TRY(kern(cb, mode == 0 ? BN_PARTIAL_VEC : BN_BWD_PARTIAL_VEC, f));
+static const char *const partial_vec_names[] = {[BN_PARTIAL_VEC] = "bn_partial_vec",
+                                                 [BN_BWD_PARTIAL_VEC] = "bn_bwd_partial_vec",
+                                                 [BN_BWD_POOL_PARTIAL_VEC] = "bn_bwd_pool_partial_vec"};
+/* `rows`: x's rows, or the quads of 2x2 pixels the pool's kernel takes (at least 16 quads per chunk) */
+static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int entry, long long rows, CUfunction *f) {
+    CNN_TRY(kern(cb, entry, f));
     int per_sm = 1;
-    CNN_TRY(cuda_blocks_per_sm(cb, *f, mode == 0 ? "bn_partial_vec" : "bn_bwd_partial_vec", VEC_T, 0, &per_sm));
+    CNN_TRY(cuda_blocks_per_sm(cb, *f, partial_vec_names[entry], VEC_T, 0, &per_sm));
     const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
-    const long long waves = per_sm < 4 ? 4 / per_sm : 1;
+    const long long waves = per_sm < 4 ? 4 / per_sm : 1, least = entry == BN_BWD_POOL_PARTIAL_VEC ? 16 : 64;
     long long chunks = waves * per_sm * cb->sm_count / groups;
-    const long long max_chunks = (a->m + 63) / 64;
+    const long long max_chunks = (rows + least - 1) / least;
     if (chunks > max_chunks) chunks = max_chunks;
     if (chunks < 1) chunks = 1;
-    a->rows_per_chunk = (a->m + chunks - 1) / chunks;
-    a->chunks = (int)((a->m + a->rows_per_chunk - 1) / a->rows_per_chunk);
+    a->rows_per_chunk = (rows + chunks - 1) / chunks;
+    a->chunks = (int)((rows + a->rows_per_chunk - 1) / a->rows_per_chunk);
     return CNN_OK;
 }
 
@@ -227,7 +233,7 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
         CNN_TRY(kern(cb, BN_FOLD_STATS, &fpart));
     } else {
         CNN_TRY(plan_fused(cb, bn, &a, vec, BN_FUSED_VEC, &fpart, &fused));
-        if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, 0, &fpart));
+        if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, BN_PARTIAL_VEC, a.m, &fpart));
         if (!fused && !vec) plan_chunks(cb, &a);
     }
     void *ws;
@@ -265,13 +271,31 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     return a.mask ? run_elementwise(cb, &a, BN_MASK_OF_Y, what) : CNN_OK;
 }
 
-cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
-                            const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
-                            bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta) {
+#define POOL_APPLY_C 512 /* = kernels/batchnorm.cu: bn_bwd_pool_apply_vec's channels in shared memory */
+/* The 3x3/2 pad-1 max-pool after a BatchNorm's ReLU whose backward bn_backward_pool takes in (its argmax kept, the
+ * ReLU's mask kept, no residual): the vector kernels' channels, at most POOL_APPLY_C of them; the output ceil(H/2) x
+ * ceil(W/2), so that a 2x2 block of inputs lies in the four windows from its own (kernels/batchnorm.cu,
+ * pool_quad_load); 32-bit indices (M and the quads' channel vectors below 2^31). CNN_CONV_SKIP=bn_pool leaves it out
+ * (the A/B, as conv2d_fast.c does). */
+bool cuda_bn_pool_fusable(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl) {
+    cuda_be *cb = cuda_impl(be);
+    const int64_t quads = (int64_t)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2);
+    return pl->kind == CNN_POOL_MAX && pl->argmax && bn->relu_mask && pl->r == 3 && pl->s == 3 && pl->stride_h == 2 &&
+           pl->stride_w == 2 && pl->pad_h == 1 && pl->pad_w == 1 && pl->p == (pl->h + 1) / 2 &&
+           pl->q == (pl->w + 1) / 2 && pl->c == bn->c && bn->c % 8 == 0 && bn->c <= POOL_APPLY_C &&
+           (int64_t)pl->n * pl->h * pl->w == bn->m && bn->m < INT32_MAX && quads * (bn->c / 8) < INT32_MAX &&
+           !cuda_conv_skipped(cb, "bn_pool");
+}
+
+/* bn_backward, and with pl the backward of the max-pool after its ReLU (bn_backward_pool: dy is the pool's) */
+static cnn_status bn_backward_run(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl, const void *x,
+                                  const void *y, const void *dy, const float *gamma, const float *save_mean,
+                                  const float *save_invstd, bool relu, void *dx, bool accumulate, void *dres,
+                                  bool dres_accumulate, float *dgamma, float *dbeta) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     check_mc(bn->m, bn->c);
-    CNN_ASSERT(x && dy && gamma && save_mean && save_invstd && (!relu || y));
+    CNN_ASSERT(x && dy && gamma && save_mean && save_invstd && (!relu || y || pl));
     red_args a = {0};
     a.m = bn->m, a.c = bn->c;
     a.x = x, a.y = y, a.dy = dy, a.out = dx, a.dres = dres, a.gamma = gamma, a.relu = relu;
@@ -282,10 +306,21 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     check_group(be, bn);
     const bool vec = vec_ok(&a);
     CUfunction fpart = NULL;
-    bool fused;
-    CNN_TRY(plan_fused(cb, bn, &a, vec, BN_BWD_FUSED_VEC, &fpart, &fused));
-    if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, 2, &fpart));
-    if (!fused && !vec) plan_chunks(cb, &a);
+    bool fused = false;
+    if (pl) {
+        if (!vec || !aligned16(pl->argmax) || !cuda_bn_pool_fusable(be, bn, pl))
+            return cnn_fail(CNN_E_UNSUPPORTED, "bn_backward_pool: a problem bn_pool_fusable refuses (m%lld c%d, pool "
+                            "%dx%d/%d pad %d of %dx%d)", (long long)bn->m, bn->c, pl->r, pl->s, pl->stride_h,
+                            pl->pad_h, pl->h, pl->w);
+        a.argmax = pl->argmax;
+        a.pool_h = pl->h, a.pool_w = pl->w, a.pool_p = pl->p, a.pool_q = pl->q;
+        a.quads = (long long)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2);
+        CNN_TRY(plan_chunks_vec(cb, &a, BN_BWD_POOL_PARTIAL_VEC, a.quads, &fpart));
+    } else {
+        CNN_TRY(plan_fused(cb, bn, &a, vec, BN_BWD_FUSED_VEC, &fpart, &fused));
+        if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, BN_BWD_PARTIAL_VEC, a.m, &fpart));
+        if (!fused && !vec) plan_chunks(cb, &a);
+    }
     void *ws;
     size_t part = (size_t)2 * a.chunks * a.c;
     CNN_TRY(cuda_workspace(cb, (part + 5 * (size_t)a.c) * sizeof(double), &ws));
@@ -293,8 +328,8 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
     a.coef = (double *)ws + part;
     a.totals = a.coef + 3 * (size_t)a.c;
     char what[112];
-    snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
-             a.c, relu ? " relu" : "", dres ? " +residual" : "", bn->comm ? " sync" : "");
+    snprintf(what, sizeof what, "bn_backward[%s] m%lld c%d%s%s%s%s", cuda_dtype_str(be->act_dtype), (long long)a.m,
+             a.c, relu ? " relu" : "", pl ? " +max-pool" : "", dres ? " +residual" : "", bn->comm ? " sync" : "");
     if (fused) return run_fused(cb, fpart, &a, 2, what);
     CNN_TRY(vec ? run_partial_vec(cb, fpart, &a, 2, what) : run_partial(cb, &a, 2, what));
     CNN_TRY(run_per_channel(cb, &a, BN_BWD_FIN, what)); /* dgamma, dbeta: this rank's sums */
@@ -305,7 +340,28 @@ cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, co
         CNN_TRY(run_per_channel(cb, &g, BN_BWD_FIN, what));
     }
     if (!dx && !dres) return CNN_OK;
+    if (pl) {
+        CUfunction f;
+        CNN_TRY(kern(cb, BN_BWD_POOL_APPLY_VEC, &f));
+        cb->stats.bn_pool_launches++;
+        return cuda_launch(cb, f, what, cuda_grid_1d(cb, a.quads * (a.c / 8), 256), 1, 1, 256, 1, &a);
+    }
     return run_elementwise(cb, &a, vec ? BN_BWD_APPLY_VEC : BN_BWD_APPLY, what);
+}
+
+cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
+                            const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
+                            bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta) {
+    return bn_backward_run(be, bn, NULL, x, y, dy, gamma, save_mean, save_invstd, relu, dx, accumulate, dres,
+                           dres_accumulate, dgamma, dbeta);
+}
+
+cnn_status cuda_bn_backward_pool(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl, const void *x,
+                                 const void *dy, const float *gamma, const float *save_mean, const float *save_invstd,
+                                 void *dx, bool accumulate, float *dgamma, float *dbeta) {
+    CNN_ASSERT(pl);
+    return bn_backward_run(be, bn, pl, x, NULL, dy, gamma, save_mean, save_invstd, true, dx, accumulate, NULL, false,
+                           dgamma, dbeta);
 }
 
 cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,

@@ -183,7 +183,7 @@ enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
 enum {
     BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
     BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_MASK_OF_Y, BN_BWD_PARTIAL_VEC,
-    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_N
+    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_BWD_POOL_PARTIAL_VEC, BN_BWD_POOL_APPLY_VEC, BN_N
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_BWD_QUAD, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
@@ -403,6 +403,10 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
 cnn_status cuda_bn_backward(cnn_backend *be, const cnn_bn *bn, const void *x, const void *y, const void *dy,
                             const float *gamma, const float *save_mean, const float *save_invstd, bool relu, void *dx,
                             bool accumulate, void *dres, bool dres_accumulate, float *dgamma, float *dbeta);
+bool cuda_bn_pool_fusable(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl);
+cnn_status cuda_bn_backward_pool(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl, const void *x,
+                                 const void *dy, const float *gamma, const float *save_mean, const float *save_invstd,
+                                 void *dx, bool accumulate, float *dgamma, float *dbeta);
 cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, const float *scale,
                             const float *shift, const void *residual, bool relu, void *y);
 /* pointwise.c */

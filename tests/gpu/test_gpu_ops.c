@@ -344,7 +344,9 @@ static bool report(const char *name, const float *gpu, const double *ref, const 
 }
 
 /* check an output array against ref; inputs listed must be unchanged */
-static bool verify(ctx *t, const char *name, arr *out, const double *ref, const layout *l, arr **inputs, int n_in) {
+/* verify with explicit bounds against float64 and against the CPU backend */
+static bool verify_bounds(ctx *t, const char *name, arr *out, const double *ref, const layout *l, arr **inputs,
+                          int n_in, double tol, double tol_cpu) {
     float *g = arr_gpu(t, out);
     float *c = arr_cpu(t, out);
     long dmg = buf_guard_damage(&out->g);
@@ -354,11 +356,15 @@ static bool verify(ctx *t, const char *name, arr *out, const double *ref, const 
             in_ok &= buf_unchanged(&inputs[i]->g);
             dmg += buf_guard_damage(&inputs[i]->g);
         }
-    double tol = out->act ? t->tol : 1e-5;
-    bool ok = report(name, g, ref, c, out->n, tol, t->tol_cpu > 0 ? t->tol_cpu : tol, l, dmg, in_ok);
+    bool ok = report(name, g, ref, c, out->n, tol, tol_cpu, l, dmg, in_ok);
     free(g);
     free(c);
     return ok;
+}
+
+static bool verify(ctx *t, const char *name, arr *out, const double *ref, const layout *l, arr **inputs, int n_in) {
+    const double tol = out->act ? t->tol : 1e-5;
+    return verify_bounds(t, name, out, ref, l, inputs, n_in, tol, t->tol_cpu > 0 ? t->tol_cpu : tol);
 }
 
 static void expect_ok(cnn_status st, const char *what) {
@@ -677,6 +683,22 @@ static cnn_status replica_allreduce(cnn_backend *be, void *comm, void *x, int64_
     return st;
 }
 
+/* both backends' collectives replaced by replica_allreduce, and put back */
+typedef struct replica_hooks {
+    cnn_status (*gpu)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool);
+    cnn_status (*cpu)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool);
+} replica_hooks;
+static replica_hooks replica_install(ctx *t) {
+    replica_hooks h = {t->gpu->comm_allreduce, t->cpu ? t->cpu->comm_allreduce : NULL};
+    t->gpu->comm_allreduce = replica_allreduce;
+    if (t->cpu) t->cpu->comm_allreduce = replica_allreduce;
+    return h;
+}
+static void replica_restore(ctx *t, replica_hooks h) {
+    t->gpu->comm_allreduce = h.gpu;
+    if (t->cpu) t->cpu->comm_allreduce = h.cpu;
+}
+
 /* BatchNorm in training, alone and with what follows it fused (y = relu?(bn(x) + residual)), forward and backward
  * (from y's ReLU mask, the residual's gradient accumulated onto what was there), against float64 and the CPU
  * backend; C % 8 == 0 runs the vector kernels (16-byte aligned operands), other C the scalar ones. A vector case
@@ -740,12 +762,7 @@ static void g_bn(ctx *t) {
                  {5 * 6, 24, 1.0f, true, false}, {4096, 7, 10.0f, false, false}, {1 * 7 * 7, 136, -3, false, false},
                  {1 * 7 * 7, 136, -3, false, true}, {9 * 11, 2056, 0.25f, false, false} /* two groups of vectors */,
                  {3 * 5 * 7, 13, 0, true, false}};
-    cnn_status (*const gpu_allreduce)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) =
-        t->gpu->comm_allreduce;
-    cnn_status (*const cpu_allreduce)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) =
-        t->cpu ? t->cpu->comm_allreduce : NULL;
-    t->gpu->comm_allreduce = replica_allreduce;
-    if (t->cpu) t->cpu->comm_allreduce = replica_allreduce;
+    const replica_hooks saved = replica_install(t);
     /* mask: the GPU keeps the ReLU's bits (cnn_bn.relu_mask, poisoned to all ones before the forward); they must be
      * y > 0 of the forward's y, and the backward must read them: its y is a poison that would mask every gradient */
     static const struct {
@@ -887,8 +904,7 @@ static void g_bn(ctx *t) {
             arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
         }
     cnn_cuda_bn_force_fused(t->gpu, -1);
-    t->gpu->comm_allreduce = gpu_allreduce;
-    if (t->cpu) t->cpu->comm_allreduce = cpu_allreduce;
+    replica_restore(t, saved);
 }
 
 /* ---- scale_shift ---------------------------------------------------------------------------------------- */
@@ -1149,6 +1165,136 @@ static void g_pool(ctx *t) {
         free(ry);
         arr_free(t, &x), arr_free(t, &y), arr_free(t, &yin);
     }
+}
+
+/* BatchNorm -> ReLU -> 3x3/2 pad-1 max-pool, backward in one call (bn_backward_pool: the ResNet stem's), against
+ * float64 (the pool's backward to its first maximum, then the BN's) and the CPU backend's pool2d_backward then
+ * bn_backward. The pool's input is the ReLU's output yin (zero where the ReLU did not pass, so ties among zeros give
+ * nothing); the GPU reads the mask of yin > 0 and the argmax its own pool2d_forward wrote. The CPU stores the ReLU
+ * output's gradient in the activation dtype between its two calls, the fused kernel keeps it in float: dgamma and
+ * dbeta are held to float accuracy against float64, to the dtype's bound against the CPU. Odd and unequal H, W,
+ * batch 1, C / 8 odd, a synchronised case; and what bn_pool_fusable refuses. */
+static void g_bn_pool(ctx *t) {
+    if (!t->gpu->bn_backward_pool || !t->gpu->bn_pool_fusable) {
+        check(false, "bn_pool", "the CUDA backend has no bn_backward_pool");
+        return;
+    }
+    const struct {
+        int n, h, w, c;
+        bool sync;
+    } cases[] = {{2, 16, 16, 64, false}, {1, 7, 9, 16, false}, {3, 10, 6, 24, false},
+                 {4, 56, 56, 64, false}, {2, 5, 5, 8, false},  {2, 9, 8, 16, true}};
+    const replica_hooks saved = replica_install(t);
+    static int sync_token;
+    for (size_t k = 0; k < (quick ? 2 : sizeof cases / sizeof cases[0]); k++) {
+        const int c = cases[k].c;
+        cnn_pool2d pl;
+        if (!cnn_pool2d_init(&pl, CNN_POOL_MAX, cases[k].n, c, cases[k].h, cases[k].w, 3, 2, 1)) fatal("pool problem");
+        const int64_t m = (int64_t)pl.n * pl.h * pl.w, np = (int64_t)pl.n * pl.p * pl.q * c;
+        const bool sync = cases[k].sync;
+        cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .comm = sync ? &sync_token : NULL,
+                     .world = sync ? SYNC_WORLD : 1};
+        char name[128], nm[160];
+        snprintf(name, sizeof name, "bn_backward_pool.%s.n%d_%dx%d_c%d%s", t->dts, pl.n, pl.h, pl.w, c,
+                 sync ? ".sync" : "");
+        arr x = arr_in(t, m * c, true, 1700 + k, -1.0f, 2.5f, 0);
+        arr yin = arr_make(t, m * c, true, 0); /* the ReLU's output: about a third zero */
+        for (int64_t i = 0; i < m * c; i++) {
+            const float v = rnd_uniform(1710 + k, i, -1.0f, 2.0f);
+            yin.h[i] = v > 0 ? v : 0.0f;
+        }
+        arr_sync_in(t, &yin);
+        const size_t mask_bytes = (size_t)(m * c + 7) / 8;
+        unsigned char *mh = calloc(mask_bytes, 1);
+        for (int64_t e = 0; e < m * c; e++) mh[e / 8] |= (unsigned char)((yin.h[e] > 0.0f) << (e % 8));
+        dbuf mask = buf_new(t->gpu, mask_bytes, 0), am = buf_new(t->gpu, (size_t)np, 0);
+        buf_put(&mask, mh);
+        free(mh);
+        bn.relu_mask = mask.p;
+        cnn_bn cbn = bn;
+        cbn.relu_mask = NULL;
+        /* the pool's forward on both backends: its output (the CPU's backward reads it), the GPU's argmax */
+        arr ypool = arr_out(t, np, true, 0);
+        cnn_pool2d plg = pl, plc = pl;
+        plg.argmax = am.p;
+        expect_ok(t->gpu->pool2d_forward(t->gpu, &plg, yin.g.p, ypool.g.p), name);
+        if (t->cpu) cpu_ok(t, t->cpu->pool2d_forward(t->cpu, &plc, yin.c, ypool.c), name);
+        check(t->gpu->bn_pool_fusable(t->gpu, &bn, &plg), name, "bn_pool_fusable takes the stem's problem");
+        arr gamma = arr_in(t, c, false, 1720 + k, 0.5f, 1.5f, 0);
+        arr smean = arr_in(t, c, false, 1730 + k, 0.0f, 1.0f, 0), sinv = arr_in(t, c, false, 1740 + k, 0.5f, 1.5f, 0);
+        for (int acc = 0; acc < 2; acc++) {
+            arr dyp = arr_in(t, np, true, 1750 + k, -1, 1, 0);
+            arr dx = acc ? arr_in(t, m * c, true, 1760 + k, -1, 1, 0) : arr_out(t, m * c, true, 0);
+            arr g = arr_out(t, m * c, true, 0); /* the CPU's pool output gradient */
+            arr dg = arr_out(t, c, false, 0), db = arr_out(t, c, false, 0);
+            double *g64 = dalloc(m * c), *rdx = dalloc(m * c), *rdg = dalloc(c), *rdb = dalloc(c);
+            pool_ref_bwd(&pl, yin.h, dyp.h, g64);
+            for (int64_t e = 0; e < m * c; e++)
+                if (!(yin.h[e] > 0.0f)) g64[e] = 0.0;
+            for (int j = 0; j < c; j++) {
+                double sdy = 0, sdyx = 0;
+                for (int64_t r = 0; r < m; r++) {
+                    sdy += g64[r * c + j];
+                    sdyx += g64[r * c + j] * (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
+                }
+                rdg[j] = sdyx, rdb[j] = sdy;
+                for (int64_t r = 0; r < m; r++) {
+                    const double xh = (x.h[r * c + j] - (double)smean.h[j]) * sinv.h[j];
+                    rdx[r * c + j] = (acc ? dx.h[r * c + j] : 0.0) +
+                                     gamma.h[j] * (double)sinv.h[j] / m * (m * g64[r * c + j] - sdy - xh * sdyx);
+                }
+            }
+            snprintf(nm, sizeof nm, "%s%s", name, acc ? ".acc" : "");
+            cnn_cuda_stats st0, st1;
+            int64_t sums0 = replica_sums;
+            cnn_cuda_stats_get(t->gpu, &st0);
+            expect_ok(t->gpu->bn_backward_pool(t->gpu, &bn, &plg, x.g.p, dyp.g.p, gamma.g.p, smean.g.p, sinv.g.p,
+                                               dx.g.p, acc, dg.g.p, db.g.p),
+                      nm);
+            cnn_cuda_stats_get(t->gpu, &st1);
+            check(st1.bn_pool_launches - st0.bn_pool_launches == 1, nm, "%ld fused pool launches, expected 1",
+                  st1.bn_pool_launches - st0.bn_pool_launches);
+            if (sync) check(replica_sums - sums0 == 1, nm, "%lld collective sums", (long long)(replica_sums - sums0));
+            if (t->cpu && cpu_ok(t, t->cpu->pool2d_backward(t->cpu, &plc, yin.c, ypool.c, dyp.c, g.c, false), nm))
+                cpu_ok(t, t->cpu->bn_backward(t->cpu, &cbn, x.c, yin.c, g.c, gamma.c, smean.c, sinv.c, true, dx.c, acc,
+                                              NULL, false, dg.c, db.c),
+                       nm);
+            layout l = {"NHWC", {pl.n, pl.h, pl.w, c}}, lc = {"C", {c}};
+            arr *in[] = {&x, &dyp, &gamma, &smean, &sinv, &yin};
+            char nm2[200];
+            snprintf(nm2, sizeof nm2, "%s.dx", nm);
+            verify(t, nm2, &dx, rdx, &l, in, 6);
+            snprintf(nm2, sizeof nm2, "%s.dgamma", nm);
+            verify_bounds(t, nm2, &dg, rdg, &lc, in, 0, 1e-5, t->tol);
+            snprintf(nm2, sizeof nm2, "%s.dbeta", nm);
+            verify_bounds(t, nm2, &db, rdb, &lc, in, 0, 1e-5, t->tol);
+            free(g64), free(rdx), free(rdg), free(rdb);
+            arr_free(t, &dyp), arr_free(t, &dx), arr_free(t, &g), arr_free(t, &dg), arr_free(t, &db);
+        }
+        const long dmg = buf_guard_damage(&mask) + buf_guard_damage(&am);
+        check(dmg == 0, name, "%ld guard bytes of the mask or the argmax overwritten", dmg);
+        buf_free(&mask), buf_free(&am);
+        arr_free(t, &x), arr_free(t, &yin), arr_free(t, &ypool), arr_free(t, &gamma), arr_free(t, &smean);
+        arr_free(t, &sinv);
+    }
+    /* what it refuses: channels not in vectors of 8, another window, no argmax, no mask */
+    cnn_pool2d p12, p2;
+    cnn_pool2d_init(&p12, CNN_POOL_MAX, 2, 12, 8, 8, 3, 2, 1);
+    cnn_pool2d_init(&p2, CNN_POOL_MAX, 2, 16, 8, 8, 2, 2, 0);
+    char fake[16];
+    p12.argmax = p2.argmax = fake;
+    cnn_bn b12 = {.m = 128, .c = 12, .relu_mask = fake}, b16 = {.m = 128, .c = 16, .relu_mask = fake};
+    cnn_pool2d p3 = p2;
+    cnn_pool2d_init(&p3, CNN_POOL_MAX, 2, 16, 8, 8, 3, 2, 1);
+    cnn_pool2d p3n = p3;
+    p3.argmax = fake;
+    cnn_bn b16n = b16;
+    b16n.relu_mask = NULL;
+    check(!t->gpu->bn_pool_fusable(t->gpu, &b12, &p12) && !t->gpu->bn_pool_fusable(t->gpu, &b16, &p2) &&
+              !t->gpu->bn_pool_fusable(t->gpu, &b16, &p3n) && !t->gpu->bn_pool_fusable(t->gpu, &b16n, &p3) &&
+              t->gpu->bn_pool_fusable(t->gpu, &b16, &p3),
+          "bn_pool.fusable", "C %% 8 != 0, a 2x2 window, no argmax or no mask must be refused, the stem's kept");
+    replica_restore(t, saved);
 }
 
 /* ---- convolution ---------------------------------------------------------------------------------------- */
@@ -3299,6 +3445,7 @@ static const group groups[] = {
     {"dropout", g_dropout, true, false},   {"flatten", g_flatten, true, false},
     {"channel_sum", g_channel_sum, true, false}, {"bn", g_bn, true, false},
     {"scale_shift", g_scale_shift, true, false}, {"pool", g_pool, true, false},
+    {"bn_pool", g_bn_pool, true, false},
     {"bn_conv_sums", g_bn_conv_sums, true, false},
     {"conv", g_conv, true, false},         {"conv_configs", g_conv_configs, true, false},
     {"conv_fast", g_conv_fast, true, true},    {"conv_first", g_conv_first, true, false},

@@ -92,6 +92,9 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(16) double2 {
+    double x, y;
+};
 struct alignas(8) float2 {
     float x, y;
 };
