@@ -267,7 +267,7 @@ __device__ __forceinline__ void partials_reduce(const red_args &a, double sh[2][
     for (int v = threadIdx.x; v < 2 * width; v += VEC_T) {
         const int which = v / width, ch = v % width, c = blockIdx.y * width + ch;
         if (c >= a.c) continue;
-        const double *slot = &sh[which][(ch % 8) * VEC_T + ch / 8]; /* lane l's: slot[l * cvt] */
+        const double *slot = &sh[which][(ch % 8) * VEC_T + ch / 8]; /* lane l's: slot[l * cvt]; once per CTA */
         double t = 0.0;
         for (int l = 0; l < rt; l++) t += slot[l * cvt];
         a.partial[((long long)which * a.chunks + chunk) * a.c + c] = t;

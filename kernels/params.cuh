@@ -189,6 +189,8 @@ typedef struct pool_args {
     int r, s, stride_h, stride_w, pad_h, pad_w;
     int p, q;
     int accumulate;
+    int relu;                /* max backward: a window's gradient passes only where y > 0 (cnn_pool2d.relu) */
+    int pad0;
     const void *x;           /* (N, H, W, C) act */
     const void *y;           /* backward: the forward's output (N, P, Q, C) act, or NULL */
     unsigned char *argmax;   /* max: (N, P, Q, C) window positions of the maxima (pool.cu), or NULL */

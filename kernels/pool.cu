@@ -34,6 +34,12 @@ __device__ __forceinline__ int window_pos(const pool_args &a, int hi, int wi, in
     return (hi - (pp * a.stride_h - a.pad_h)) * a.s + wi - (qq * a.stride_w - a.pad_w);
 }
 
+/* a.relu: whether window element wo of y (the pool's output: the maximum, the ReLU's output where the gradient goes)
+ * lets the ReLU before the pool pass its gradient; always without a.relu */
+__device__ __forceinline__ bool relu_passes(const pool_args &a, const act_t *y, long long wo) {
+    return !a.relu || act_load(y, wo) > 0.0f;
+}
+
 extern "C" __global__ void pool_forward(const pool_args a) {
     pdl_enter();
     const act_t *x = (const act_t *)a.x;
@@ -101,6 +107,21 @@ __device__ __forceinline__ unsigned long long load_args(const unsigned char *p) 
     return ACT_VEC == 8 ? *(const unsigned long long *)p : (unsigned long long)*(const unsigned *)p;
 }
 
+/* output vector o of (N, P, Q, C / ACT_VEC): its image, row, column and channel group (32-bit math) */
+struct out_vec {
+    int n, pp, qq, cg;
+};
+__device__ __forceinline__ out_vec out_vec_of(const pool_args &a, int o, int cv) {
+    out_vec v;
+    int t = o / cv;
+    v.cg = o - t * cv;
+    v.qq = t % a.q;
+    t /= a.q;
+    v.pp = t % a.p;
+    v.n = t / a.p;
+    return v;
+}
+
 /* Max and average forward, 16 bytes of channels per thread (C % ACT_VEC == 0, 16-byte aligned tensors, fewer
  * than 2^31 vectors: the launcher checks): the same arithmetic per element as pool_forward, in 32-bit index
  * math, with one 16-byte load per window tap and one 16-byte store. */
@@ -111,12 +132,8 @@ extern "C" __global__ void pool_forward_vec(const pool_args a) {
     const int cv = a.c / ACT_VEC;
     const int total = a.n * a.p * a.q * cv;
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
-        int t = o / cv;
-        const int cg = o - t * cv;
-        const int qq = t % a.q;
-        t /= a.q;
-        const int pp = t % a.p;
-        const int n = t / a.p;
+        const out_vec ov = out_vec_of(a, o, cv);
+        const int n = ov.n, pp = ov.pp, qq = ov.qq, cg = ov.cg;
         const act_t *xi = x + (long long)n * a.h * a.w * a.c + cg * ACT_VEC;
         const int h0 = pp * a.stride_h - a.pad_h, w0 = qq * a.stride_w - a.pad_w;
         const bool mx = a.kind == POOL_MAX;
@@ -186,6 +203,7 @@ extern "C" __global__ void pool_backward(const pool_args a) {
         int hi = (int)(t % a.h);
         long long n = t / a.h;
         const act_t *dyi = dy + n * a.p * a.q * a.c + c;
+        const act_t *yi = a.relu ? (const act_t *)a.y + n * a.p * a.q * a.c + c : NULL; /* y is NULL without relu */
         float g = 0.0f;
         if (a.kind == POOL_ADAPTIVE) {
             /* bins containing hi: p in [floor(hi*P/H), ceil((hi+1)*P/H) - 1], re-checked exactly */
@@ -217,14 +235,15 @@ extern "C" __global__ void pool_backward(const pool_args a) {
                 for (int pp = p0; pp <= p1; pp++)
                     for (int qq = q0; qq <= q1; qq++) {
                         const long long wo = ((long long)pp * a.q + qq) * a.c;
-                        if (ai[wo] == window_pos(a, hi, wi, pp, qq)) g += act_load(dyi, wo);
+                        if (ai[wo] == window_pos(a, hi, wi, pp, qq) && relu_passes(a, yi, wo)) g += act_load(dyi, wo);
                     }
             } else if (a.kind == POOL_MAX) {
                 const act_t *xi = x + n * a.h * a.w * a.c + c;
                 const int me = hi * a.w + wi;
                 for (int pp = p0; pp <= p1; pp++)
                     for (int qq = q0; qq <= q1; qq++)
-                        if (max_argmax(a, xi, pp, qq) == me) g += act_load(dyi, ((long long)pp * a.q + qq) * a.c);
+                        if (max_argmax(a, xi, pp, qq) == me && relu_passes(a, yi, ((long long)pp * a.q + qq) * a.c))
+                            g += act_load(dyi, ((long long)pp * a.q + qq) * a.c);
             } else {
                 const float inv = (float)(a.r * a.s);
                 for (int pp = p0; pp <= p1; pp++)
@@ -234,6 +253,14 @@ extern "C" __global__ void pool_backward(const pool_args a) {
         if (a.accumulate) g += act_load(dx, o);
         act_store(dx, o, g);
     }
+}
+
+/* a window's gradient vector dv, zero where the pool's output y there is not > 0 (a.relu: the ReLU before the pool) */
+__device__ __forceinline__ void relu_mask_vec(const act_t *y, float *dv) {
+    float yv[ACT_VEC];
+    act_load_vec(y, yv);
+#pragma unroll
+    for (int k = 0; k < ACT_VEC; k++) dv[k] = yv[k] > 0.0f ? dv[k] : 0.0f;
 }
 
 /* a vector of input gradients stored, added to what dx holds when the op accumulates */
@@ -302,6 +329,7 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
                     for (int k = 0; k < ACT_VEC; k++) g[k] += dv[k] / (float)(a.r * a.s);
                     continue;
                 }
+                if (a.relu) relu_mask_vec(y + wo, dv);
                 if (a.argmax) { /* this element's position in the window against the forward's choice */
                     const unsigned long long args = load_args(a.argmax + wo);
                     const unsigned me = (unsigned)window_pos(a, hi, wi, pp, qq);
@@ -368,6 +396,7 @@ extern "C" __global__ void pool_backward_quad(const pool_args a) {
                 const long long wo = oimg + ((long long)pp * a.q + qq) * a.c;
                 act_load_vec(dy + wo, dv[wdw]);
                 args[wdw] = load_args(a.argmax + wo);
+                if (a.relu) relu_mask_vec((const act_t *)a.y + wo, dv[wdw]);
             }
         }
 #pragma unroll
@@ -387,5 +416,37 @@ extern "C" __global__ void pool_backward_quad(const pool_args a) {
             }
             store_dx_vec(dx + img + ((long long)hi * a.w + wi) * a.c, g, a.accumulate);
         }
+    }
+}
+
+/* Max pooling's backward where the windows tile the input exactly (stride = window, no padding, H = P * R, W = Q * S:
+ * VGG's 2x2/2 on even sizes) from the argmax bytes, 16 bytes of channels per thread: a thread per window, which
+ * scatters its gradient to the R * S inputs it alone covers, each stored once (no sums: every input takes one
+ * window's value or zero, bit for bit pool_backward_vec's). pool_backward_vec's thread per input read each window's
+ * dy and argmax R * S times (perf-log step 97). Preconditions (the launcher's): those of pool_backward_vec, argmax
+ * present, the tiling, R * S <= 16. */
+extern "C" __global__ void pool_backward_tile(const pool_args a) {
+    pdl_enter();
+    const act_t *dy = (const act_t *)a.dy;
+    act_t *dx = (act_t *)a.out;
+    const int cv = a.c / ACT_VEC;
+    const int total = a.n * a.p * a.q * cv;
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < total; o += gridDim.x * blockDim.x) {
+        const out_vec ov = out_vec_of(a, o, cv);
+        const int n = ov.n, pp = ov.pp, qq = ov.qq, cg = ov.cg;
+        const long long img = (long long)n * a.h * a.w * a.c + cg * ACT_VEC;
+        const long long wo = (long long)n * a.p * a.q * a.c + ((long long)pp * a.q + qq) * a.c + cg * ACT_VEC;
+        float dv[ACT_VEC];
+        act_load_vec(dy + wo, dv);
+        const unsigned long long args = load_args(a.argmax + wo);
+        if (a.relu) relu_mask_vec((const act_t *)a.y + wo, dv);
+        for (int r = 0; r < a.r; r++)
+            for (int s = 0; s < a.s; s++) {
+                const unsigned me = (unsigned)(r * a.s + s);
+                float g[ACT_VEC];
+#pragma unroll
+                for (int e = 0; e < ACT_VEC; e++) g[e] = ((args >> (8 * e)) & 0xffu) == me ? dv[e] : 0.0f;
+                store_dx_vec(dx + img + ((long long)(pp * a.r + r) * a.w + qq * a.s + s) * a.c, g, a.accumulate);
+            }
     }
 }

@@ -82,6 +82,10 @@ typedef struct cnn_pool2d {
      * position of its maximum in the window, for pool2d_backward to read instead of finding it again; NULL: none.
      * As cnn_bn.relu_mask: a backend that writes it reads it (cnn_backend.keeps_masks). */
     void *argmax;
+    /* Backward of max pooling only: the pool's input is a ReLU's output, whose backward pool2d_backward applies as
+     * well: a window's gradient passes only where the pool's output y (the value of the input it goes to) is > 0.
+     * y is then required. */
+    bool relu;
 } cnn_pool2d;
 
 /* Window pooling: derive P, Q (floor mode). Returns false when the output would be empty or pad > window/2. */

@@ -543,20 +543,34 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
+/* Whether train step s is a max-pool that alone reads the output of step s - 1, whose op is `op` with a ReLU fused */
+static bool pool_after_relu_step(const cnn_model *m, int s, cnn_op op) {
+    const cnn_net *net = m->net;
+    if (s < 1 || s >= m->plan.n_train_steps) return false;
+    const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
+    if (net->nodes[sp->node].op != CNN_OP_MAXPOOL || net->nodes[sb->node].op != op || !sb->relu ||
+        net->nodes[sp->node].in[0] != sb->out)
+        return false;
+    for (int j = 0; j < net->n_nodes; j++)
+        for (int k = 0; k < (net->nodes[j].op == CNN_OP_ADD ? 2 : 1); k++)
+            if (net->nodes[j].in[k] == sb->out && j != sp->node) return false;
+    return true;
+}
+
+/* Whether train step s, a max-pool after a conv step ending in a ReLU (VGG), applies that ReLU's backward in its
+ * own (cnn_pool2d.relu): the conv step then leaves its output's gradient as the pool wrote it. Saves the ReLU's
+ * pass over the conv's output (perf-log step 96). */
+static bool pool_applies_relu(const cnn_model *m, int s) { return pool_after_relu_step(m, s, CNN_OP_CONV); }
+
 /* Whether train step s, a max-pool, runs its backward inside that of step s - 1, a BN -> ReLU (bn_backward_pool):
  * the pool reads the ReLU's output alone, both keep their masks, and the backend fuses the pair (the ResNet stem on
  * the GPU). pl: the pool's problem, with its argmax. */
 static bool pool_in_bn_backward(const cnn_model *m, int s, int n, cnn_pool2d *pl) {
     const cnn_net *net = m->net;
-    if (s < 1 || !m->be->bn_backward_pool || !m->be->bn_pool_fusable) return false;
+    if (!m->be->bn_backward_pool || !m->be->bn_pool_fusable || !pool_after_relu_step(m, s, CNN_OP_BN)) return false;
     const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
     const cnn_node *nd = &net->nodes[sp->node], *bnd = &net->nodes[sb->node];
-    if (nd->op != CNN_OP_MAXPOOL || bnd->op != CNN_OP_BN || !sb->relu || sb->has_residual || nd->in[0] != sb->out ||
-        m->mask_off[sp->node] < 0 || m->mask_off[sb->node] < 0)
-        return false;
-    for (int j = 0; j < net->n_nodes; j++) /* the pool alone reads the ReLU's output */
-        for (int k = 0; k < (net->nodes[j].op == CNN_OP_ADD ? 2 : 1); k++)
-            if (net->nodes[j].in[k] == sb->out && j != sp->node) return false;
+    if (sb->has_residual || m->mask_off[sp->node] < 0 || m->mask_off[sb->node] < 0) return false;
     cnn_node_pool2d(net, nd, n, pl);
     pl->argmax = m->masks + m->mask_off[sp->node];
     cnn_bn bn = bn_problem(m, bnd, n);
@@ -588,7 +602,8 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_CONV: {
             cnn_conv2d cv;
             cnn_node_conv2d(net, nd, n, &cv);
-            if (sp->relu) { /* the fused ReLU's mask from the step's output, into its gradient in place (its only reader) */
+            if (sp->relu && !pool_applies_relu(m, s + 1)) { /* the fused ReLU's mask from the step's output, into its
+                                                                * gradient in place (its only reader) */
                 const int64_t nout = (int64_t)n * net->nodes[sp->out].c * net->nodes[sp->out].h * net->nodes[sp->out].w;
                 st = be->relu_backward(be, nout, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, (void *)dy, false);
                 if (st != CNN_OK) break;
@@ -627,6 +642,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             if (!dx || pool_in_bn_backward(m, s, n, &pl)) break; /* the BN's backward takes it in */
             cnn_node_pool2d(net, nd, n, &pl);
             if (m->mask_off[i] >= 0) pl.argmax = m->masks + m->mask_off[i];
+            pl.relu = pool_applies_relu(m, s);
             st = be->pool2d_backward(be, &pl, x, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         }

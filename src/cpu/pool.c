@@ -97,6 +97,7 @@ cnn_status cnn_cpu_op_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, cons
 cnn_status cnn_cpu_op_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *xv, const void *yv,
                                       const void *dyv, void *dxv, bool accumulate) {
     check_pool(pl);
+    CNN_ASSERT(!pl->relu || pl->kind == CNN_POOL_MAX);
     const float *x = xv, *dy = dyv; /* x (N, H, W, C), dy (N, P, Q, C) */
     float *dx = dxv;                /* (N, H, W, C) */
     const int C = pl->c, H = pl->h, W = pl->w, P = pl->p, Q = pl->q;
@@ -121,7 +122,8 @@ cnn_status cnn_cpu_op_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, con
                             for (int c = 0; c < cb; c++)
                                 if (x[base + c] > mx[c] || isnan(x[base + c])) mx[c] = x[base + c], arg[c] = base + c;
                         }
-                    for (int c = 0; c < cb; c++) dx[arg[c]] += g[c];
+                    for (int c = 0; c < cb; c++) /* the ReLU before the pool: its output here is the maximum */
+                        if (!pl->relu || mx[c] > 0.0f) dx[arg[c]] += g[c];
                 } else {
                     for (int h = wd.h0; h < wd.h1; h++)
                         for (int w = wd.w0; w < wd.w1; w++) {

@@ -49,8 +49,8 @@ const cuda_family cuda_family_conv2d_wgrad_few = {.name = "conv2d_wgrad_few", .f
                                                   .defines = wgrad_few_defines,
                                                   .config_name = wgrad_few_config_name};
 
-static const char *const pool_entries[POOL_N] = {"pool_forward", "pool_backward", "pool_forward_vec",
-                                                 "pool_backward_vec", "pool_backward_quad"};
+static const char *const pool_entries[POOL_N] = {"pool_forward",       "pool_backward",      "pool_forward_vec",
+                                                 "pool_backward_vec",  "pool_backward_quad", "pool_backward_tile"};
 const cuda_family cuda_family_pool = {.name = "pool", .file = "pool.cu", .entries = pool_entries, .n_entries = POOL_N,
                                       .dtypes = CUDA_DT_ALL, .n_configs = 1, .defines = no_defines};
 

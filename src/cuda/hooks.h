@@ -84,6 +84,7 @@ typedef struct cnn_cuda_stats {
     long wgrad_wgmma_launches; /* of them, filter gradients on wgmma (conv2d_wgrad.c) */
     long wgrad_few_launches; /* filter gradients over few channels on mma.sync (conv2d_wgrad.c) */
     long pool_quad_launches; /* max pooling backwards of 3x3/2 windows a 2x2 block of inputs per thread (pool.c) */
+    long pool_tile_launches; /* max pooling backwards of windows tiling the input, a window per thread (pool.c) */
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
     long dgrad_grouped_launches; /* of them, a strided one's phases in one grouped launch */
     long dgrad_ft_launches; /* of them, stride-1 ones reading the forward's filter transposed (no rewrite: FILT_T) */

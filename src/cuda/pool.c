@@ -65,8 +65,9 @@ cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void
 cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y, const void *dy,
                                 void *dx, bool accumulate) {
     CNN_ASSERT(x && dy && dx);
+    CNN_ASSERT(!pl->relu || (pl->kind == CNN_POOL_MAX && y));
     pool_args a = make_args(pl);
-    a.x = x, a.y = y, a.dy = dy, a.out = dx, a.accumulate = accumulate;
+    a.x = x, a.y = y, a.dy = dy, a.out = dx, a.accumulate = accumulate, a.relu = pl->relu;
     /* without the argmax bytes the vector kernel finds max pooling's first maximum through y, the scalar one from x */
     const void *ptrs[] = {x, y, dy, dx, a.argmax};
     const int vec = be->act_dtype == CNN_DTYPE_F32 ? 4 : 8;
@@ -76,6 +77,16 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
         const long long quads = (long long)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2);
         CNN_TRY(run(be, POOL_BWD_QUAD, &a, quads * (pl->c / vec), pl));
         cuda_impl(be)->stats.pool_quad_launches++;
+        return CNN_OK;
+    }
+    /* windows that tile the input exactly (VGG's): a thread per window (perf-log step 97); CNN_CONV_SKIP=pool_tile
+     * leaves it out (the A/B) */
+    const bool tile = a.argmax && pl->stride_h == pl->r && pl->stride_w == pl->s && pl->pad_h == 0 && pl->pad_w == 0 &&
+                      pl->h == pl->p * pl->r && pl->w == pl->q * pl->s && pl->r * pl->s <= 16 &&
+                      !cuda_conv_skipped(cuda_impl(be), "pool_tile");
+    if (tile && vec_ok(be, pl, ptrs, 5, false)) {
+        CNN_TRY(run(be, POOL_BWD_TILE, &a, (long long)pl->n * pl->p * pl->q * (pl->c / vec), pl));
+        cuda_impl(be)->stats.pool_tile_launches++;
         return CNN_OK;
     }
     if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true))

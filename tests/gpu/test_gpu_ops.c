@@ -1006,7 +1006,7 @@ static void pool_ref_bwd(const cnn_pool2d *pl, const float *x, const float *dy, 
                             else if (x[i] > best)
                                 best = x[i], arg = i;
                         }
-                    if (pl->kind == CNN_POOL_MAX && arg >= 0) dx[arg] += g;
+                    if (pl->kind == CNN_POOL_MAX && arg >= 0 && (!pl->relu || best > 0)) dx[arg] += g;
                 }
 }
 
@@ -1055,27 +1055,36 @@ static void pool_argmax_case(ctx *t, const cnn_pool2d *pl0, const arr *x, const 
           "bytes overwritten", (long long)wrong, (long long)ny, (long long)first, dmg);
     free(got);
     arr xc = arr_in(t, nx, true, 1590 + k, 1, 1, 0), yc = arr_in(t, ny, true, 1591 + k, 1, 1, 0); /* constants */
-    for (int acc = 0; acc < 2; acc++) {
+    /* with relu (the ReLU's backward taken in) the kernels read the forward's y, still not x */
+    for (int v = 0; v < 4; v++) {
+        const bool acc = v & 1;
+        pl.relu = plc.relu = v >= 2;
         arr dy = arr_in(t, ny, true, 1570 + k, -1, 1, 0);
         arr dx = acc ? arr_in(t, nx, true, 1580 + k, -1, 1, 0) : arr_out(t, nx, true, 0);
         double *rdx = dalloc(nx);
         for (int64_t i = 0; i < nx; i++) rdx[i] = acc ? dx.h[i] : 0.0;
         pool_ref_bwd(&pl, x->h, dy.h, rdx);
-        snprintf(name, sizeof name, "pool2d_backward.%s.max.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d.argmax%s", t->dts, pl.n,
-                 pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, acc ? ".acc" : "");
+        snprintf(name, sizeof name, "pool2d_backward.%s.max.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d.argmax%s%s", t->dts, pl.n,
+                 pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, acc ? ".acc" : "",
+                 pl.relu ? ".relu" : "");
         cnn_cuda_stats st0, st1;
         cnn_cuda_stats_get(t->gpu, &st0);
-        expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, xc.g.p, yc.g.p, dy.g.p, dx.g.p, acc), name);
+        expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, xc.g.p, pl.relu ? y.g.p : yc.g.p, dy.g.p, dx.g.p, acc), name);
         cnn_cuda_stats_get(t->gpu, &st1);
         if (t->cpu) cpu_ok(t, t->cpu->pool2d_backward(t->cpu, &plc, x->c, y.c, dy.c, dx.c, acc), name);
         /* ResNet's 3x3/2 pad 1 with whole vectors of channels: a thread per 2x2 inputs (pool_backward_quad) */
         const bool quad = pl.r == 3 && pl.s == 3 && pl.stride_h == 2 && pl.stride_w == 2 && pl.pad_h == 1 &&
                           pl.pad_w == 1 && pl.c % (t->dt == CNN_DTYPE_F32 ? 4 : 8) == 0;
+        /* windows tiling the input exactly (VGG's 2x2/2 on even sizes): a thread per window (pool_backward_tile) */
+        const bool tile = pl.stride_h == pl.r && pl.stride_w == pl.s && pl.pad_h == 0 && pl.pad_w == 0 &&
+                          pl.h == pl.p * pl.r && pl.w == pl.q * pl.s && pl.c % (t->dt == CNN_DTYPE_F32 ? 4 : 8) == 0;
         snprintf(nm, sizeof nm, "%s.path", name);
-        check(st1.pool_quad_launches - st0.pool_quad_launches == (quad ? 1 : 0), nm, "%ld quad launches, %d expected",
-              st1.pool_quad_launches - st0.pool_quad_launches, quad ? 1 : 0);
-        arr *in2[] = {&dy};
-        verify(t, name, &dx, rdx, &lx, in2, 1);
+        check(st1.pool_quad_launches - st0.pool_quad_launches == (quad ? 1 : 0) &&
+                  st1.pool_tile_launches - st0.pool_tile_launches == (tile ? 1 : 0),
+              nm, "%ld quad and %ld tile launches, %d and %d expected", st1.pool_quad_launches - st0.pool_quad_launches,
+              st1.pool_tile_launches - st0.pool_tile_launches, quad ? 1 : 0, tile ? 1 : 0);
+        arr *in2[] = {&dy, &y};
+        verify(t, name, &dx, rdx, &lx, in2, 2);
         free(rdx);
         arr_free(t, &dy), arr_free(t, &dx);
     }
@@ -1088,27 +1097,32 @@ static void g_pool(ctx *t) {
         cnn_pool_kind kind;
         int n, c, h, w, r, s, sh, sw, ph, pw, p, q; /* p, q only for adaptive */
         bool ties;
+        bool neg; /* x mostly negative: many windows whose maximum a ReLU before the pool would stop */
     } pcase;
     const pcase cases[] = {
-        {CNN_POOL_MAX, 2, 5, 9, 7, 3, 3, 2, 2, 1, 1, 0, 0, true},  /* ResNet's 3x3/2 pad 1, tie-rich integers */
-        {CNN_POOL_MAX, 1, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, false}, /* VGG's 2x2/2 on odd sizes */
-        {CNN_POOL_MAX, 3, 17, 6, 5, 3, 2, 1, 2, 1, 0, 0, 0, true},
-        {CNN_POOL_AVG, 2, 6, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, false},
-        {CNN_POOL_AVG, 1, 9, 8, 6, 2, 2, 2, 2, 0, 0, 0, 0, false},
-        {CNN_POOL_ADAPTIVE_AVG, 3, 4, 7, 9, 0, 0, 0, 0, 0, 0, 3, 2, false},
-        {CNN_POOL_ADAPTIVE_AVG, 2, 8, 5, 5, 0, 0, 0, 0, 0, 0, 1, 1, false},
-        {CNN_POOL_ADAPTIVE_AVG, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0, 7, 7, false}, /* VGG head on a 1x1 map */
-        {CNN_POOL_ADAPTIVE_AVG, 2, 5, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false},
-        {CNN_POOL_ADAPTIVE_AVG, 1, 6, 14, 14, 0, 0, 0, 0, 0, 0, 7, 7, false},
+        {CNN_POOL_MAX, 2, 5, 9, 7, 3, 3, 2, 2, 1, 1, 0, 0, true, false},  /* ResNet's 3x3/2 pad 1, tie-rich integers */
+        {CNN_POOL_MAX, 1, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, false, false}, /* VGG's 2x2/2 on odd sizes */
+        {CNN_POOL_MAX, 3, 17, 6, 5, 3, 2, 1, 2, 1, 0, 0, 0, true, false},
+        {CNN_POOL_AVG, 2, 6, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, false, false},
+        {CNN_POOL_AVG, 1, 9, 8, 6, 2, 2, 2, 2, 0, 0, 0, 0, false, false},
+        {CNN_POOL_ADAPTIVE_AVG, 3, 4, 7, 9, 0, 0, 0, 0, 0, 0, 3, 2, false, false},
+        {CNN_POOL_ADAPTIVE_AVG, 2, 8, 5, 5, 0, 0, 0, 0, 0, 0, 1, 1, false, false},
+        {CNN_POOL_ADAPTIVE_AVG, 1, 3, 1, 1, 0, 0, 0, 0, 0, 0, 7, 7, false, false}, /* VGG head on a 1x1 map */
+        {CNN_POOL_ADAPTIVE_AVG, 2, 5, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false, false},
+        {CNN_POOL_ADAPTIVE_AVG, 1, 6, 14, 14, 0, 0, 0, 0, 0, 0, 7, 7, false, false},
         /* C % 8 == 0: the 16-byte-vector kernel (pool_forward_vec) */
-        {CNN_POOL_MAX, 2, 16, 9, 11, 3, 3, 2, 2, 1, 1, 0, 0, true},
-        {CNN_POOL_MAX, 1, 24, 10, 12, 3, 3, 2, 2, 1, 1, 0, 0, true}, /* the stem's, even sizes: pool_backward_quad */
-        {CNN_POOL_MAX, 3, 12, 8, 5, 3, 3, 2, 2, 1, 1, 0, 0, false},  /* C % 8 = 4: the vector kernel of 4 in F32 only */
-        {CNN_POOL_MAX, 1, 24, 7, 6, 2, 2, 2, 2, 0, 0, 0, 0, false},
-        {CNN_POOL_AVG, 3, 8, 5, 7, 3, 3, 2, 1, 1, 1, 0, 0, false},
+        {CNN_POOL_MAX, 2, 16, 9, 11, 3, 3, 2, 2, 1, 1, 0, 0, true, false},
+        {CNN_POOL_MAX, 1, 24, 10, 12, 3, 3, 2, 2, 1, 1, 0, 0, true, false}, /* the stem's, even sizes: pool_backward_quad */
+        {CNN_POOL_MAX, 3, 12, 8, 5, 3, 3, 2, 2, 1, 1, 0, 0, false, false},  /* C % 8 = 4: the vector kernel of 4 in F32 only */
+        {CNN_POOL_MAX, 1, 24, 7, 6, 2, 2, 2, 2, 0, 0, 0, 0, false, false},
+        {CNN_POOL_AVG, 3, 8, 5, 7, 3, 3, 2, 1, 1, 1, 0, 0, false, false},
         /* the adaptive backward's vector kernel: overlapping bins, and more bins than pixels */
-        {CNN_POOL_ADAPTIVE_AVG, 2, 16, 5, 7, 0, 0, 0, 0, 0, 0, 3, 2, false},
-        {CNN_POOL_ADAPTIVE_AVG, 1, 8, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false},
+        {CNN_POOL_ADAPTIVE_AVG, 2, 16, 5, 7, 0, 0, 0, 0, 0, 0, 3, 2, false, false},
+        {CNN_POOL_ADAPTIVE_AVG, 1, 8, 2, 3, 0, 0, 0, 0, 0, 0, 7, 7, false, false},
+        /* the ReLU's backward taken in (cnn_pool2d.relu): VGG's 2x2/2 and the stem's 3x3/2 */
+        {CNN_POOL_MAX, 2, 16, 8, 10, 2, 2, 2, 2, 0, 0, 0, 0, false, true},
+        {CNN_POOL_MAX, 2, 16, 10, 12, 3, 3, 2, 2, 1, 1, 0, 0, false, true},
+        {CNN_POOL_MAX, 1, 8, 9, 6, 3, 3, 3, 3, 0, 0, 0, 0, true, false}, /* 3x3/3 tiling 9x6: pool_backward_tile */
     };
     static const char *kn[] = {"max", "avg", "adaptive"};
     for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
@@ -1124,13 +1138,20 @@ static void g_pool(ctx *t) {
         int64_t nx = (int64_t)pl.n * pl.h * pl.w * pl.c, ny = (int64_t)pl.n * pl.p * pl.q * pl.c;
         arr x = arr_make(t, nx, true, 0);
         for (int64_t i = 0; i < nx; i++)
-            x.h[i] = pc->ties ? (float)((int)(rnd_uniform(1500 + k, i, 0, 4))) : rnd_uniform(1500 + k, i, -2, 2);
+            x.h[i] = pc->ties ? (float)((int)(rnd_uniform(1500 + k, i, 0, 4)))
+                              : rnd_uniform(1500 + k, i, pc->neg ? -3 : -2, pc->neg ? 1 : 2);
         arr_sync_in(t, &x);
         arr y = arr_out(t, ny, true, 0);
         double *ry = dalloc(ny), *xd = dalloc(nx);
         for (int64_t i = 0; i < nx; i++) xd[i] = x.h[i];
         pool_ref_fwd(&pl, xd, ry);
         free(xd);
+        if (pc->neg) { /* the relu cases prove something only where the ReLU stops a fair share of the windows */
+            int64_t stopped = 0;
+            for (int64_t i = 0; i < ny; i++) stopped += !(ry[i] > 0);
+            check(stopped * 20 >= ny, "pool.relu_cases", "%lld of %lld maxima <= 0 (5 %% needed)", (long long)stopped,
+                  (long long)ny);
+        }
         char name[128];
         snprintf(name, sizeof name, "pool2d_forward.%s.%s.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d_to%dx%d", t->dts,
                  kn[pc->kind], pl.n, pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, pl.p,
@@ -1144,15 +1165,17 @@ static void g_pool(ctx *t) {
         arr yin = arr_make(t, ny, true, 0);
         for (int64_t i = 0; i < ny; i++) yin.h[i] = (float)ry[i];
         arr_sync_in(t, &yin);
-        for (int acc = 0; acc < 2; acc++) {
+        for (int v = 0; v < (pc->kind == CNN_POOL_MAX ? 4 : 2); v++) { /* max pooling also with the ReLU's backward */
+            const bool acc = v & 1;
+            pl.relu = v >= 2;
             arr dy = arr_in(t, ny, true, 1550 + k, -1, 1, 0);
             arr dx = acc ? arr_in(t, nx, true, 1560 + k, -1, 1, 0) : arr_out(t, nx, true, 0);
             double *rdx = dalloc(nx);
             for (int64_t i = 0; i < nx; i++) rdx[i] = acc ? dx.h[i] : 0.0;
             pool_ref_bwd(&pl, x.h, dy.h, rdx);
-            snprintf(name, sizeof name, "pool2d_backward.%s.%s.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d_to%dx%d%s", t->dts,
+            snprintf(name, sizeof name, "pool2d_backward.%s.%s.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d_to%dx%d%s%s", t->dts,
                      kn[pc->kind], pl.n, pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w,
-                     pl.p, pl.q, acc ? ".acc" : "");
+                     pl.p, pl.q, acc ? ".acc" : "", pl.relu ? ".relu" : "");
             expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, x.g.p, yin.g.p, dy.g.p, dx.g.p, acc), name);
             if (t->cpu) cpu_ok(t, t->cpu->pool2d_backward(t->cpu, &pl, x.c, yin.c, dy.c, dx.c, acc), name);
             arr *in2[] = {&x, &yin, &dy};
@@ -1161,6 +1184,7 @@ static void g_pool(ctx *t) {
             arr_free(t, &dy);
             arr_free(t, &dx);
         }
+        pl.relu = false;
         if (pc->kind == CNN_POOL_MAX) pool_argmax_case(t, &pl, &x, ry, k);
         free(ry);
         arr_free(t, &x), arr_free(t, &y), arr_free(t, &yin);
