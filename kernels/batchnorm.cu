@@ -644,18 +644,16 @@ __device__ __forceinline__ void pool_quad_load(const red_args &a, int t, int cv,
 
 /* g of the quad's input `in` (a compile-time index): the windows whose maximum it is */
 __device__ __forceinline__ void pool_quad_g(int in, const act8 dv[4], const unsigned long long args[4], float g[8]) {
-    const int dh = in / 2, dw = in % 2;
 #pragma unroll
     for (int e = 0; e < 8; e++) g[e] = 0.0f;
 #pragma unroll
     for (int wdw = 0; wdw < 4; wdw++) {
-        const int dp = wdw / 2, dq = wdw % 2;
-        if ((dp && !dh) || (dq && !dw)) continue;
-        const unsigned me = (unsigned)((dh + 1 - 2 * dp) * 3 + dw + 1 - 2 * dq); /* r * 3 + s in the window */
+        const int me = quad_window_pos(in, wdw);
+        if (me < 0) continue;
         float v[8];
         act8_unpack(dv[wdw], v);
 #pragma unroll
-        for (int e = 0; e < 8; e++) g[e] += ((args[wdw] >> (8 * e)) & 0xffu) == me ? v[e] : 0.0f;
+        for (int e = 0; e < 8; e++) g[e] += ((args[wdw] >> (8 * e)) & 0xffu) == (unsigned)me ? v[e] : 0.0f;
     }
 }
 
@@ -726,12 +724,11 @@ extern "C" __global__ void __launch_bounds__(VEC_T, POOL_CTAS) bn_bwd_pool_parti
 
 /* bn_bwd_apply_vec over quads: thread o takes quad o / (C / 8) and channel vector o % (C / 8) (quads * C / 8 < 2^31:
  * the launcher checks). dx's coefficients of every channel in shared memory, a thread's 8 read as each input needs
- * them (C <= POOL_APPLY_C: the launcher checks): kept in registers across the quad they spilled. */
-#define POOL_APPLY_C 512
+ * them (C <= BN_POOL_APPLY_C: the launcher checks): kept in registers across the quad they spilled. */
 extern "C" __global__ void __launch_bounds__(VEC_T, POOL_CTAS) bn_bwd_pool_apply_vec(const red_args a) {
     pdl_enter();
-    __shared__ __align__(16) bwd_t sh_k[3][POOL_APPLY_C];
-    __shared__ __align__(16) float sh_mu[POOL_APPLY_C];
+    __shared__ __align__(16) bwd_t sh_k[3][BN_POOL_APPLY_C];
+    __shared__ __align__(16) float sh_mu[BN_POOL_APPLY_C];
     for (int c = threadIdx.x; c < a.c; c += blockDim.x) {
         sh_k[0][c] = (bwd_t)a.coef[c], sh_k[1][c] = (bwd_t)a.coef[a.c + c];
         sh_k[2][c] = (bwd_t)(a.coef[2 * a.c + c] * (double)a.invstd[c]), sh_mu[c] = a.mean[c];
@@ -752,7 +749,6 @@ extern "C" __global__ void __launch_bounds__(VEC_T, POOL_CTAS) bn_bwd_pool_apply
             float g[8];
             pool_quad_g(in, dv, args, g);
             bn_bwd8 p;
-            p.c = cv * 8;
             sh_load8(&sh_k[0][cv * 8], p.k0), sh_load8(&sh_k[1][cv * 8], p.k1), sh_load8(&sh_k[2][cv * 8], p.k2);
             sh_load8(&sh_mu[cv * 8], p.mu);
             bwd_apply8f(a, p, g, rx[in], pass[in], (long long)rows[in] * cvs + cv);

@@ -196,6 +196,16 @@ __device__ __forceinline__ unsigned act8_positive_bits(const act8 &r) {
 #endif
 }
 
+/* The 3x3/2 pad-1 max-pool's 2x2 blocks of inputs (rows 2k, 2k + 1, columns 2j, 2j + 1), which only windows
+ * (k + wdw / 2, j + wdw % 2), wdw < 4, cover: row 2k lies in window row k alone (r = 1), row 2k + 1 in k (r = 2) and
+ * k + 1 (r = 0); columns likewise. The position r * 3 + s of input `in` (2k + in / 2, 2j + in % 2) in window wdw, as
+ * the argmax bytes hold it, or -1 where that window does not cover it (pool.cu's pool_backward_quad and
+ * batchnorm.cu's bn_bwd_pool_* kernels). */
+__device__ __forceinline__ int quad_window_pos(int in, int wdw) {
+    const int dh = in / 2, dw = in % 2, dp = wdw / 2, dq = wdw % 2;
+    return (dp && !dh) || (dq && !dw) ? -1 : (dh + 1 - 2 * dp) * 3 + dw + 1 - 2 * dq;
+}
+
 #if ACT == ACT_F32
 /* tf32_rna: the fp32 bit pattern rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as
  * cvt.rna.tf32.f32 does; the low 13 bits come back zero, so the tensor cores see the rounded value whatever

@@ -181,6 +181,7 @@ typedef struct red_args {
     int pool_h, pool_w, pool_p, pool_q;
     long long quads;
 } red_args;
+#define BN_POOL_APPLY_C 512 /* bn_bwd_pool_apply_vec's channels at most: its coefficients in shared memory */
 
 /* Pooling (pool.cu). kind: 0 max, 1 avg (count_include_pad), 2 adaptive avg: the values of cnn_pool_kind. */
 typedef struct pool_args {

@@ -365,9 +365,8 @@ extern "C" __global__ void pool_backward_vec(const pool_args a) {
 
 /* Max pooling's backward over 3x3 windows at stride 2, pad 1 (ResNet's stem) from the argmax bytes, 16 bytes of
  * channels per thread: a thread per 2x2 block of inputs (rows 2k, 2k + 1, columns 2j, 2j + 1), whose windows are
- * (k, j), (k, j + 1), (k + 1, j) and (k + 1, j + 1): each read once, all loads issued before the sums. Input row 2k
- * lies in window row k only (position r = 1), row 2k + 1 in k (r = 2) and k + 1 (r = 0); columns likewise. The
- * sums run in pool_backward's (p, q) order over the same windows, so the result is its bit for bit. pool_backward_vec
+ * (k, j), (k, j + 1), (k + 1, j) and (k + 1, j + 1) (common.cuh's quad_window_pos): each read once, all loads issued
+ * before the sums. The sums run in pool_backward's (p, q) order over the same windows, so the result is its bit for bit. pool_backward_vec
  * gave each input its own thread: threads of a warp took 1, 2 or 4 windows and read each window up to 9 times
  * (perf-log step 94). Preconditions (the launcher's): those of pool_backward_vec, argmax present, P = (H - 1)/2 + 1. */
 extern "C" __global__ void pool_backward_quad(const pool_args a) {
@@ -408,11 +407,11 @@ extern "C" __global__ void pool_backward_quad(const pool_args a) {
             for (int e = 0; e < ACT_VEC; e++) g[e] = 0.0f;
 #pragma unroll
             for (int wdw = 0; wdw < 4; wdw++) {
-                const int dp = wdw / 2, dq = wdw % 2;
-                if ((dp && !dh) || (dq && !dw)) continue; /* window k + 1 holds row 2k + 1 only; columns alike */
-                const unsigned me = (unsigned)((dh + 1 - 2 * dp) * 3 + dw + 1 - 2 * dq);
+                const int me = quad_window_pos(in, wdw);
+                if (me < 0) continue;
 #pragma unroll
-                for (int e = 0; e < ACT_VEC; e++) g[e] += ((args[wdw] >> (8 * e)) & 0xffu) == me ? dv[wdw][e] : 0.0f;
+                for (int e = 0; e < ACT_VEC; e++)
+                    g[e] += ((args[wdw] >> (8 * e)) & 0xffu) == (unsigned)me ? dv[wdw][e] : 0.0f;
             }
             store_dx_vec(dx + img + ((long long)hi * a.w + wi) * a.c, g, a.accumulate);
         }

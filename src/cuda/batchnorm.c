@@ -56,14 +56,11 @@ static bool vec_ok(const red_args *a) {
  * CTAs, the most that keep to ~4 CTAs per SM in all (each CTA covers up to 256 channel vectors), at least 64 rows
  * per chunk. A partial wave ran the end at a third of the occupancy: 528 CTAs at 3 per SM are 1.33 waves (perf-log
  * step 72). The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
-static const char *const partial_vec_names[] = {[BN_PARTIAL_VEC] = "bn_partial_vec",
-                                                 [BN_BWD_PARTIAL_VEC] = "bn_bwd_partial_vec",
-                                                 [BN_BWD_POOL_PARTIAL_VEC] = "bn_bwd_pool_partial_vec"};
 /* `rows`: x's rows, or the quads of 2x2 pixels the pool's kernel takes (at least 16 quads per chunk) */
 static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int entry, long long rows, CUfunction *f) {
     CNN_TRY(kern(cb, entry, f));
     int per_sm = 1;
-    CNN_TRY(cuda_blocks_per_sm(cb, *f, partial_vec_names[entry], VEC_T, 0, &per_sm));
+    CNN_TRY(cuda_blocks_per_sm(cb, *f, cuda_family_batchnorm.entries[entry], VEC_T, 0, &per_sm));
     const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
     const long long waves = per_sm < 4 ? 4 / per_sm : 1, least = entry == BN_BWD_POOL_PARTIAL_VEC ? 16 : 64;
     long long chunks = waves * per_sm * cb->sm_count / groups;
@@ -271,9 +268,8 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     return a.mask ? run_elementwise(cb, &a, BN_MASK_OF_Y, what) : CNN_OK;
 }
 
-#define POOL_APPLY_C 512 /* = kernels/batchnorm.cu: bn_bwd_pool_apply_vec's channels in shared memory */
 /* The 3x3/2 pad-1 max-pool after a BatchNorm's ReLU whose backward bn_backward_pool takes in (its argmax kept, the
- * ReLU's mask kept, no residual): the vector kernels' channels, at most POOL_APPLY_C of them; the output ceil(H/2) x
+ * ReLU's mask kept, no residual): the vector kernels' channels, at most BN_POOL_APPLY_C of them; the output ceil(H/2) x
  * ceil(W/2), so that a 2x2 block of inputs lies in the four windows from its own (kernels/batchnorm.cu,
  * pool_quad_load); 32-bit indices (M and the quads' channel vectors below 2^31). CNN_CONV_SKIP=bn_pool leaves it out
  * (the A/B, as conv2d_fast.c does). */
@@ -282,7 +278,7 @@ bool cuda_bn_pool_fusable(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *p
     const int64_t quads = (int64_t)pl->n * ((pl->h + 1) / 2) * ((pl->w + 1) / 2);
     return pl->kind == CNN_POOL_MAX && pl->argmax && bn->relu_mask && pl->r == 3 && pl->s == 3 && pl->stride_h == 2 &&
            pl->stride_w == 2 && pl->pad_h == 1 && pl->pad_w == 1 && pl->p == (pl->h + 1) / 2 &&
-           pl->q == (pl->w + 1) / 2 && pl->c == bn->c && bn->c % 8 == 0 && bn->c <= POOL_APPLY_C &&
+           pl->q == (pl->w + 1) / 2 && pl->c == bn->c && bn->c % 8 == 0 && bn->c <= BN_POOL_APPLY_C &&
            (int64_t)pl->n * pl->h * pl->w == bn->m && bn->m < INT32_MAX && quads * (bn->c / 8) < INT32_MAX &&
            !cuda_conv_skipped(cb, "bn_pool");
 }

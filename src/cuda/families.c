@@ -38,11 +38,15 @@ const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchno
 /* the filter gradient over few input channels (conv2d_wgrad.c): WGRAD_MAIN, WGRAD_REDUCE; a config per width of
  * dW's tile (cuda_wgrad_few_cols) */
 static const char *const wgrad_few_entries[] = {"conv2d_wgrad_few", "conv2d_wgrad_few_reduce"};
-const int cuda_wgrad_few_cols[WGRAD_FEW_N_CFG] = {32, 160};
+#define WGRAD_FEW_COLS(X) X(32) X(160) /* the widths; each config's name derived from its width */
+#define FEW_WIDTH(c) c,
+#define FEW_NAME(c) "cols" #c,
+const int cuda_wgrad_few_cols[WGRAD_FEW_N_CFG] = {WGRAD_FEW_COLS(FEW_WIDTH)};
+static const char *const wgrad_few_names[WGRAD_FEW_N_CFG] = {WGRAD_FEW_COLS(FEW_NAME)};
 static void wgrad_few_defines(int cfg, char *buf, size_t cap) {
     snprintf(buf, cap, "-DFEW_COLS=%d", cuda_wgrad_few_cols[cfg]);
 }
-static const char *wgrad_few_config_name(int cfg) { return cfg == 0 ? "cols32" : "cols160"; }
+static const char *wgrad_few_config_name(int cfg) { return wgrad_few_names[cfg]; }
 const cuda_family cuda_family_conv2d_wgrad_few = {.name = "conv2d_wgrad_few", .file = "conv2d_wgrad_few.cu",
                                                   .entries = wgrad_few_entries, .n_entries = 2,
                                                   .dtypes = CUDA_DT_HALF, .n_configs = WGRAD_FEW_N_CFG,

@@ -1308,7 +1308,7 @@ static void g_bn_pool(ctx *t) {
     char fake[16];
     p12.argmax = p2.argmax = fake;
     cnn_bn b12 = {.m = 128, .c = 12, .relu_mask = fake}, b16 = {.m = 128, .c = 16, .relu_mask = fake};
-    cnn_pool2d p3 = p2;
+    cnn_pool2d p3;
     cnn_pool2d_init(&p3, CNN_POOL_MAX, 2, 16, 8, 8, 3, 2, 1);
     cnn_pool2d p3n = p3;
     p3.argmax = fake;
