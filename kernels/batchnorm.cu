@@ -756,6 +756,65 @@ extern "C" __global__ void __launch_bounds__(VEC_T, POOL_CTAS) bn_bwd_pool_apply
     }
 }
 
+/* VGG's max-pool backward where the windows tile the input (pool.cu's pool_backward_tile: each input lies in one
+ * window and takes that window's gradient where it is the window's first maximum, else 0; R x S = H/P x W/Q), the
+ * ReLU before the pool taken in (a.relu: a window passes where the pool's output y > 0), with the per-channel sums
+ * of what it writes: P0 = sum dx over chunks of the pool's output pixels (a.m = N*P*Q rows, P1 zeros), which
+ * chan_sum_finalize adds into the bias gradient of the conv before the pool without reading dx again (perf-log step
+ * 100). dy, y and argmax (N, P, Q, C); out dx (N, H, W, C), overwritten. Each sum in float per pool pixel, then double
+ * in pixel order within a thread, its CTA's lanes and the chunks in order: deterministic. */
+extern "C" __global__ void __launch_bounds__(VEC_T) pool_bwd_tile_sum_vec(const red_args a) {
+    pdl_enter();
+    const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
+    const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt;
+    const bool active = lane_r < rt && cv < a.c / 8;
+    const long long chunk = vec_chunk(a), r0 = chunk * a.rows_per_chunk;
+    const long long r1 = r0 + a.rows_per_chunk < a.m ? r0 + a.rows_per_chunk : a.m;
+    const int wr = a.pool_h / a.pool_p, ws = a.pool_w / a.pool_q; /* the window */
+    double s0[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) s0[e] = 0.0;
+    if (active) {
+        const act_t *dy = (const act_t *)a.dy, *y = (const act_t *)a.y;
+        act_t *dx = (act_t *)a.out;
+        for (long long r = r0 + lane_r; r < r1; r += rt) {
+            const long long o = r * a.c + cv * 8;
+            float dv[8];
+            act8_unpack(act8_load(dy + o), dv);
+            const unsigned long long args = *(const unsigned long long *)(a.argmax + o);
+            if (a.relu) {
+                float yv[8];
+                act8_unpack(act8_load(y + o), yv);
+#pragma unroll
+                for (int e = 0; e < 8; e++) dv[e] = yv[e] > 0.0f ? dv[e] : 0.0f;
+            }
+            const long long t = r / a.pool_q, qq = r - t * a.pool_q, n = t / a.pool_p, pp = t - n * a.pool_p;
+            act_t *base = dx + ((n * a.pool_h + pp * wr) * a.pool_w + qq * ws) * a.c + cv * 8;
+            float t0[8] = {0};
+            for (int i = 0; i < wr; i++)
+                for (int j = 0; j < ws; j++) {
+                    const unsigned me = (unsigned)(i * ws + j);
+                    float g[8];
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        g[e] = ((args >> (8 * e)) & 0xffu) == me ? dv[e] : 0.0f;
+                        t0[e] += g[e];
+                    }
+                    act8_store(base + ((long long)i * a.pool_w + j) * a.c, g);
+                }
+#pragma unroll
+            for (int e = 0; e < 8; e++) s0[e] += t0[e];
+        }
+    }
+    __shared__ double sh[2][PARTIAL_SLOTS];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        *partials_slot(sh, 0, e) = s0[e];
+        *partials_slot(sh, 1, e) = 0.0;
+    }
+    partials_reduce(a, sh, chunk);
+}
+
 /* ---- the fused kernels: a whole BatchNorm pass in one cooperative launch -------------------------------------
  * The vector path's three kernels (partial sums, finalize, apply) as the phases of one kernel whose CTAs are all
  * resident (src/cuda/batchnorm.c sizes the grid to fit and launches it cooperatively), separated by grid barriers:

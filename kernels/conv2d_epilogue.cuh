@@ -38,6 +38,12 @@
 #ifndef OUT_PHASE
 #define OUT_PHASE 0
 #endif
+/* What tile_epilogue_rows does with the residual operand: none, add it, or (EPI_GATE: conv2d_warpspec.cu's FT_GATE
+ * programs, dgrads reading the forward's filter as it is) gate by it: the operand is the output of the ReLU before
+ * the forward conv, and out = residual > 0 ? acc : 0, that ReLU's backward taken into the dgrad
+ * (src/cuda/conv2d_dgrad.c). Programs of their own: a run-time choice between adding and gating, in one body or
+ * between two instantiations, made the 128x256 cooperative row spill (perf-log step 98). */
+enum { EPI_NONE = 0, EPI_ADD = 1, EPI_GATE = 2 };
 /* where output row m goes. out_ok: whether the output holds it (m < gm; with OUT_PHASE not the block's rows and
  * columns outside the phase); out_at: the element offset of its first channel in y (and in the residual): row m of
  * y, or with OUT_PHASE the pixel of dx that row (n, i, j) of the phase's block stands for (params.cuh's ph_* fields).
@@ -282,11 +288,11 @@ struct epi_stats;
  * lane stores exactly the vectors it loaded, after loading them, so y may alias the residual. scr: 1 KB, 16-byte
  * aligned, this warp's alone. Rows past gm and 8-channel groups past gn (K % 8 == 0) are neither loaded nor
  * stored.
- * RES: whether a.residual is set (the kernel dispatches on it, so that without one none of the residual code
- * is compiled in: a runtime test instead made the 1x1 convs without a residual slower,
- * perf-log step 31). AHEAD = 0 with RES: the residual was staged by tile_stage_residual into rst (landed and
+ * RES: EPI_NONE, or a.residual is set and EPI_ADD adds it, EPI_GATE gates by it (the kernel dispatches on
+ * a.residual, so that without one none of the residual code is compiled in: a runtime test instead made the 1x1
+ * convs without a residual slower, perf-log step 31). AHEAD = 0 with RES: the residual was staged by tile_stage_residual into rst (landed and
  * visible to the warp), and each pass adds its words from there: no global loads, no copy into the scratch. */
-template <int MB, int NT8, int AHEAD, bool RES>
+template <int MB, int NT8, int AHEAD, int RES>
 __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const float (&acc)[MB][NT8][4], int mrow,
                                                    int nbase, int lane, float *scr, const unsigned *rst = nullptr,
                                                    epi_stats *stats = nullptr) {
@@ -351,7 +357,10 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                     float v1 = acc[b][c * 8 + j][2 * h + 1] * sc[j].y + sh[j].y;
                     if (RES) {
                         const unsigned u = STAGED ? rst[p * 256 + wi] : w[wi];
-                        v0 += act_to_f32((act_t)(u & 0xffffu)), v1 += act_to_f32((act_t)(u >> 16));
+                        if (RES == EPI_GATE)
+                            v0 = act_to_f32((act_t)(u & 0xffffu)) > 0.0f ? v0 : 0.0f,
+                            v1 = act_to_f32((act_t)(u >> 16)) > 0.0f ? v1 : 0.0f;
+                        else v0 += act_to_f32((act_t)(u & 0xffffu)), v1 += act_to_f32((act_t)(u >> 16));
                     }
                     if (a.relu) v0 = v0 > 0.0f ? v0 : 0.0f, v1 = v1 > 0.0f ? v1 : 0.0f;
                     w[wi] = act2_pack(v0, v1);

@@ -43,8 +43,10 @@
  *            and channels c0.. is BN / 64 boxes of w's tap a.ft_base + tr * a.ft_dr + ts * a.ft_ds, 64 of its K' x
  *            64 of its C' each (b_map), which wgmma reads MN-major; a stride-1 dgrad's forward programs, and every
  *            GROUPED program (step 88).
+ *   FT_GATE=1 (FILT_T, not GROUPED) the residual gates instead of adding: it is the output of the ReLU before the
+ *            forward conv, whose backward the dgrad takes in (conv2d_epilogue.cuh's EPI_GATE, step 98).
  * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); STATS; FILT_T;
- * GROUPED (the phases of a strided dgrad in one launch: the kernel at the end of this file).
+ * FT_GATE; GROUPED (the phases of a strided dgrad in one launch: the kernel at the end of this file).
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -100,6 +102,11 @@
 #ifndef FILT_T
 #define FILT_T 0
 #endif
+#ifndef FT_GATE
+#define FT_GATE 0
+#endif
+/* what a residual does in the epilogue (conv2d_epilogue.cuh): added, or with FT_GATE a gate */
+#define RES_OP (FT_GATE ? EPI_GATE : EPI_ADD)
 #ifndef GROUPED
 #define GROUPED 0
 #endif
@@ -140,6 +147,7 @@ static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue
 static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_table.c's phase defines)");
 static_assert(!STATS || (!SWAP && !OUT_PHASE), "sums per channel: a pixel-major tile stored as y's rows");
 static_assert(!FILT_T || (TMA && !STATS && (!OUT_PHASE || GROUPED)), "the filter read transposed: a TMA row's dgrad");
+static_assert(!FT_GATE || (FILT_T && !GROUPED), "the gate: a direct stride-1 dgrad's");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -407,16 +415,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
 #else
 #if STATS
         est.chunk = (m0 + row_off) / CBM;
-        tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, nullptr, &est);
+        tile_epilogue_rows<MB, NT8, 1, EPI_NONE>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, nullptr, &est);
 #else
         if (!a.residual) {
-            tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+            tile_epilogue_rows<MB, NT8, 1, EPI_NONE>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else if (RSM) { /* the staged residual: this lane's copies landed, then every lane's (cross-lane reads) */
             cp_async_wait<0>();
             __syncwarp();
-            tile_epilogue_rows<MB, NT8, 0, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, rst);
+            tile_epilogue_rows<MB, NT8, 0, RES_OP>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, rst);
         } else if (TMA) { /* residual loads RES_AHEAD passes ahead: the TMA rows' consumers have the registers */
-            tile_epilogue_rows<MB, NT8, RES_AHEAD, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+            tile_epilogue_rows<MB, NT8, RES_AHEAD, RES_OP>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else { /* the cp.async rows' consumers have fewer (both epilogues in one program would spill) */
 #pragma unroll
             for (int b = 0; b < MB; b++)
@@ -548,13 +556,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
         if (lane == 0) mbar_arrive(&empty[(gs + kn - 1) % STAGES]);
         float *scr = (float *)(smem + (size_t)((role - 1) * 4 + warp) * EPI_WARP_BYTES);
         if (!a.residual) {
-            tile_epilogue_rows<MB, NT8, 1, false>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+            tile_epilogue_rows<MB, NT8, 1, EPI_NONE>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         } else if (RSM) {
             cp_async_wait<0>();
             __syncwarp();
-            tile_epilogue_rows<MB, NT8, 0, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, rst);
+            tile_epilogue_rows<MB, NT8, 0, EPI_ADD>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, rst);
         } else {
-            tile_epilogue_rows<MB, NT8, RES_AHEAD, true>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
+            tile_epilogue_rows<MB, NT8, RES_AHEAD, EPI_ADD>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);
         }
         gs += kn, j++;
     }

@@ -54,6 +54,8 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     add "emu-pool-bf16 $EMU --dtype bf16 pool"
     # dgrad on the forward tensor-core kernels, every stride (phases)
     add "emu-conv_dgrad-bf16 $EMU --dtype bf16 conv_dgrad"
+    # dgrad with the ReLU before the conv taken in (the FILT_T epilogue's gate; the rewrite and the pass)
+    add "emu-dgrad_relu-bf16 $EMU --dtype bf16 dgrad_relu"
     # BatchNorm's training kernels with the residual add and ReLU fused, scalar and vector paths
     add "emu-bn-bf16 $EMU --dtype bf16 bn"
     # the stem's BatchNorm backward with its max-pool's taken in (the pool's gradient never stored)

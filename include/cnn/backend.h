@@ -86,6 +86,9 @@ typedef struct cnn_pool2d {
      * well: a window's gradient passes only where the pool's output y (the value of the input it goes to) is > 0.
      * y is then required. */
     bool relu;
+    /* Backward, overwriting dx, optional (NULL: none): dx_sum[c] = the sum of dx over its N*H*W rows, the bias
+     * gradient of the conv before the pool (float32, overwritten), as channel_sum would make it. */
+    float *dx_sum;
 } cnn_pool2d;
 
 /* Window pooling: derive P, Q (floor mode). Returns false when the output would be empty or pad > window/2. */
@@ -284,6 +287,11 @@ struct cnn_backend {
                                const void *w,  /* (K, C, R, S) */
                                void *dx,       /* (N, C, H, W) */
                                bool accumulate);
+    /* Optional (NULL where a backend has none): conv2d_dgrad, overwriting, of a conv whose input relu_y (N, C, H, W)
+     * is a ReLU's output, with that ReLU's backward: dx = relu_y > 0 ? dgrad : 0. The train plan's backward calls
+     * it where the conv alone reads the ReLU's output (VGG), instead of conv2d_dgrad and relu_backward. */
+    cnn_status (*conv2d_dgrad_relu)(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
+                                    const void *relu_y, void *dx);
     cnn_status (*conv2d_wgrad)(cnn_backend *be, const cnn_conv2d *cv,
                                const void *x,  /* (N, C, H, W) */
                                const void *dy, /* (N, K, P, Q) */

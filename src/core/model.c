@@ -543,12 +543,13 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
-/* Whether train step s is a max-pool that alone reads the output of step s - 1, whose op is `op` with a ReLU fused */
-static bool pool_after_relu_step(const cnn_model *m, int s, cnn_op op) {
+/* Whether train step s, whose op is `reader`, alone reads the output of step s - 1, whose op is `op` with a ReLU
+ * fused */
+static bool relu_reader_step(const cnn_model *m, int s, cnn_op reader, cnn_op op) {
     const cnn_net *net = m->net;
     if (s < 1 || s >= m->plan.n_train_steps) return false;
     const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
-    if (net->nodes[sp->node].op != CNN_OP_MAXPOOL || net->nodes[sb->node].op != op || !sb->relu ||
+    if (net->nodes[sp->node].op != reader || net->nodes[sb->node].op != op || !sb->relu ||
         net->nodes[sp->node].in[0] != sb->out)
         return false;
     for (int j = 0; j < net->n_nodes; j++)
@@ -560,14 +561,30 @@ static bool pool_after_relu_step(const cnn_model *m, int s, cnn_op op) {
 /* Whether train step s, a max-pool after a conv step ending in a ReLU (VGG), applies that ReLU's backward in its
  * own (cnn_pool2d.relu): the conv step then leaves its output's gradient as the pool wrote it. Saves the ReLU's
  * pass over the conv's output (perf-log step 96). */
-static bool pool_applies_relu(const cnn_model *m, int s) { return pool_after_relu_step(m, s, CNN_OP_CONV); }
+static bool pool_applies_relu(const cnn_model *m, int s) { return relu_reader_step(m, s, CNN_OP_MAXPOOL, CNN_OP_CONV); }
+
+/* Whether train step s, a max-pool applying the ReLU before it (pool_applies_relu) and overwriting its input's
+ * gradient, also sums that gradient per channel into the bias gradient of the conv before it (cnn_pool2d.dx_sum):
+ * the conv step then skips its channel_sum, a pass over the same gradient (perf-log step 100). */
+static bool pool_sums_bias(const cnn_model *m, int s) {
+    return pool_applies_relu(m, s) && !m->plan.grad_acc[2 * s] &&
+           m->net->nodes[m->plan.train_steps[s - 1].node].param[1] >= 0;
+}
+
+/* Whether train step s, a conv after a conv step ending in a ReLU (VGG), applies that ReLU's backward in its dgrad
+ * (conv2d_dgrad_relu, overwriting: the gradient's only writer): the earlier step then leaves its output's gradient
+ * as the dgrad wrote it. Saves the ReLU's pass over that gradient (perf-log step 98). */
+static bool dgrad_applies_relu(const cnn_model *m, int s) {
+    return m->be->conv2d_dgrad_relu && relu_reader_step(m, s, CNN_OP_CONV, CNN_OP_CONV) && !m->plan.grad_acc[2 * s];
+}
 
 /* Whether train step s, a max-pool, runs its backward inside that of step s - 1, a BN -> ReLU (bn_backward_pool):
  * the pool reads the ReLU's output alone, both keep their masks, and the backend fuses the pair (the ResNet stem on
  * the GPU). pl: the pool's problem, with its argmax. */
 static bool pool_in_bn_backward(const cnn_model *m, int s, int n, cnn_pool2d *pl) {
     const cnn_net *net = m->net;
-    if (!m->be->bn_backward_pool || !m->be->bn_pool_fusable || !pool_after_relu_step(m, s, CNN_OP_BN)) return false;
+    if (!m->be->bn_backward_pool || !m->be->bn_pool_fusable || !relu_reader_step(m, s, CNN_OP_MAXPOOL, CNN_OP_BN))
+        return false;
     const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
     const cnn_node *nd = &net->nodes[sp->node], *bnd = &net->nodes[sb->node];
     if (sb->has_residual || m->mask_off[sp->node] < 0 || m->mask_off[sb->node] < 0) return false;
@@ -602,16 +619,18 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_CONV: {
             cnn_conv2d cv;
             cnn_node_conv2d(net, nd, n, &cv);
-            if (sp->relu && !pool_applies_relu(m, s + 1)) { /* the fused ReLU's mask from the step's output, into its
-                                                                * gradient in place (its only reader) */
+            if (sp->relu && !pool_applies_relu(m, s + 1) && !dgrad_applies_relu(m, s + 1)) {
+                /* the fused ReLU's mask from the step's output, into its gradient in place (its only reader) */
                 const int64_t nout = (int64_t)n * net->nodes[sp->out].c * net->nodes[sp->out].h * net->nodes[sp->out].w;
                 st = be->relu_backward(be, nout, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, (void *)dy, false);
                 if (st != CNN_OK) break;
             }
             st = be->conv2d_wgrad(be, &cv, x, dy, gradp(m, nd->param[0]));
-            if (st == CNN_OK && nd->param[1] >= 0)
+            if (st == CNN_OK && nd->param[1] >= 0 && !pool_sums_bias(m, s + 1))
                 st = be->channel_sum(be, (int64_t)n * cv.p * cv.q, cv.k, dy, gradp(m, nd->param[1]));
-            if (st == CNN_OK && dx) st = be->conv2d_dgrad(be, &cv, dy, weight(m, nd->param[0]), dx, acc);
+            if (st == CNN_OK && dx)
+                st = dgrad_applies_relu(m, s) ? be->conv2d_dgrad_relu(be, &cv, dy, weight(m, nd->param[0]), x, dx)
+                                              : be->conv2d_dgrad(be, &cv, dy, weight(m, nd->param[0]), dx, acc);
             break;
         }
         case CNN_OP_BN: { /* with what its step fused: the ReLU's mask from the step's output, the residual's gradient */
@@ -643,6 +662,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             cnn_node_pool2d(net, nd, n, &pl);
             if (m->mask_off[i] >= 0) pl.argmax = m->masks + m->mask_off[i];
             pl.relu = pool_applies_relu(m, s);
+            if (pool_sums_bias(m, s)) pl.dx_sum = gradp(m, net->nodes[m->plan.train_steps[s - 1].node].param[1]);
             st = be->pool2d_backward(be, &pl, x, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         }

@@ -177,6 +177,7 @@ cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out) {
     be->conv2d_fprop_pair = cnn_cpu_op_conv2d_fprop_pair;
     be->conv2d_pair_fusable = cnn_cpu_op_conv2d_pair_fusable;
     be->conv2d_dgrad = cnn_cpu_op_conv2d_dgrad;
+    be->conv2d_dgrad_relu = cnn_cpu_op_conv2d_dgrad_relu;
     be->conv2d_wgrad = cnn_cpu_op_conv2d_wgrad;
     be->channel_sum = cnn_cpu_op_channel_sum;
     be->bn_forward_train = cnn_cpu_op_bn_forward_train;

@@ -134,5 +134,6 @@ cnn_status cnn_cpu_op_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, con
             }
         }
     }
-    return CNN_OK;
+    CNN_ASSERT(!pl->dx_sum || !accumulate);
+    return pl->dx_sum ? cnn_cpu_op_channel_sum(be, (int64_t)pl->n * H * W, C, dx, pl->dx_sum) : CNN_OK;
 }

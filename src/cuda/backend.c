@@ -465,6 +465,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->from_act = cuda_from_act;
     be->conv2d_fprop = cuda_conv2d_fprop;
     be->conv2d_dgrad = cuda_conv2d_dgrad;
+    be->conv2d_dgrad_relu = cuda_conv2d_dgrad_relu;
     be->conv2d_wgrad = cuda_conv2d_wgrad;
     be->conv2d_fprop_pool = cuda_conv2d_fprop_pool;
     be->conv2d_pool_fusable = cuda_conv2d_pool_fusable;

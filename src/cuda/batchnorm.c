@@ -56,13 +56,15 @@ static bool vec_ok(const red_args *a) {
  * CTAs, the most that keep to ~4 CTAs per SM in all (each CTA covers up to 256 channel vectors), at least 64 rows
  * per chunk. A partial wave ran the end at a third of the occupancy: 528 CTAs at 3 per SM are 1.33 waves (perf-log
  * step 72). The count depends on (M, C), the GPU and the compiled kernel only, so the sums' order does too. */
-/* `rows`: x's rows, or the quads of 2x2 pixels the pool's kernel takes (at least 16 quads per chunk) */
+/* `rows`: x's rows, or the quads of 2x2 pixels the pool's kernel takes, or the pool output pixels of
+ * pool_bwd_tile_sum_vec (at least 16 per chunk: each stands for several rows) */
 static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int entry, long long rows, CUfunction *f) {
     CNN_TRY(kern(cb, entry, f));
     int per_sm = 1;
     CNN_TRY(cuda_blocks_per_sm(cb, *f, cuda_family_batchnorm.entries[entry], VEC_T, 0, &per_sm));
     const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
-    const long long waves = per_sm < 4 ? 4 / per_sm : 1, least = entry == BN_BWD_POOL_PARTIAL_VEC ? 16 : 64;
+    const long long waves = per_sm < 4 ? 4 / per_sm : 1;
+    const long long least = entry == BN_BWD_POOL_PARTIAL_VEC || entry == POOL_BWD_TILE_SUM_VEC ? 16 : 64;
     long long chunks = waves * per_sm * cb->sm_count / groups;
     const long long max_chunks = (rows + least - 1) / least;
     if (chunks > max_chunks) chunks = max_chunks;
@@ -202,6 +204,38 @@ cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, f
     char what[96];
     snprintf(what, sizeof what, "channel_sum[%s] m%lld c%d", cuda_dtype_str(be->act_dtype), (long long)m, c);
     CNN_TRY(run_partial(cb, &a, 0, what));
+    return run_per_channel(cb, &a, BN_SUM_FIN, what);
+}
+
+/* Whether pool2d_backward's tile path (pool.c: windows tiling the input) can sum dx in its own kernel
+ * (pool_bwd_tile_sum_vec): max pooling with its argmax, C % 8 == 0, 16-byte aligned tensors, overwriting;
+ * CNN_CONV_SKIP=pool_sum leaves it out (the A/B: the tile kernel, then channel_sum over dx) */
+bool cuda_pool_tile_sum_fits(cnn_backend *be, const cnn_pool2d *pl, const void *y, const void *dy, const void *dx,
+                             bool accumulate) {
+    return pl->dx_sum && !accumulate && pl->kind == CNN_POOL_MAX && pl->argmax && pl->c % 8 == 0 &&
+           aligned16(pl->argmax) && aligned16(dy) && aligned16(dx) && (!pl->relu || aligned16(y)) &&
+           !cuda_conv_skipped(cuda_impl(be), "pool_sum");
+}
+
+/* the tile path's backward with dx's sums (cuda_pool_tile_sum_fits said yes): partials by chunks of the pool's
+ * output pixels, then chan_sum_finalize into pl->dx_sum */
+cnn_status cuda_pool_tile_backward_sum(cnn_backend *be, const cnn_pool2d *pl, const void *y, const void *dy,
+                                       void *dx) {
+    cuda_be *cb = cuda_impl(be);
+    red_args a = {0};
+    a.m = (long long)pl->n * pl->p * pl->q, a.c = pl->c;
+    a.y = y, a.dy = dy, a.out = dx, a.relu = pl->relu, a.argmax = pl->argmax, a.fout = pl->dx_sum;
+    a.pool_h = pl->h, a.pool_w = pl->w, a.pool_p = pl->p, a.pool_q = pl->q;
+    check_mc(a.m, a.c);
+    CUfunction f;
+    CNN_TRY(plan_chunks_vec(cb, &a, POOL_BWD_TILE_SUM_VEC, a.m, &f));
+    void *ws;
+    CNN_TRY(cuda_workspace(cb, (size_t)2 * a.chunks * a.c * sizeof(double), &ws));
+    a.partial = ws;
+    char what[128];
+    snprintf(what, sizeof what, "pool_bwd_tile_sum[%s] n%d c%d %dx%d window %dx%d%s", cuda_dtype_str(be->act_dtype),
+             pl->n, pl->c, pl->h, pl->w, pl->r, pl->s, pl->relu ? " relu" : "");
+    CNN_TRY(run_partial_vec(cb, f, &a, 0, what));
     return run_per_channel(cb, &a, BN_SUM_FIN, what);
 }
 

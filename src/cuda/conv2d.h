@@ -81,8 +81,9 @@ int64_t conv_stats_smem(const conv_row *c, int stages, int64_t gk); /* its stats
 /* the rows whose GROUPED program runs all of a strided dgrad's phases in one launch: how many, and the i-th */
 int conv_n_group_rows(void);
 int conv_group_row(int i);
-/* row v's program in cuda_family_conv2d_ft_warpspec (a stride-1 dgrad reading the forward's filter transposed, FILT_T),
- * -1 where it has none (only the TMA warp-specialised rows do) */
+/* row v's program in cuda_family_conv2d_ft_warpspec (a stride-1 dgrad reading the forward's filter transposed, FILT_T)
+ * and in cuda_family_conv2d_ft_gate_warpspec (the same, gating by the ReLU before the conv), -1 where it has none (only
+ * the TMA warp-specialised rows do) */
 int conv_ft_program(int v);
 /* a filter-resident row runs a problem of gn columns over gk when its smem fits and each column block gets an SM */
 bool conv_bres_fits(const cuda_be *cb, const conv_row *r, int64_t gn, int64_t gk);
@@ -95,7 +96,7 @@ extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cud
     cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,
     cuda_family_winograd, cuda_family_conv2d_phase_pipelined, cuda_family_conv2d_phase_pipelined_ffma,
     cuda_family_conv2d_phase_wgmma, cuda_family_conv2d_phase_warpspec, cuda_family_conv2d_group_warpspec,
-    cuda_family_conv2d_stats_warpspec, cuda_family_conv2d_ft_warpspec;
+    cuda_family_conv2d_stats_warpspec, cuda_family_conv2d_ft_warpspec, cuda_family_conv2d_ft_gate_warpspec;
 enum { WGRAD_MAIN = 0, WGRAD_REDUCE = 1 };
 /* conv2d_wgrad_few's configs: the width of dW's tile, R*S*C at most (families.c; the launcher takes the narrowest) */
 enum { WGRAD_FEW_N_CFG = 2 };
@@ -179,7 +180,13 @@ cnn_status conv_tma_encode_nhwc(cuda_be *cb, const void *p, int n, int h, int w,
 typedef struct conv_ft {
     int taps;          /* R' * S' */
     int base, dr, ds;
+    bool gate;         /* the epilogue's residual is the ReLU output before the forward conv, gating the result
+                        * (the FT_GATE programs): the dgrad takes in that ReLU's backward */
 } conv_ft;
+/* the family of a FILT_T launch's programs: with the gate or without */
+static inline const cuda_family *conv_ft_family(const conv_ft *ft) {
+    return ft && ft->gate ? &cuda_family_conv2d_ft_gate_warpspec : &cuda_family_conv2d_ft_warpspec;
+}
 /* a TMA row's maps for such a dgrad: dy in im2col mode as conv_tma_encode's x, the filter as (C', R'*S', K')
  * innermost first in boxes of 64 x 1 x 64 */
 cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *r, const cnn_conv2d *cv, const void *dy, const void *w,
@@ -299,6 +306,11 @@ cnn_status conv_narrow_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate);
 cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
+/* the same, overwriting dx, with the backward of the ReLU whose output relu_y (dx's shape) is the conv's input: dx =
+ * dgrad where relu_y > 0, else 0. A stride-1 dgrad on a FILT_T program gates in its epilogue; any other takes a
+ * pass over dx after it */
+cnn_status cuda_dgrad_phases_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
+                                  const void *relu_y, void *dx);
 /* conv2d_wgrad.c: wgrad on wgmma (sm_90a, F16/BF16): whether it takes a problem (C % 64 == 0, K % 8 == 0, the
  * tensor maps' limits, 16-byte aligned operands), and the tuned or heuristic launch of one it takes */
 bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);

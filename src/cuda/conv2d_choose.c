@@ -653,7 +653,8 @@ cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, 
     if (cb->tune == CNN_TUNE_NONE || cb->conv_force_splitk >= 0) return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "dgrad_ft %s n%d c%d h%d w%d k%d r%d s%d pad%dx%d%s", conv_dtype_str(cb), cv->n, cv->c,
-             cv->h, cv->w, cv->k, cv->r, cv->s, cv->pad_h, cv->pad_w, res ? " acc" : "");
+             cv->h, cv->w, cv->k, cv->r, cv->s, cv->pad_h, cv->pad_w,
+             op->ft && op->ft->gate ? " relu" : res ? " acc" : "");
     /* the candidates: the rewrite (first: the heuristic's), every TMA row that fits and keeps its consumers busy
      * (every one that fits in a full search) */
     conv_cand algos[CONV_MAX_ROWS + 1];
@@ -663,7 +664,7 @@ cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, 
         if (conv_ft_program(v) >= 0 && fast_fits(cb, v, cv, res, gn, gk) &&
             (cb->tune == CNN_TUNE_FULL || ws_busy(cb, &conv_rows[v], gm, gn))) {
             algos[n++] = (conv_cand){v, 1};
-            ids[nids++] = cuda_program_id(&cuda_family_conv2d_ft_warpspec, op->be->act_dtype, conv_ft_program(v));
+            ids[nids++] = cuda_program_id(conv_ft_family(op->ft), op->be->act_dtype, conv_ft_program(v));
         }
     int v, splits;
     if (cuda_tune_get(cb, key, &v, &splits))

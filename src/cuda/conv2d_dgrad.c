@@ -64,9 +64,10 @@ static bool plan_phase(const cnn_conv2d *cv, int a, int b, dgrad_phase *ph) {
 }
 
 /* every phase, or false where one cannot run on the forward tensor-core kernels (or stride_h * stride_w is more
- * than DGRAD_MAX_PHASES, or the glue kernels' 32-bit counts overflow); *direct: the single phase of a stride-1
- * dgrad whose block is dx itself */
-static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate,
+ * than DGRAD_MAX_PHASES, or the glue kernels' 32-bit counts overflow); res: the epilogue's residual operand (dx
+ * when accumulating, the gating ReLU output, or NULL); *direct: the single phase of a stride-1 dgrad whose block is
+ * dx itself */
+static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, const void *res,
                  dgrad_phase *ph, bool *direct) {
     const int np = cv->stride_h * cv->stride_w;
     if (np > DGRAD_MAX_PHASES || cb->allow_tf32) return false; /* TF32 forward kernels; dgrad stays true fp32 */
@@ -75,7 +76,7 @@ static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const 
     for (int i = 0; i < np; i++) {
         if (!plan_phase(cv, i / cv->stride_w, i % cv->stride_w, &ph[i])) return false;
         if (ph[i].cv.n == 0) continue;
-        const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
+        const cnn_epilogue ep = {.residual = res};
         /* the rewritten filter lives in 256-byte aligned workspace: dy stands in for it */
         if (!conv_fast_eligible(cb, &ph[i].cv, &ep, dy, dy, dx)) return false;
     }
@@ -86,7 +87,8 @@ static bool plan(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const 
 bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy, const void *dx, bool accumulate) {
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
-    return (cv->c % 8 == 0 || cv->stride_h * cv->stride_w == 1) && plan(cb, cv, dy, dx, accumulate, ph, &direct);
+    return (cv->c % 8 == 0 || cv->stride_h * cv->stride_w == 1) &&
+           plan(cb, cv, dy, dx, accumulate ? dx : NULL, ph, &direct);
 }
 
 /* where phase ph's taps are in the forward's filter (read as it is: FILT_T): its tap (t, u) is the filter's
@@ -260,8 +262,9 @@ static cnn_status run_way(cnn_backend *be, const cnn_conv2d *cv, const dgrad_pha
     return run_phases(be, cv, ph, dy, w, dx, accumulate, way == DGRAD_IN_PLACE);
 }
 
-/* the direct dgrad's launch: phase convolution pc over dy into dx (ep: dx as its residual when accumulating) on row's
- * FILT_T program, or (CONV_DGRAD_REWRITE) the filter rewritten, then the forward's choice */
+/* the direct dgrad's launch: phase convolution pc over dy into dx (ep: dx as its residual when accumulating, or with
+ * ft->gate the gating ReLU output) on row's FILT_T program, or (CONV_DGRAD_REWRITE) the filter rewritten, then the
+ * forward's choice (whose programs add a residual: a gate then takes a pass over dx of its own) */
 static cnn_status run_direct(cnn_backend *be, const cnn_conv2d *pc, const cnn_epilogue *ep, const void *dy,
                              const void *w, void *dx, int row, const conv_ft *ft) {
     if (row != CONV_DGRAD_REWRITE) return conv_fast_launch(be, pc, ep, dy, w, dx, row, 1, NULL, NULL, ft);
@@ -274,10 +277,12 @@ static cnn_status run_direct(cnn_backend *be, const cnn_conv2d *pc, const cnn_ep
     const bool ok = plan_phase(&cv, 0, 0, &ph[0]);
     CNN_ASSERT(ok && ph[0].cv.n);
     CNN_TRY(rewrite_filters(cuda_impl(be), &cv, ph, w, wt));
-    return conv_fast_fprop_checked(be, pc, ep, dy, wt[0], dx);
+    if (!ft->gate) return conv_fast_fprop_checked(be, pc, ep, dy, wt[0], dx);
+    CNN_TRY(conv_fast_fprop_checked(be, pc, NULL, dy, wt[0], dx));
+    return cuda_relu_backward(be, (int64_t)pc->n * pc->p * pc->q * pc->k, ep->residual, dx, dx, false);
 }
 
-/* the direct dgrad's candidates into y, a scratch shaped as dx (itself the residual when accumulating) */
+/* the direct dgrad's candidates into y, a scratch shaped as dx (itself the residual when accumulating, or the gate) */
 static cnn_status direct_timed(const conv_operands *op, conv_cand c, void *y) {
     const cnn_epilogue ep = {.residual = y};
     return run_direct(op->be, op->cv, op->ep ? &ep : NULL, op->x, op->w, y, c.row, op->ft);
@@ -288,7 +293,7 @@ static cnn_status direct_timed(const conv_operands *op, conv_cand c, void *y) {
 static cnn_status phases_timed(const conv_operands *op, conv_cand c, void *y) {
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
-    const bool acc = op->ep != NULL, ok = plan(cuda_impl(op->be), op->cv, op->x, y, acc, ph, &direct);
+    const bool acc = op->ep != NULL, ok = plan(cuda_impl(op->be), op->cv, op->x, y, acc ? y : NULL, ph, &direct);
     CNN_ASSERT(ok && !direct);
     return run_way(op->be, op->cv, ph, op->x, op->w, y, acc, c.row);
 }
@@ -298,7 +303,7 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
     cuda_be *cb = cuda_impl(be);
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
-    const bool ok = plan(cb, cv, dy, dx, accumulate, ph, &direct);
+    const bool ok = plan(cb, cv, dy, dx, accumulate ? dx : NULL, ph, &direct);
     CNN_ASSERT(ok); /* the caller asked cuda_dgrad_phases_fits */
     cb->stats.dgrad_fast_launches++;
     const cnn_epilogue ep = {.residual = accumulate ? dx : NULL};
@@ -318,4 +323,28 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
     CNN_TRY(conv_choose_dgrad_phases(&op, !accumulate || with_taps == 1 ? DGRAD_IN_PLACE : DGRAD_BLOCKS,
                                      groupable(cb, cv, ph), phases_timed, &way));
     return run_way(be, cv, ph, dy, w, dx, accumulate, way);
+}
+
+/* The ReLU's backward taken into a direct dgrad's epilogue (perf-log step 98): where the ReLU's output relu_y is
+ * the conv's input, read by nothing else (VGG's convs), the gradient of that output is dx gated by relu_y > 0, and
+ * the ReLU's own pass (relu_y and dx read, dx written) goes. The choice is tuned with the gate in ("dgrad_ft ...
+ * relu": the rewrite's candidate times its gating pass too); a strided dgrad, or the gate unaligned, runs as
+ * cuda_dgrad_phases and then the pass. */
+cnn_status cuda_dgrad_phases_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
+                                  const void *relu_y, void *dx) {
+    cuda_be *cb = cuda_impl(be);
+    dgrad_phase ph[DGRAD_MAX_PHASES];
+    bool direct;
+    if (!plan(cb, cv, dy, dx, relu_y, ph, &direct) || !direct) {
+        CNN_TRY(cuda_dgrad_phases(be, cv, dy, w, dx, false));
+        return cuda_relu_backward(be, (int64_t)cv->n * cv->h * cv->w * cv->c, relu_y, dx, dx, false);
+    }
+    cb->stats.dgrad_fast_launches++;
+    const cnn_epilogue ep = {.residual = relu_y};
+    conv_ft ft = phase_ft(cv, &ph[0]);
+    ft.gate = true;
+    const conv_operands op = {.be = be, .cv = &ph[0].cv, .ep = &ep, .x = dy, .w = w, .ft = &ft};
+    int row;
+    CNN_TRY(conv_choose_dgrad_ft(&op, direct_timed, &row));
+    return run_direct(be, &ph[0].cv, &ep, dy, w, dx, row, &ft);
 }

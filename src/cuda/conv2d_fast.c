@@ -89,7 +89,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
                  conv_stats_smem(c, c->stages, conv_launch_gk(cv, pr)) > cb->smem_optin))
         want = NULL; /* a twin without a stats program: the BatchNorm sums y itself */
     if (want) fam = &cuda_family_conv2d_stats_warpspec;
-    if (ft) fam = &cuda_family_conv2d_ft_warpspec, cfg = conv_ft_program(row);
+    if (ft) fam = conv_ft_family(ft), cfg = conv_ft_program(row);
     CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
     if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
@@ -112,6 +112,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         conv_args_phase(&a, cv, po);
     }
     if (ft) a.ft_base = ft->base, a.ft_dr = ft->dr, a.ft_ds = ft->ds;
+    CNN_ASSERT(!ft || !ft->gate || a.residual); /* the gate is the residual operand */
     if (want) { /* a chunk per tile and consumer: (2, chunks, K) floats */
         a.stats_chunks = (int)(cdiv(gm, c->bm) * (conv_is(c, CNN_CUDA_CONV_COOPERATIVE) ? 2 : 1));
         void *ws;
@@ -128,7 +129,10 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     snprintf(what, sizeof what, "conv2d_fprop_pipelined[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d%s",
              conv_dtype_str(cb), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w,
-             want ? " + channel sums" : ft ? " (a dgrad, the filter read transposed)" : "");
+             want                ? " + channel sums"
+             : ft && ft->gate    ? " (a dgrad, the filter read transposed, ReLU-gated)"
+             : ft                ? " (a dgrad, the filter read transposed)"
+                                 : "");
     if (pr)
         snprintf(what + strlen(what), sizeof what - strlen(what), " + c%d h%d w%d r%d s%d stride %dx%d pad %dx%d",
                  pr->cv->c, pr->cv->h, pr->cv->w, pr->cv->r, pr->cv->s, pr->cv->stride_h, pr->cv->stride_w,
@@ -166,7 +170,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, 1, threads, 1, smem, &t));
         cb->stats.tma_launches++;
         if (conv_is(c, CNN_CUDA_CONV_TMA_STORE)) cb->stats.ost_launches++;
-        if (ft) cb->stats.dgrad_ft_launches++;
+        if (ft) cb->stats.dgrad_ft_launches++, cb->stats.dgrad_gate_launches += ft->gate;
     } else {
         CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)grid, 1, (unsigned)splits, threads, 1, smem, &a));
     }

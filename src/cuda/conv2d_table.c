@@ -394,6 +394,17 @@ const cuda_family cuda_family_conv2d_ft_warpspec = {
     .name = "conv2d_dgrad_ft_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
     .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = n_ft, .defines = def_ft_warpspec, .config_name = ft_name,
     .sm90a = true};
+/* the same programs with the gate (FT_GATE=1): the residual operand is the ReLU output before the forward conv, whose
+ * backward the dgrad takes in (conv2d_dgrad.c, cuda_dgrad_phases_relu); program i is the i-th FILT_T row's */
+static void def_ft_gate_warpspec(int cfg, char *buf, size_t cap) {
+    def_ft_warpspec(cfg, buf, cap);
+    const size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, " -DFT_GATE=1");
+}
+const cuda_family cuda_family_conv2d_ft_gate_warpspec = {
+    .name = "conv2d_dgrad_ft_gate_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,
+    .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = n_ft, .defines = def_ft_gate_warpspec, .config_name = ft_name,
+    .sm90a = true};
 
 /* the index among its kind's programs of row v's program: its own, or for a persistent wgmma row its twin's */
 static int program_of(int v) {

@@ -30,7 +30,7 @@ static const char *const batchnorm_entries[BN_N] = {"chan_partial",     "chan_su
                                                     "bn_chunk_totals",  "bn_mask_of_y",
                                                     "bn_bwd_partial_vec", "bn_fused_vec",    "bn_bwd_fused_vec",
                                                     "bn_fold_stats",    "bn_bwd_pool_partial_vec",
-                                                    "bn_bwd_pool_apply_vec"};
+                                                    "bn_bwd_pool_apply_vec", "pool_bwd_tile_sum_vec"};
 const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchnorm.cu", .entries = batchnorm_entries,
                                            .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
                                            .defines = no_defines};

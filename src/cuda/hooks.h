@@ -85,9 +85,11 @@ typedef struct cnn_cuda_stats {
     long wgrad_few_launches; /* filter gradients over few channels on mma.sync (conv2d_wgrad.c) */
     long pool_quad_launches; /* max pooling backwards of 3x3/2 windows a 2x2 block of inputs per thread (pool.c) */
     long pool_tile_launches; /* max pooling backwards of windows tiling the input, a window per thread (pool.c) */
+    long pool_tile_sum_launches; /* of them, ones summing dx per channel in the same kernel (cnn_pool2d.dx_sum) */
     long dgrad_fast_launches; /* dgrads run on the forward tensor-core kernels (conv2d_dgrad.c), each counted once */
     long dgrad_grouped_launches; /* of them, a strided one's phases in one grouped launch */
     long dgrad_ft_launches; /* of them, stride-1 ones reading the forward's filter transposed (no rewrite: FILT_T) */
+    long dgrad_gate_launches; /* of those, ones gating dx by the ReLU before the conv in the epilogue (ft_gate) */
     long bn_fused_launches; /* BatchNorm passes in one cooperative launch (batchnorm.c) */
     long bn_pool_launches;  /* BatchNorm backwards that took in the max-pool after them (batchnorm.c) */
     long conv_stats_launches; /* convolutions that summed their output's channels for a BatchNorm (conv2d_fast.c) */

@@ -149,7 +149,7 @@ cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap);
 
 /* ---- the kernel registry (registry.c) ------------------------------------------------------------------- */
 
-#define CUDA_MAX_ENTRIES 20
+#define CUDA_MAX_ENTRIES 24
 
 /* A family: one kernel file compiled with one set of -D defines per (dtype, config). The configs (the
  * search space) are declared next to their launcher; `defines` writes config cfg's options. */
@@ -183,7 +183,8 @@ enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
 enum {
     BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
     BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_MASK_OF_Y, BN_BWD_PARTIAL_VEC,
-    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_BWD_POOL_PARTIAL_VEC, BN_BWD_POOL_APPLY_VEC, BN_N
+    BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_BWD_POOL_PARTIAL_VEC, BN_BWD_POOL_APPLY_VEC,
+    POOL_BWD_TILE_SUM_VEC, BN_N
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_BWD_QUAD, POOL_BWD_TILE, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
@@ -376,6 +377,8 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
                              const void *w, void *y);
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
+cnn_status cuda_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
+                                  const void *relu_y, void *dx);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 /* conv2d_pair.c: two convolutions summed in one kernel (the backend table's conv2d_fprop_pair) */
 bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
@@ -413,6 +416,11 @@ cnn_status cuda_scale_shift(cnn_backend *be, int64_t m, int c, const void *x, co
 cnn_status cuda_to_act(cnn_backend *be, int64_t count, const float *src, void *dst);
 cnn_status cuda_from_act(cnn_backend *be, int64_t count, const void *src, float *dst);
 cnn_status cuda_relu_forward(cnn_backend *be, int64_t count, const void *x, void *y);
+/* batchnorm.c: VGG's max-pool backward (windows tiling the input) with the sums of dx (cnn_pool2d.dx_sum) */
+bool cuda_pool_tile_sum_fits(cnn_backend *be, const cnn_pool2d *pl, const void *y, const void *dy, const void *dx,
+                             bool accumulate);
+cnn_status cuda_pool_tile_backward_sum(cnn_backend *be, const cnn_pool2d *pl, const void *y, const void *dy,
+                                       void *dx);
 cnn_status cuda_relu_backward(cnn_backend *be, int64_t count, const void *y, const void *dy, void *dx,
                               bool accumulate);
 cnn_status cuda_add_forward(cnn_backend *be, int64_t count, const void *a, const void *b, void *y);

@@ -62,9 +62,11 @@ cnn_status cuda_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void
     return run(be, POOL_FWD, &a, (long long)pl->n * pl->p * pl->q * pl->c, pl);
 }
 
-cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y, const void *dy,
-                                void *dx, bool accumulate) {
-    CNN_ASSERT(x && dy && dx);
+/* the backward's kernels, by the first way that takes the problem; *summed: whether that kernel also wrote
+ * pl->dx_sum (else the caller sums dx) */
+static cnn_status backward_run(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y, const void *dy,
+                               void *dx, bool accumulate, bool *summed) {
+    *summed = false;
     CNN_ASSERT(!pl->relu || (pl->kind == CNN_POOL_MAX && y));
     pool_args a = make_args(pl);
     a.x = x, a.y = y, a.dy = dy, a.out = dx, a.accumulate = accumulate, a.relu = pl->relu;
@@ -85,11 +87,26 @@ cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const voi
                       pl->h == pl->p * pl->r && pl->w == pl->q * pl->s && pl->r * pl->s <= 16 &&
                       !cuda_conv_skipped(cuda_impl(be), "pool_tile");
     if (tile && vec_ok(be, pl, ptrs, 5, false)) {
-        CNN_TRY(run(be, POOL_BWD_TILE, &a, (long long)pl->n * pl->p * pl->q * (pl->c / vec), pl));
+        if (cuda_pool_tile_sum_fits(be, pl, y, dy, dx, accumulate)) { /* dx's sums in the same kernel */
+            CNN_TRY(cuda_pool_tile_backward_sum(be, pl, y, dy, dx));
+            cuda_impl(be)->stats.pool_tile_sum_launches++;
+            *summed = true;
+        } else {
+            CNN_TRY(run(be, POOL_BWD_TILE, &a, (long long)pl->n * pl->p * pl->q * (pl->c / vec), pl));
+        }
         cuda_impl(be)->stats.pool_tile_launches++;
         return CNN_OK;
     }
     if ((y || pl->kind != CNN_POOL_MAX || a.argmax) && vec_ok(be, pl, ptrs, 5, true))
         return run(be, POOL_BWD_VEC, &a, (long long)pl->n * pl->h * pl->w * (pl->c / vec), pl);
     return run(be, POOL_BWD, &a, (long long)pl->n * pl->h * pl->w * pl->c, pl);
+}
+
+cnn_status cuda_pool2d_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y, const void *dy,
+                                void *dx, bool accumulate) {
+    CNN_ASSERT(x && dy && dx && (!pl->dx_sum || !accumulate));
+    bool summed;
+    CNN_TRY(backward_run(be, pl, x, y, dy, dx, accumulate, &summed));
+    if (!pl->dx_sum || summed) return CNN_OK;
+    return cuda_channel_sum(be, (int64_t)pl->n * pl->h * pl->w, pl->c, dx, pl->dx_sum); /* a pass over dx */
 }

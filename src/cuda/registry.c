@@ -20,7 +20,7 @@ static const cuda_family *const families[] = {
     &cuda_family_prep,             &cuda_family_optim,            &cuda_family_conv2d_wgrad_wgmma,
     &cuda_family_conv2d_wgrad_few, &cuda_family_conv2d_phase_pipelined, &cuda_family_conv2d_phase_pipelined_ffma,
     &cuda_family_conv2d_phase_wgmma, &cuda_family_conv2d_phase_warpspec, &cuda_family_conv2d_group_warpspec,
-    &cuda_family_conv2d_stats_warpspec, &cuda_family_conv2d_ft_warpspec,
+    &cuda_family_conv2d_stats_warpspec, &cuda_family_conv2d_ft_warpspec, &cuda_family_conv2d_ft_gate_warpspec,
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 

@@ -14,7 +14,7 @@
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
  * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first
- * conv_pair conv_wgrad conv_dgrad linear xent prep resample jpeg optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * conv_pair conv_wgrad conv_dgrad dgrad_relu linear xent prep resample jpeg optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
@@ -641,7 +641,9 @@ static void g_channel_sum(ctx *t) {
     const struct {
         int64_t m;
         int c;
-    } cases[] = {{1, 3}, {777, 17}, {5000, 64}, {3, 130}, {20000, 5}, {100, 2048}};
+    } cases[] = {{1, 3}, {777, 17}, {5000, 64}, {3, 130}, {20000, 5}, {100, 2048},
+                 /* C % 8 == 0: one row, a few rows, 200 channels over many rows */
+                 {1, 8}, {7, 24}, {40000, 200}};
     for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
         int64_t m = cases[k].m;
         int c = cases[k].c;
@@ -1055,10 +1057,17 @@ static void pool_argmax_case(ctx *t, const cnn_pool2d *pl0, const arr *x, const 
           "bytes overwritten", (long long)wrong, (long long)ny, (long long)first, dmg);
     free(got);
     arr xc = arr_in(t, nx, true, 1590 + k, 1, 1, 0), yc = arr_in(t, ny, true, 1591 + k, 1, 1, 0); /* constants */
-    /* with relu (the ReLU's backward taken in) the kernels read the forward's y, still not x */
-    for (int v = 0; v < 4; v++) {
-        const bool acc = v & 1;
+    /* with relu (the ReLU's backward taken in) the kernels read the forward's y, still not x; v 4 also sums dx per
+     * channel (cnn_pool2d.dx_sum: the tile path in its own kernel, any other after it), where windows do not overlap
+     * (each input a copy of one window's gradient or 0, so dx's sums are those of float64's to float accuracy; the
+     * overlapping pools' sums are channel_sum's over dx, its own group's) */
+    const bool apart = pl.stride_h >= pl.r && pl.stride_w >= pl.s;
+    for (int v = 0; v < (apart ? 5 : 4); v++) {
+        const bool acc = v & 1 && v < 4, sum = v == 4;
         pl.relu = plc.relu = v >= 2;
+        arr dsum = arr_out(t, sum ? pl.c : 1, false, 0);
+        pl.dx_sum = sum ? dsum.g.p : NULL;
+        plc.dx_sum = sum && t->cpu ? dsum.c : NULL;
         arr dy = arr_in(t, ny, true, 1570 + k, -1, 1, 0);
         arr dx = acc ? arr_in(t, nx, true, 1580 + k, -1, 1, 0) : arr_out(t, nx, true, 0);
         double *rdx = dalloc(nx);
@@ -1066,7 +1075,7 @@ static void pool_argmax_case(ctx *t, const cnn_pool2d *pl0, const arr *x, const 
         pool_ref_bwd(&pl, x->h, dy.h, rdx);
         snprintf(name, sizeof name, "pool2d_backward.%s.max.n%d_c%d_%dx%d_w%dx%d_s%dx%d_p%dx%d.argmax%s%s", t->dts, pl.n,
                  pl.c, pl.h, pl.w, pl.r, pl.s, pl.stride_h, pl.stride_w, pl.pad_h, pl.pad_w, acc ? ".acc" : "",
-                 pl.relu ? ".relu" : "");
+                 pl.relu ? (sum ? ".relu.dx_sum" : ".relu") : "");
         cnn_cuda_stats st0, st1;
         cnn_cuda_stats_get(t->gpu, &st0);
         expect_ok(t->gpu->pool2d_backward(t->gpu, &pl, xc.g.p, pl.relu ? y.g.p : yc.g.p, dy.g.p, dx.g.p, acc), name);
@@ -1078,15 +1087,27 @@ static void pool_argmax_case(ctx *t, const cnn_pool2d *pl0, const arr *x, const 
         /* windows tiling the input exactly (VGG's 2x2/2 on even sizes): a thread per window (pool_backward_tile) */
         const bool tile = pl.stride_h == pl.r && pl.stride_w == pl.s && pl.pad_h == 0 && pl.pad_w == 0 &&
                           pl.h == pl.p * pl.r && pl.w == pl.q * pl.s && pl.c % (t->dt == CNN_DTYPE_F32 ? 4 : 8) == 0;
+        /* the tile kernel sums dx itself where C % 8 == 0 (pool_bwd_tile_sum_vec) */
+        const bool tile_sum = sum && tile && pl.c % 8 == 0;
         snprintf(nm, sizeof nm, "%s.path", name);
         check(st1.pool_quad_launches - st0.pool_quad_launches == (quad ? 1 : 0) &&
-                  st1.pool_tile_launches - st0.pool_tile_launches == (tile ? 1 : 0),
-              nm, "%ld quad and %ld tile launches, %d and %d expected", st1.pool_quad_launches - st0.pool_quad_launches,
-              st1.pool_tile_launches - st0.pool_tile_launches, quad ? 1 : 0, tile ? 1 : 0);
+                  st1.pool_tile_launches - st0.pool_tile_launches == (tile ? 1 : 0) &&
+                  st1.pool_tile_sum_launches - st0.pool_tile_sum_launches == (tile_sum ? 1 : 0),
+              nm, "%ld quad, %ld tile and %ld tile-sum launches, %d, %d and %d expected",
+              st1.pool_quad_launches - st0.pool_quad_launches, st1.pool_tile_launches - st0.pool_tile_launches,
+              st1.pool_tile_sum_launches - st0.pool_tile_sum_launches, quad ? 1 : 0, tile ? 1 : 0, tile_sum ? 1 : 0);
         arr *in2[] = {&dy, &y};
         verify(t, name, &dx, rdx, &lx, in2, 2);
+        if (sum) { /* float32 sums of the dtype's values: fp32 accuracy expected */
+            double *rs = dalloc(pl.c);
+            for (int64_t i = 0; i < nx; i++) rs[i % pl.c] += rdx[i];
+            layout lc = {"C", {pl.c}};
+            snprintf(nm, sizeof nm, "%s.sums", name);
+            verify(t, nm, &dsum, rs, &lc, in2, 2);
+            free(rs);
+        }
         free(rdx);
-        arr_free(t, &dy), arr_free(t, &dx);
+        arr_free(t, &dy), arr_free(t, &dx), arr_free(t, &dsum);
     }
     arr_free(t, &xc), arr_free(t, &yc), arr_free(t, &y);
     buf_free(&am);
@@ -1102,6 +1123,9 @@ static void g_pool(ctx *t) {
     const pcase cases[] = {
         {CNN_POOL_MAX, 2, 5, 9, 7, 3, 3, 2, 2, 1, 1, 0, 0, true, false},  /* ResNet's 3x3/2 pad 1, tie-rich integers */
         {CNN_POOL_MAX, 1, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, false, false}, /* VGG's 2x2/2 on odd sizes */
+        /* VGG's 2x2/2 tiling the input, C % 8 == 0: the tile kernels, and with dx's sums over many chunks of rows
+         * (pool_bwd_tile_sum_vec); one of the three quick mode runs */
+        {CNN_POOL_MAX, 3, 72, 24, 20, 2, 2, 2, 2, 0, 0, 0, 0, false, true},
         {CNN_POOL_MAX, 3, 17, 6, 5, 3, 2, 1, 2, 1, 0, 0, 0, true, false},
         {CNN_POOL_AVG, 2, 6, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, false, false},
         {CNN_POOL_AVG, 1, 9, 8, 6, 2, 2, 2, 2, 0, 0, 0, 0, false, false},
@@ -1123,6 +1147,8 @@ static void g_pool(ctx *t) {
         {CNN_POOL_MAX, 2, 16, 8, 10, 2, 2, 2, 2, 0, 0, 0, 0, false, true},
         {CNN_POOL_MAX, 2, 16, 10, 12, 3, 3, 2, 2, 1, 1, 0, 0, false, true},
         {CNN_POOL_MAX, 1, 8, 9, 6, 3, 3, 3, 3, 0, 0, 0, 0, true, false}, /* 3x3/3 tiling 9x6: pool_backward_tile */
+        /* the tile kernel with dx's sums over two CTAs' channel groups (C / 8 > 256) */
+        {CNN_POOL_MAX, 1, 2056, 4, 6, 2, 2, 2, 2, 0, 0, 0, 0, false, true},
     };
     static const char *kn[] = {"max", "avg", "adaptive"};
     for (size_t k = 0; k < (quick ? 3 : sizeof cases / sizeof cases[0]); k++) {
@@ -1804,6 +1830,68 @@ static void dgrad_ft(ctx *t) {
         }
     }
     t->tag = NULL;
+}
+
+/* conv2d_dgrad_relu (a dgrad with the backward of the ReLU whose output is the conv's input, VGG's convs): dx =
+ * relu_y > 0 ? dgrad : 0 against float64 and the CPU backend, relu_y with a third of its values <= 0 and exact zeros
+ * (which stop the gradient). cfg >= 0 forces that row; gated: the launch must have gated in the epilogue (a FILT_T
+ * program: conv2d_dgrad.c) rather than in a pass of its own. */
+static void dgrad_relu_one(ctx *t, const conv_case *cc, int cfg, bool gated, uint64_t seed) {
+    cnn_conv2d cv = conv_of(cc);
+    cnn_cuda_conv_force_config(t->gpu, cfg);
+    const int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c,
+                  ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+    arr dy = arr_in(t, ny, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
+    arr ry = arr_in(t, nx, true, seed + 2, -0.5f, 1, 0), dx = arr_out(t, nx, true, 0);
+    for (int64_t i = 0; i < nx; i += 7) ry.h[i] = 0.0f; /* exact zeros: dx must be 0 there */
+    arr_sync_in(t, &ry);
+    double *ref = dalloc(nx);
+    conv_ref_dgrad(&cv, dy.h, w.h, ref);
+    for (int64_t i = 0; i < nx; i++)
+        if (!(ry.h[i] > 0)) ref[i] = 0.0;
+    char name[200];
+    conv_name(name, sizeof name, "dgrad_relu", t, &cv, cfg, "");
+    cnn_cuda_stats st0, st1;
+    cnn_cuda_stats_get(t->gpu, &st0);
+    expect_ok(t->gpu->conv2d_dgrad_relu(t->gpu, &cv, dy.g.p, w.g.p, ry.g.p, dx.g.p), name);
+    cnn_cuda_stats_get(t->gpu, &st1);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_dgrad_relu(t->cpu, &cv, dy.c, w.c, ry.c, dx.c), name);
+    layout lx = {"NHWC", {cv.n, cv.h, cv.w, cv.c}};
+    arr *in[] = {&dy, &w, &ry};
+    verify(t, name, &dx, ref, &lx, in, 3);
+    if (gated) {
+        char nm[240];
+        snprintf(nm, sizeof nm, "%s.gated_in_epilogue", name);
+        check(st1.dgrad_gate_launches == st0.dgrad_gate_launches + 1, nm, "%ld gated launches",
+              st1.dgrad_gate_launches - st0.dgrad_gate_launches);
+    }
+    cnn_cuda_conv_force_config(t->gpu, -1);
+    free(ref);
+    arr_free(t, &dy), arr_free(t, &w), arr_free(t, &ry), arr_free(t, &dx);
+}
+
+/* every FILT_T row forced on dgrad_ft_cases (gated in its epilogue: RES_AHEAD and staged-residual rows, a
+ * transposed row's pixel-major twin, the filter-resident rows on the 1x1 case), then the heuristic's choice (the
+ * rewrite and the ReLU's pass) on stride-1, strided and C % 8 != 0 problems (the generic dgrad and the pass) */
+static void g_dgrad_relu(ctx *t) {
+    const int n = (int)(sizeof dgrad_ft_cases / sizeof dgrad_ft_cases[0]);
+    for (int cfg = first_fast_row(); t->dt != CNN_DTYPE_F32 && cfg < cnn_cuda_conv_config_count(); cfg++) {
+        if (!row_has(cfg, CNN_CUDA_CONV_WARPSPEC) || !row_has(cfg, CNN_CUDA_CONV_TMA) ||
+            !cnn_cuda_conv_config_usable(t->gpu, cfg) || !row_selected(cfg))
+            continue;
+        const bool bres = row_has(cfg, CNN_CUDA_CONV_FILTER_RESIDENT);
+        for (int i = bres ? 1 : 0; i < (bres ? 2 : quick ? 1 : n); i++)
+            dgrad_relu_one(t, &dgrad_ft_cases[i], cfg, true, 9100 + 10 * cfg + i);
+    }
+    static const conv_case other[] = {
+        {2, 16, 9, 7, 64, 3, 3, 1, 1, 1, 1},  /* VGG's 3x3/1 pad 1, odd sizes */
+        {1, 16, 9, 7, 24, 3, 3, 1, 1, 0, 0},  /* pad 0 */
+        {3, 40, 7, 7, 8, 1, 1, 1, 1, 0, 0},   /* 1x1 */
+        {2, 16, 11, 9, 32, 3, 3, 2, 2, 1, 1}, /* stride 2: phases, then the pass */
+        {2, 12, 7, 9, 16, 3, 3, 1, 1, 1, 1},  /* C = 12: the generic dgrad, then the pass */
+    };
+    for (int i = 0; i < (quick ? 2 : (int)(sizeof other / sizeof other[0])); i++)
+        dgrad_relu_one(t, &other[i], -1, false, 9900 + 10 * i);
 }
 
 static void g_dgrad_fast(ctx *t) {
@@ -3476,6 +3564,7 @@ static const group groups[] = {
     {"conv_pair", g_conv_pair, true, false},   {"conv_wgrad", g_conv_wgrad, true, false},
     {"conv_wgrad_few", g_conv_wgrad_few, true, false},
     {"conv_dgrad", g_dgrad_fast, true, true},
+    {"dgrad_relu", g_dgrad_relu, true, true},
     {"linear", g_linear, true, false},     {"xent", g_xent, true, false},
     {"prep", g_prep, true, false},         {"resample", g_resample, false, false},
     {"jpeg", g_jpeg, false, false},

@@ -256,6 +256,14 @@ static void test_conv_case(const conv_case *cc) {
     ok(be->conv2d_dgrad(be, &cv, r, w, dx, true), "conv2d_dgrad");
     conv_name(name, sizeof name, "dgrad_accumulate", cc);
     check_grad(name, dx, want, nx);
+    /* with the ReLU before the conv taken in: the gradient passes where that ReLU's output (base, exact zeros
+     * included) is > 0 */
+    for (int64_t i = 0; i < nx; i += 5) base[i] = 0.0f;
+    for (int64_t i = 0; i < nx; i++) want[i] = base[i] > 0 ? gx[i] : 0.0;
+    poison(dx, nx);
+    ok(be->conv2d_dgrad_relu(be, &cv, r, w, base, dx), "conv2d_dgrad_relu");
+    conv_name(name, sizeof name, "dgrad_relu", cc);
+    check_grad(name, dx, want, nx);
 
     /* wgrad */
     double *gw = fd_grad(conv_fwd64, &cv, in, 1, nw, r64, ny);
