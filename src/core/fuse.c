@@ -25,8 +25,7 @@ static int n_inputs(const cnn_node *nd) { return nd->op == CNN_OP_ADD ? 2 : 1; }
 
 static int resolve(const cnn_plan *p, int node) { return node < 0 ? -1 : p->value_of[node]; }
 
-/* The only consumer of node i, or -1 when it has none or several (or is the output). */
-static int sole_consumer(const cnn_net *net, int i) {
+int cnn_sole_consumer(const cnn_net *net, int i) {
     if (i == net->output) return -1;
     int found = -1;
     for (int j = i + 1; j < net->n_nodes; j++) {
@@ -63,7 +62,7 @@ static bool pair_with_last(const cnn_net *net, cnn_backend *be, int max_batch, c
     const cnn_step *last = &p->steps[p->n_steps - 1];
     if (net->nodes[st->node].op != CNN_OP_CONV || st->bn < 0 || net->nodes[last->node].op != CNN_OP_CONV ||
         last->bn != other || last->has_residual || last->relu || last->pool >= 0 || last->pair >= 0 ||
-        sole_consumer(net, other) != add)
+        cnn_sole_consumer(net, other) != add)
         return false;
     cnn_conv2d first, second;
     cnn_node_conv2d(net, &net->nodes[last->node], max_batch, &first);
@@ -121,7 +120,7 @@ cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
         if (done[i]) continue;
         cnn_step st = cnn_step_alone(i);
         if (net->nodes[i].op == CNN_OP_BN) {
-            int j = sole_consumer(net, i);
+            int j = cnn_sole_consumer(net, i);
             if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
                 const int other = net->nodes[j].in[0] == i ? net->nodes[j].in[1] : net->nodes[j].in[0];
                 if (other < 0 || done[other]) { /* computed by an earlier step (the visit order is topological) */
@@ -129,10 +128,10 @@ cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p) {
                     done[j] = true;
                 }
             }
-            j = sole_consumer(net, st.out);
+            j = cnn_sole_consumer(net, st.out);
             if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) st.relu = true, st.out = j, done[j] = true;
         } else if (net->nodes[i].op == CNN_OP_CONV) {
-            const int j = sole_consumer(net, i);
+            const int j = cnn_sole_consumer(net, i);
             if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) st.relu = true, st.out = j, done[j] = true;
         }
         done[i] = true;
@@ -167,7 +166,7 @@ cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn
         bool chain = nd->op == CNN_OP_CONV || nd->op == CNN_OP_BN || nd->op == CNN_OP_ADD;
         if (nd->op == CNN_OP_BN) st.bn = i;
         if (chain && nd->op == CNN_OP_CONV) {
-            int j = sole_consumer(net, cur);
+            int j = cnn_sole_consumer(net, cur);
             if (j >= 0 && net->nodes[j].op == CNN_OP_BN) {
                 st.bn = j;
                 done[j] = true;
@@ -175,7 +174,7 @@ cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn
             }
         }
         if (chain && nd->op != CNN_OP_ADD) {
-            int j = sole_consumer(net, cur);
+            int j = cnn_sole_consumer(net, cur);
             if (j >= 0 && net->nodes[j].op == CNN_OP_ADD) {
                 int other = net->nodes[j].in[0] == cur ? net->nodes[j].in[1] : net->nodes[j].in[0];
                 int ov = resolve(p, other);
@@ -196,7 +195,7 @@ cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn
             }
         }
         if (chain) {
-            int j = sole_consumer(net, cur);
+            int j = cnn_sole_consumer(net, cur);
             if (j >= 0 && net->nodes[j].op == CNN_OP_RELU) {
                 st.relu = true;
                 done[j] = true;
@@ -205,7 +204,7 @@ cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn
         }
         /* a conv whose output only a max-pool reads (the ResNet stem): one kernel, where the backend has it */
         if (nd->op == CNN_OP_CONV && be->conv2d_fprop_pool && be->conv2d_pool_fusable) {
-            int j = sole_consumer(net, cur);
+            int j = cnn_sole_consumer(net, cur);
             if (j >= 0 && net->nodes[j].op == CNN_OP_MAXPOOL) {
                 cnn_conv2d cv;
                 cnn_pool2d pl;
@@ -230,4 +229,26 @@ cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn
     free(done);
     free(emitted);
     return CNN_OK;
+}
+
+/* ---- the train plan's backward: what a step's backward takes in from the step before ---------------------- */
+
+bool cnn_train_relu_reader(const cnn_net *net, const cnn_plan *p, int s, cnn_op reader, cnn_op op) {
+    if (s < 1 || s >= p->n_train_steps) return false;
+    const cnn_step *sp = &p->train_steps[s], *sb = &p->train_steps[s - 1];
+    return net->nodes[sp->node].op == reader && net->nodes[sb->node].op == op && sb->relu &&
+           net->nodes[sp->node].in[0] == sb->out && cnn_sole_consumer(net, sb->out) == sp->node;
+}
+
+/* a max-pool after a conv step ending in a ReLU (VGG): the pool's backward applies that ReLU's (cnn_pool2d.relu), and
+ * the conv step leaves its output's gradient as the pool wrote it, saving the ReLU's pass (perf-log step 96) */
+bool cnn_train_pool_applies_relu(const cnn_net *net, const cnn_plan *p, int s) {
+    return cnn_train_relu_reader(net, p, s, CNN_OP_MAXPOOL, CNN_OP_CONV);
+}
+
+/* such a pool, overwriting its input's gradient, also sums it per channel into the conv's bias gradient
+ * (cnn_pool2d.dx_sum), and the conv step skips its channel_sum over the same gradient (perf-log step 100) */
+bool cnn_train_pool_sums_bias(const cnn_net *net, const cnn_plan *p, int s) {
+    return cnn_train_pool_applies_relu(net, p, s) && !p->grad_acc[2 * s] &&
+           net->nodes[p->train_steps[s - 1].node].param[1] >= 0;
 }

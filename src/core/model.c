@@ -385,11 +385,8 @@ static bool feeds_next_bn(const cnn_model *m, int s) {
     if (s + 1 >= p->n_train_steps || m->node_check) return false; /* a node check reads between the steps */
     const cnn_net *net = m->net;
     const int i = p->train_steps[s].node, j = p->train_steps[s + 1].node;
-    if (net->nodes[i].op != CNN_OP_CONV || net->nodes[j].op != CNN_OP_BN || net->nodes[j].in[0] != i) return false;
-    for (int k = 0; k < net->n_nodes; k++) /* no other reader */
-        for (int t = 0; t < (net->nodes[k].op == CNN_OP_ADD ? 2 : 1); t++)
-            if (k != j && net->nodes[k].in[t] == i) return false;
-    return i != net->output;
+    return net->nodes[i].op == CNN_OP_CONV && net->nodes[j].op == CNN_OP_BN && net->nodes[j].in[0] == i &&
+           cnn_sole_consumer(net, i) == j;
 }
 
 static cnn_status forward_train(cnn_model *m, int n) {
@@ -543,39 +540,12 @@ cnn_status cnn_model_backward(cnn_model *m, int n, const int64_t *labels, float 
     return loss_out ? m->be->download(m->be, loss_out, m->loss_dev, 4) : CNN_OK;
 }
 
-/* Whether train step s, whose op is `reader`, alone reads the output of step s - 1, whose op is `op` with a ReLU
- * fused */
-static bool relu_reader_step(const cnn_model *m, int s, cnn_op reader, cnn_op op) {
-    const cnn_net *net = m->net;
-    if (s < 1 || s >= m->plan.n_train_steps) return false;
-    const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
-    if (net->nodes[sp->node].op != reader || net->nodes[sb->node].op != op || !sb->relu ||
-        net->nodes[sp->node].in[0] != sb->out)
-        return false;
-    for (int j = 0; j < net->n_nodes; j++)
-        for (int k = 0; k < (net->nodes[j].op == CNN_OP_ADD ? 2 : 1); k++)
-            if (net->nodes[j].in[k] == sb->out && j != sp->node) return false;
-    return true;
-}
-
-/* Whether train step s, a max-pool after a conv step ending in a ReLU (VGG), applies that ReLU's backward in its
- * own (cnn_pool2d.relu): the conv step then leaves its output's gradient as the pool wrote it. Saves the ReLU's
- * pass over the conv's output (perf-log step 96). */
-static bool pool_applies_relu(const cnn_model *m, int s) { return relu_reader_step(m, s, CNN_OP_MAXPOOL, CNN_OP_CONV); }
-
-/* Whether train step s, a max-pool applying the ReLU before it (pool_applies_relu) and overwriting its input's
- * gradient, also sums that gradient per channel into the bias gradient of the conv before it (cnn_pool2d.dx_sum):
- * the conv step then skips its channel_sum, a pass over the same gradient (perf-log step 100). */
-static bool pool_sums_bias(const cnn_model *m, int s) {
-    return pool_applies_relu(m, s) && !m->plan.grad_acc[2 * s] &&
-           m->net->nodes[m->plan.train_steps[s - 1].node].param[1] >= 0;
-}
-
 /* Whether train step s, a conv after a conv step ending in a ReLU (VGG), applies that ReLU's backward in its dgrad
  * (conv2d_dgrad_relu, overwriting: the gradient's only writer): the earlier step then leaves its output's gradient
  * as the dgrad wrote it. Saves the ReLU's pass over that gradient (perf-log step 98). */
 static bool dgrad_applies_relu(const cnn_model *m, int s) {
-    return m->be->conv2d_dgrad_relu && relu_reader_step(m, s, CNN_OP_CONV, CNN_OP_CONV) && !m->plan.grad_acc[2 * s];
+    return m->be->conv2d_dgrad_relu && cnn_train_relu_reader(m->net, &m->plan, s, CNN_OP_CONV, CNN_OP_CONV) &&
+           !m->plan.grad_acc[2 * s];
 }
 
 /* Whether train step s, a max-pool, runs its backward inside that of step s - 1, a BN -> ReLU (bn_backward_pool):
@@ -583,7 +553,8 @@ static bool dgrad_applies_relu(const cnn_model *m, int s) {
  * the GPU). pl: the pool's problem, with its argmax. */
 static bool pool_in_bn_backward(const cnn_model *m, int s, int n, cnn_pool2d *pl) {
     const cnn_net *net = m->net;
-    if (!m->be->bn_backward_pool || !m->be->bn_pool_fusable || !relu_reader_step(m, s, CNN_OP_MAXPOOL, CNN_OP_BN))
+    if (!m->be->bn_backward_pool || !m->be->bn_pool_fusable ||
+        !cnn_train_relu_reader(m->net, &m->plan, s, CNN_OP_MAXPOOL, CNN_OP_BN))
         return false;
     const cnn_step *sp = &m->plan.train_steps[s], *sb = &m->plan.train_steps[s - 1];
     const cnn_node *nd = &net->nodes[sp->node], *bnd = &net->nodes[sb->node];
@@ -619,14 +590,14 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         case CNN_OP_CONV: {
             cnn_conv2d cv;
             cnn_node_conv2d(net, nd, n, &cv);
-            if (sp->relu && !pool_applies_relu(m, s + 1) && !dgrad_applies_relu(m, s + 1)) {
+            if (sp->relu && !cnn_train_pool_applies_relu(net, &m->plan, s + 1) && !dgrad_applies_relu(m, s + 1)) {
                 /* the fused ReLU's mask from the step's output, into its gradient in place (its only reader) */
                 const int64_t nout = (int64_t)n * net->nodes[sp->out].c * net->nodes[sp->out].h * net->nodes[sp->out].w;
                 st = be->relu_backward(be, nout, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, (void *)dy, false);
                 if (st != CNN_OK) break;
             }
             st = be->conv2d_wgrad(be, &cv, x, dy, gradp(m, nd->param[0]));
-            if (st == CNN_OK && nd->param[1] >= 0 && !pool_sums_bias(m, s + 1))
+            if (st == CNN_OK && nd->param[1] >= 0 && !cnn_train_pool_sums_bias(net, &m->plan, s + 1))
                 st = be->channel_sum(be, (int64_t)n * cv.p * cv.q, cv.k, dy, gradp(m, nd->param[1]));
             if (st == CNN_OK && dx)
                 st = dgrad_applies_relu(m, s) ? be->conv2d_dgrad_relu(be, &cv, dy, weight(m, nd->param[0]), x, dx)
@@ -661,8 +632,9 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
             if (!dx || pool_in_bn_backward(m, s, n, &pl)) break; /* the BN's backward takes it in */
             cnn_node_pool2d(net, nd, n, &pl);
             if (m->mask_off[i] >= 0) pl.argmax = m->masks + m->mask_off[i];
-            pl.relu = pool_applies_relu(m, s);
-            if (pool_sums_bias(m, s)) pl.dx_sum = gradp(m, net->nodes[m->plan.train_steps[s - 1].node].param[1]);
+            pl.relu = cnn_train_pool_applies_relu(net, &m->plan, s);
+            if (cnn_train_pool_sums_bias(net, &m->plan, s))
+                pl.dx_sum = gradp(m, net->nodes[m->plan.train_steps[s - 1].node].param[1]);
             st = be->pool2d_backward(be, &pl, x, value_ptr(m, sp->out, CNN_MODE_TRAIN), dy, dx, acc);
             break;
         }

@@ -78,6 +78,14 @@ void cnn_node_in_chw(const cnn_net *net, int in, int *c, int *h, int *w);
  * max_batch on backend be; the train steps (p->train_steps, p->n_train_steps). CNN_E_OOM: host memory ran out. */
 cnn_status cnn_fuse_eval(const cnn_net *net, cnn_backend *be, int max_batch, cnn_plan *p);
 cnn_status cnn_fuse_train(const cnn_net *net, cnn_plan *p);
+/* The only consumer of node i, or -1 when it has none or several (or is the output). */
+int cnn_sole_consumer(const cnn_net *net, int i);
+/* The train plan's backward (fuse.c; model.c runs it): whether train step s, whose op is `reader`, alone reads the
+ * output of step s - 1, whose op is `op` with a ReLU fused; whether step s, a max-pool, applies the ReLU's backward
+ * of the conv step before it; and whether it also sums its input's gradient into that conv's bias gradient. */
+bool cnn_train_relu_reader(const cnn_net *net, const cnn_plan *p, int s, cnn_op reader, cnn_op op);
+bool cnn_train_pool_applies_relu(const cnn_net *net, const cnn_plan *p, int s);
+bool cnn_train_pool_sums_bias(const cnn_net *net, const cnn_plan *p, int s);
 /* The inputs of train step sp whose gradients its backward writes: in[0] the node's first input (a chain's BN
  * input), in[1] an add's second input or a chain's residual, -2 where there is none (-1: the network input). */
 void cnn_train_step_inputs(const cnn_net *net, const cnn_step *sp, int in[2]);
