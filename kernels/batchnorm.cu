@@ -379,7 +379,8 @@ __device__ __forceinline__ void stats_store(const red_args &a, int c, double sx,
 }
 /* bn_fold_stats: the sums a conv's epilogue wrote for this BatchNorm (fpartial: (2, fchunks, C) float, a chunk per
  * tile's consumer rows, conv2d_epilogue.cuh's stats_flush) into the forward pass's double partials (2, chunks, C)
- * that bn_stats_finalize adds: CTA (x, y) adds fchunks [x * rows_per_chunk, ..) of channels RED_TX * y .., lane ty
+ * that bn_stats_finalize adds (a.sums = 2; a.sums = 1: the first arrays alone, a gating dgrad's sums of dx for
+ * chan_sum_finalize): CTA (x, y) adds fchunks [x * rows_per_chunk, ..) of channels RED_TX * y .., lane ty
  * of RED_TY taking fchunks ty, ty + RED_TY, .. of both arrays in order, the lanes then added in order. Replaces
  * bn_partial_vec's read of x (perf-log step 87). Lanes, not one thread per channel of 256 as before step 90: no
  * faster by itself (the fold's time is its launch, or the conv's partials read), but every thread has work at C = 64. */
@@ -394,11 +395,14 @@ extern "C" __global__ void __launch_bounds__(RED_TX * RED_TY) bn_fold_stats(cons
         const long long plane = a.fchunks * a.c;
         const float *p = a.fpartial + c;
 #pragma unroll 2
-        for (long long j = j0 + ty; j < j1; j += RED_TY) t0 += (double)p[j * a.c], t1 += (double)p[plane + j * a.c];
+        for (long long j = j0 + ty; j < j1; j += RED_TY) {
+            t0 += (double)p[j * a.c];
+            if (a.sums > 1) t1 += (double)p[plane + j * a.c];
+        }
     }
     sh[0][ty][tx] = t0, sh[1][ty][tx] = t1;
     __syncthreads();
-    if (ty < 2 && c < a.c) { /* lane 0 adds the sums of x, lane 1 those of x^2 */
+    if (ty < a.sums && c < a.c) { /* lane 0 adds the sums of x, lane 1 those of x^2 */
         double t = 0.0;
         for (int i = 0; i < RED_TY; i++) t += sh[ty][i][tx];
         a.partial[((long long)ty * a.chunks + blockIdx.x) * a.c + c] = t;

@@ -228,7 +228,8 @@ __device__ __forceinline__ void tile_stage_residual(const conv_args &a, int mrow
 #if STATS
 /* STATS=1 (conv2d_warpspec.cu's stats programs, a conv whose output a training BatchNorm reads): tile_epilogue_rows
  * also sums each channel's stored values and their squares over the consumer's rows of the tile, for
- * conv_args.stats (params.cuh). Per 64-column chunk a lane holds 32 sums, v[s * 16 + k * 8 + e] for channel
+ * conv_args.stats (params.cuh). Its gating dgrads (RES = EPI_GATE) sum the values alone (the squares stay zero and
+ * are not stored), into a.stats where it is set. Per 64-column chunk a lane holds 32 sums, v[s * 16 + k * 8 + e] for channel
  * (lane % 4 + 4k) * 8 + e of the chunk (s = 0: y, 1: y^2) over its rows; stats_flush adds them over the 8 lanes
  * of the same lane % 4 by three halving exchanges (each lane keeps half of what it has and receives its
  * partner's copy of that half: 28 shuffles, ending with lane l holding sums (l / 4) * 4 .. + 3), then over the
@@ -255,6 +256,7 @@ __device__ __forceinline__ void stats_halve(float (&v)[32], int lane) {
         v[i] = keep + __shfl_xor_sync(0xffffffffu, send, MASK);
     }
 }
+template <bool SQUARES>
 __device__ __forceinline__ void stats_flush(const conv_args &a, float (&v)[32], int cbase, int lane, epi_stats &st) {
     stats_halve<16>(v, lane);
     stats_halve<8>(v, lane);
@@ -272,7 +274,8 @@ __device__ __forceinline__ void stats_flush(const conv_args &a, float (&v)[32], 
     const int f = st.warp * 32 + lane, src = f >> 2, g = src >> 2;
     const float t = ((b0[f] + b0[128 + f]) + b0[256 + f]) + b0[384 + f];
     const int col = cbase + ((src & 3) + 4 * ((g >> 1) & 1)) * 8 + (g & 1) * 4 + (f & 3);
-    if (col < a.gn) a.stats[((long long)(g >> 2) * a.stats_chunks + st.chunk) * a.gn + col] = t;
+    if (col < a.gn && (SQUARES || g < 4) && a.stats)
+        a.stats[((long long)(g >> 2) * a.stats_chunks + st.chunk) * a.gn + col] = t;
 }
 #else
 struct epi_stats;
@@ -297,7 +300,7 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                                                    int nbase, int lane, float *scr, const unsigned *rst = nullptr,
                                                    epi_stats *stats = nullptr) {
     static_assert(NT8 % 8 == 0, "chunks of eight n8 tiles");
-    static_assert(!STATS || !RES, "a conv whose output a BatchNorm reads has no residual");
+    static_assert(!STATS || RES != EPI_ADD, "a conv whose output a BatchNorm reads has no residual");
     (void)stats;
     constexpr int NP = NT8 / 8 * MB * 2; /* passes: (chunk, block, half) */
     constexpr bool STAGED = RES && AHEAD == 0;
@@ -377,13 +380,16 @@ __device__ __forceinline__ void tile_epilogue_rows(const conv_args &a, const flo
                         float f[8];
                         act_unpack_vec(u, f);
 #pragma unroll
-                        for (int e = 0; e < 8; e++) sums[k * 8 + e] += f[e], sums[16 + k * 8 + e] += f[e] * f[e];
+                        for (int e = 0; e < 8; e++) {
+                            sums[k * 8 + e] += f[e];
+                            if (RES != EPI_GATE) sums[16 + k * 8 + e] += f[e] * f[e];
+                        }
 #endif
                     }
                 }
             }
 #if STATS
-        stats_flush(a, sums, nbase + c * 64, lane, *stats);
+        stats_flush<RES != EPI_GATE>(a, sums, nbase + c * 64, lane, *stats);
 #endif
     }
 }

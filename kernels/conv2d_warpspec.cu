@@ -35,16 +35,18 @@
  *            (stmatrix) that lane 0 stores by TMA (targs.y_map) in CONV_OST_PIECES pieces spread over the next
  *            tile's mainloop; every piece has been issued and has read the box before it is written again
  *            (tile_epilogue_cols_tma, ost_store); the boxes cost ring stages (steps 50, 52).
- *   STATS=1  (pixel-major rows, no residual) the epilogue also writes per-channel sums of y and y^2 over each
- *            consumer's rows of a tile into a.stats, for the training BatchNorm that reads y (conv2d_epilogue.cuh's
- *            stats_flush): the consumer's warps exchange them through STATS_BYTES of their own (step 87).
+ *   STATS=1  (pixel-major rows, no residual but FT_GATE's) the epilogue also writes per-channel sums of y and y^2
+ *            over each consumer's rows of a tile into a.stats, for the training BatchNorm that reads y
+ *            (conv2d_epilogue.cuh's stats_flush): the consumer's warps exchange them through STATS_BYTES of their
+ *            own (step 87). With FT_GATE the sums of the gated dx alone, where a.stats is set (step 101).
  *   FILT_T=1 (TMA rows, no pair) a dgrad over dy reading the forward's filter w (K', R', S', C') as it is, where
  *            the other programs read it flipped and transposed by a rewrite kernel first: a slice of tap (tr, ts)
  *            and channels c0.. is BN / 64 boxes of w's tap a.ft_base + tr * a.ft_dr + ts * a.ft_ds, 64 of its K' x
  *            64 of its C' each (b_map), which wgmma reads MN-major; a stride-1 dgrad's forward programs, and every
  *            GROUPED program (step 88).
- *   FT_GATE=1 (FILT_T, not GROUPED) the residual gates instead of adding: it is the output of the ReLU before the
- *            forward conv, whose backward the dgrad takes in (conv2d_epilogue.cuh's EPI_GATE, step 98).
+ *   FT_GATE=1 (FILT_T, not GROUPED; STATS, no RSM) the residual gates instead of adding: it is the output of the
+ *            ReLU before the forward conv, whose backward the dgrad takes in (conv2d_epilogue.cuh's EPI_GATE, step
+ *            98); the gated dx's sums are the bias gradient of the conv before that ReLU (step 101).
  * Specialisation: BM, BN, STAGES, BRES, TMA, COOP, RSM, SWAP, OST, ACT; OUT_PHASE (conv2d_epilogue.cuh); STATS; FILT_T;
  * FT_GATE; GROUPED (the phases of a strided dgrad in one launch: the kernel at the end of this file).
  */
@@ -116,6 +118,8 @@
 /* passes of residual loads a TMA row's epilogue keeps in flight ahead of the pass it stores (8 registers each):
  * as many as the consumers' registers hold without spills (test_nvrtc) */
 #define RES_AHEAD (MB == 1 ? 3 : 2)
+/* with FT_GATE's sums (STATS) in registers too: a pass fewer */
+#define GATE_AHEAD (MB == 1 ? 2 : 1)
 /* STATS: each consumer's two exchange buffers of 4 warps x 128 sums (conv2d_epilogue.cuh's stats_flush) */
 #define STATS_BYTES (STATS ? 2 * 2 * 4 * 128 * 4 : 0)
 #define SMEM_BYTES (EPI_BYTES + RSM_BYTES + STATS_BYTES + STAGE_ELEMS * 2 * STAGES + 1024) /* + slack to align to 1 KB (BRES: + B) */
@@ -146,8 +150,8 @@ static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM =
 static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue (tile_epilogue_cols_tma)");
 static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_table.c's phase defines)");
 static_assert(!STATS || (!SWAP && !OUT_PHASE), "sums per channel: a pixel-major tile stored as y's rows");
-static_assert(!FILT_T || (TMA && !STATS && (!OUT_PHASE || GROUPED)), "the filter read transposed: a TMA row's dgrad");
-static_assert(!FT_GATE || (FILT_T && !GROUPED), "the gate: a direct stride-1 dgrad's");
+static_assert(!FILT_T || (TMA && STATS == FT_GATE && (!OUT_PHASE || GROUPED)), "the filter read transposed: a TMA row's dgrad");
+static_assert(!FT_GATE || (FILT_T && !GROUPED && STATS && !RSM), "the gate: a direct stride-1 dgrad's, summing dx");
 static_assert(STAGES >= 3 && DEPTH >= 1 && DEPTH <= STAGES - 2, "the producer must not wait on its own arrivals");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -356,8 +360,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
     (void)rst;
     float acc[ACC_MB][ACC_NT8][4];
     if (SWAP && a.residual) __trap(); /* the host runs a residual on the row's pixel-major twin */
-#if STATS
-    if (a.residual || !a.stats) __trap(); /* the host launches a stats program for a conv a BatchNorm reads */
+#if STATS /* a stats program: for a conv a BatchNorm reads; with FT_GATE a.stats may be null (no sums wanted) */
+    if (FT_GATE ? !a.residual : a.residual || !a.stats) __trap();
     epi_stats est = {(float *)(smem + EPI_BYTES + RSM_BYTES) + me * 2 * 4 * 128, &sbar[me], 0u, warp, 0, 1 + me};
 #endif
 #if BRES
@@ -415,7 +419,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
 #else
 #if STATS
         est.chunk = (m0 + row_off) / CBM;
-        tile_epilogue_rows<MB, NT8, 1, EPI_NONE>(a, acc, m0 + row_off + warp * 16, n0, lane, scr, nullptr, &est);
+        tile_epilogue_rows<MB, NT8, FT_GATE ? GATE_AHEAD : 1, FT_GATE ? EPI_GATE : EPI_NONE>(
+            a, acc, m0 + row_off + warp * 16, n0, lane, scr, nullptr, &est);
 #else
         if (!a.residual) {
             tile_epilogue_rows<MB, NT8, 1, EPI_NONE>(a, acc, m0 + row_off + warp * 16, n0, lane, scr);

@@ -53,7 +53,8 @@ typedef struct conv_args {
     int ph_q_mul, ph_q_shr, ph_p_mul, ph_p_shr;
     /* a STATS program (conv2d_warpspec.cu, STATS=1): per-channel sums of y as stored, for the BatchNorm that reads y
      * (src/core/model.c, cnn_conv_stats): stats[(s * stats_chunks + j) * gn + n] = the sum over chunk j's rows of
-     * y[m][n] (s = 0) or y[m][n]^2 (s = 1), a chunk being one consumer's CBM rows of one tile (row m0 / CBM) */
+     * y[m][n] (s = 0) or y[m][n]^2 (s = 1), a chunk being one consumer's CBM rows of one tile (row m0 / CBM). An
+     * FT_GATE program writes s = 0 alone (the sums of the gated dx), and none where stats is null. */
     float *stats;
     int stats_chunks;
     /* a dgrad reading the forward's filter (K', R', S', C') as it is (conv2d_warpspec.cu's FILT_T, src/cuda/
@@ -150,7 +151,7 @@ typedef struct red_args {
     int accumulate;          /* bn backward: dx += result */
     int relu;                /* scale_shift, bn forward (y = relu(...)) and backward (g = dy * (y > 0), or the mask) */
     int dres_accumulate;     /* bn backward: dres += g */
-    int sums;                /* bn_chunk_totals: how many of partial's arrays (1 or 2) */
+    int sums;                /* bn_chunk_totals: how many of partial's arrays (1 or 2); bn_fold_stats: of fpartial's */
     float eps, momentum;
     int pad0;
     const void *x;           /* (M, C) act */

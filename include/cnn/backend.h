@@ -288,10 +288,12 @@ struct cnn_backend {
                                void *dx,       /* (N, C, H, W) */
                                bool accumulate);
     /* Optional (NULL where a backend has none): conv2d_dgrad, overwriting, of a conv whose input relu_y (N, C, H, W)
-     * is a ReLU's output, with that ReLU's backward: dx = relu_y > 0 ? dgrad : 0. The train plan's backward calls
-     * it where the conv alone reads the ReLU's output (VGG), instead of conv2d_dgrad and relu_backward. */
+     * is a ReLU's output, with that ReLU's backward: dx = relu_y > 0 ? dgrad : 0; and where dx_sum (C) is set,
+     * channel_sum of that dx into it (the bias gradient of the conv before the ReLU). The train plan's backward calls
+     * it where the conv alone reads the ReLU's output (VGG), instead of conv2d_dgrad, relu_backward and
+     * channel_sum. */
     cnn_status (*conv2d_dgrad_relu)(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                    const void *relu_y, void *dx);
+                                    const void *relu_y, void *dx, float *dx_sum);
     cnn_status (*conv2d_wgrad)(cnn_backend *be, const cnn_conv2d *cv,
                                const void *x,  /* (N, C, H, W) */
                                const void *dy, /* (N, K, P, Q) */

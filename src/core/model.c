@@ -548,6 +548,14 @@ static bool dgrad_applies_relu(const cnn_model *m, int s) {
            !m->plan.grad_acc[2 * s];
 }
 
+/* Where train step s applies that ReLU's backward, the bias gradient of step s - 1's conv that its dgrad sums
+ * (conv2d_dgrad_relu's dx_sum; step s - 1 then skips its channel_sum), or NULL where that conv has no bias */
+static float *dgrad_sums_bias(const cnn_model *m, int s) {
+    if (s >= m->plan.n_train_steps || !dgrad_applies_relu(m, s)) return NULL;
+    const int bias = m->net->nodes[m->plan.train_steps[s - 1].node].param[1];
+    return bias >= 0 ? gradp(m, bias) : NULL;
+}
+
 /* Whether train step s, a max-pool, runs its backward inside that of step s - 1, a BN -> ReLU (bn_backward_pool):
  * the pool reads the ReLU's output alone, both keep their masks, and the backend fuses the pair (the ResNet stem on
  * the GPU). pl: the pool's problem, with its argmax. */
@@ -597,10 +605,12 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
                 if (st != CNN_OK) break;
             }
             st = be->conv2d_wgrad(be, &cv, x, dy, gradp(m, nd->param[0]));
-            if (st == CNN_OK && nd->param[1] >= 0 && !cnn_train_pool_sums_bias(net, &m->plan, s + 1))
+            if (st == CNN_OK && nd->param[1] >= 0 && !cnn_train_pool_sums_bias(net, &m->plan, s + 1) &&
+                !dgrad_sums_bias(m, s + 1))
                 st = be->channel_sum(be, (int64_t)n * cv.p * cv.q, cv.k, dy, gradp(m, nd->param[1]));
             if (st == CNN_OK && dx)
-                st = dgrad_applies_relu(m, s) ? be->conv2d_dgrad_relu(be, &cv, dy, weight(m, nd->param[0]), x, dx)
+                st = dgrad_applies_relu(m, s) ? be->conv2d_dgrad_relu(be, &cv, dy, weight(m, nd->param[0]), x, dx,
+                                                                      dgrad_sums_bias(m, s))
                                               : be->conv2d_dgrad(be, &cv, dy, weight(m, nd->param[0]), dx, acc);
             break;
         }

@@ -282,11 +282,13 @@ cnn_status cnn_cpu_op_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const 
     return cnn_cpu_conv2d_dgrad(cnn_cpu_threads(be), cv, dy, w, dx, accumulate);
 }
 
-/* the dgrad, then the ReLU's mask in place: the oracle of a fused kernel is the two ops in order */
+/* the dgrad, then the ReLU's mask in place, then dx's sums: the oracle of a fused kernel is the ops in order */
 cnn_status cnn_cpu_op_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                        const void *relu_y, void *dx) {
+                                        const void *relu_y, void *dx, float *dx_sum) {
+    const int64_t m = (int64_t)cv->n * cv->h * cv->w;
     CNN_TRY(cnn_cpu_conv2d_dgrad(cnn_cpu_threads(be), cv, dy, w, dx, false));
-    return cnn_cpu_op_relu_backward(be, (int64_t)cv->n * cv->h * cv->w * cv->c, relu_y, dx, dx, false);
+    CNN_TRY(cnn_cpu_op_relu_backward(be, m * cv->c, relu_y, dx, dx, false));
+    return dx_sum ? cnn_cpu_channel_sum(cnn_cpu_threads(be), m, cv->c, dx, dx_sum) : CNN_OK;
 }
 
 cnn_status cnn_cpu_op_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {

@@ -175,7 +175,7 @@ cnn_status cnn_cpu_op_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, c
                                         const void *w2, void *y);
 bool cnn_cpu_op_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
 cnn_status cnn_cpu_op_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                        const void *relu_y, void *dx);
+                                        const void *relu_y, void *dx, float *dx_sum);
 cnn_status cnn_cpu_op_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                                    bool accumulate);
 cnn_status cnn_cpu_op_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);

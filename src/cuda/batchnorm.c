@@ -117,8 +117,10 @@ static const cnn_conv_stats *conv_sums(cuda_be *cb, const cnn_bn *bn, const void
     return s;
 }
 
-/* bn_fold_stats's chunks of the conv's chunks: about 4 CTAs per SM in all over the channel groups of RED_TX */
-static void plan_fold(const cuda_be *cb, const cnn_conv_stats *s, red_args *a) {
+/* bn_fold_stats's chunks of the conv's chunks (its first `sums` arrays): about 4 CTAs per SM in all over the channel
+ * groups of RED_TX */
+static void plan_fold(const cuda_be *cb, const cnn_conv_stats *s, int sums, red_args *a) {
+    a->sums = sums;
     const long long groups = (a->c + RED_TX - 1) / RED_TX;
     long long chunks = 4LL * cb->sm_count / groups;
     if (chunks > s->chunks) chunks = s->chunks;
@@ -207,6 +209,25 @@ cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, f
     return run_per_channel(cb, &a, BN_SUM_FIN, what);
 }
 
+cnn_status cuda_channel_sum_partials(cnn_backend *be, const cnn_conv_stats *s, float *out) {
+    cuda_be *cb = cuda_impl(be);
+    cuda_bind(cb);
+    CNN_ASSERT(s && s->partial && s->chunks > 0 && s->c > 0 && out);
+    red_args a = {0};
+    a.c = s->c, a.fout = out;
+    plan_fold(cb, s, 1, &a);
+    void *ws;
+    CNN_TRY(cuda_workspace(cb, (size_t)a.chunks * a.c * sizeof(double), &ws));
+    a.partial = ws;
+    CUfunction f;
+    CNN_TRY(kern(cb, BN_FOLD_STATS, &f));
+    char what[96];
+    snprintf(what, sizeof what, "channel_sum[%s] of %lld chunks c%d", cuda_dtype_str(be->act_dtype),
+             (long long)s->chunks, a.c);
+    CNN_TRY(cuda_launch(cb, f, what, (unsigned)a.chunks, (unsigned)((a.c + RED_TX - 1) / RED_TX), 1, RED_TX, RED_TY, &a));
+    return run_per_channel(cb, &a, BN_SUM_FIN, what);
+}
+
 /* Whether pool2d_backward's tile path (pool.c: windows tiling the input) can sum dx in its own kernel
  * (pool_bwd_tile_sum_vec): max pooling with its argmax, C % 8 == 0, 16-byte aligned tensors, overwriting;
  * CNN_CONV_SKIP=pool_sum leaves it out (the A/B: the tile kernel, then channel_sum over dx) */
@@ -260,7 +281,7 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     CUfunction fpart = NULL;
     bool fused = false;
     if (sums) {
-        plan_fold(cb, sums, &a);
+        plan_fold(cb, sums, 2, &a);
         CNN_TRY(kern(cb, BN_FOLD_STATS, &fpart));
     } else {
         CNN_TRY(plan_fused(cb, bn, &a, vec, BN_FUSED_VEC, &fpart, &fused));

@@ -114,18 +114,21 @@ cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
                        (unsigned)conv_row_threads(c), 1, &a);
 }
 
-/* dgrad, overwriting, then the backward of the ReLU whose output relu_y is the conv's input (the backend table's
- * conv2d_dgrad_relu): in the dgrad's epilogue where conv2d_dgrad.c can (cuda_dgrad_phases_relu), else a pass over
- * dx; CNN_CONV_SKIP=dgrad_relu always takes the pass (the A/B) */
+/* dgrad, overwriting, then the backward of the ReLU whose output relu_y is the conv's input, then dx's sums where
+ * dx_sum is set (the backend table's conv2d_dgrad_relu): in the dgrad's epilogue where conv2d_dgrad.c can
+ * (cuda_dgrad_phases_relu), else a pass over dx for each; CNN_CONV_SKIP=dgrad_relu always takes the passes (the
+ * A/B) */
 cnn_status cuda_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                  const void *relu_y, void *dx) {
+                                  const void *relu_y, void *dx, float *dx_sum) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     CNN_ASSERT(relu_y);
     if (!cuda_conv_skipped(cb, "dgrad_relu") && cuda_dgrad_phases_fits(cb, cv, dy, dx, false))
-        return cuda_dgrad_phases_relu(be, cv, dy, w, relu_y, dx);
+        return cuda_dgrad_phases_relu(be, cv, dy, w, relu_y, dx, dx_sum);
+    const int64_t m = (int64_t)cv->n * cv->h * cv->w;
     CNN_TRY(cuda_conv2d_dgrad(be, cv, dy, w, dx, false));
-    return cuda_relu_backward(be, (int64_t)cv->n * cv->h * cv->w * cv->c, relu_y, dx, dx, false);
+    CNN_TRY(cuda_relu_backward(be, m * cv->c, relu_y, dx, dx, false));
+    return dx_sum ? cuda_channel_sum(be, m, cv->c, dx, dx_sum) : CNN_OK;
 }
 
 #define WGRAD_WS_CAP ((int64_t)256 << 20) /* bytes of split partials at most */

@@ -307,10 +307,10 @@ bool cuda_dgrad_phases_fits(const cuda_be *cb, const cnn_conv2d *cv, const void 
 cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 /* the same, overwriting dx, with the backward of the ReLU whose output relu_y (dx's shape) is the conv's input: dx =
- * dgrad where relu_y > 0, else 0. A stride-1 dgrad on a FILT_T program gates in its epilogue; any other takes a
- * pass over dx after it */
+ * dgrad where relu_y > 0, else 0; and dx's channel sums into dx_sum (C) where set. A stride-1 dgrad on a FILT_T
+ * program gates and sums in its epilogue; any other takes a pass over dx after it for each */
 cnn_status cuda_dgrad_phases_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                  const void *relu_y, void *dx);
+                                  const void *relu_y, void *dx, float *dx_sum);
 /* conv2d_wgrad.c: wgrad on wgmma (sm_90a, F16/BF16): whether it takes a problem (C % 64 == 0, K % 8 == 0, the
  * tensor maps' limits, 16-byte aligned operands), and the tuned or heuristic launch of one it takes */
 bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);

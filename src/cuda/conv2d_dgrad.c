@@ -328,23 +328,31 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
 /* The ReLU's backward taken into a direct dgrad's epilogue (perf-log step 98): where the ReLU's output relu_y is
  * the conv's input, read by nothing else (VGG's convs), the gradient of that output is dx gated by relu_y > 0, and
  * the ReLU's own pass (relu_y and dx read, dx written) goes. The choice is tuned with the gate in ("dgrad_ft ...
- * relu": the rewrite's candidate times its gating pass too); a strided dgrad, or the gate unaligned, runs as
- * cuda_dgrad_phases and then the pass. */
+ * relu": the rewrite's candidate times its gating pass too, neither its sums); a strided dgrad, or the gate
+ * unaligned, runs as cuda_dgrad_phases and then the pass. dx_sum (the bias gradient of the conv before the ReLU):
+ * the FILT_T program's sums of dx as it stores them, folded (step 101); after the rewrite, or with
+ * CNN_CONV_SKIP=dgrad_sum (the A/B: the same program, its sums not stored), channel_sum's pass over dx. */
 cnn_status cuda_dgrad_phases_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                  const void *relu_y, void *dx) {
+                                  const void *relu_y, void *dx, float *dx_sum) {
     cuda_be *cb = cuda_impl(be);
+    const int64_t m = (int64_t)cv->n * cv->h * cv->w;
     dgrad_phase ph[DGRAD_MAX_PHASES];
     bool direct;
     if (!plan(cb, cv, dy, dx, relu_y, ph, &direct) || !direct) {
         CNN_TRY(cuda_dgrad_phases(be, cv, dy, w, dx, false));
-        return cuda_relu_backward(be, (int64_t)cv->n * cv->h * cv->w * cv->c, relu_y, dx, dx, false);
+        CNN_TRY(cuda_relu_backward(be, m * cv->c, relu_y, dx, dx, false));
+        return dx_sum ? cuda_channel_sum(be, m, cv->c, dx, dx_sum) : CNN_OK;
     }
     cb->stats.dgrad_fast_launches++;
-    const cnn_epilogue ep = {.residual = relu_y};
+    cnn_conv_stats sums = {0};
+    const cnn_epilogue ep = {.residual = relu_y,
+                             .stats = dx_sum && !cuda_conv_skipped(cb, "dgrad_sum") ? &sums : NULL};
     conv_ft ft = phase_ft(cv, &ph[0]);
     ft.gate = true;
     const conv_operands op = {.be = be, .cv = &ph[0].cv, .ep = &ep, .x = dy, .w = w, .ft = &ft};
     int row;
     CNN_TRY(conv_choose_dgrad_ft(&op, direct_timed, &row));
-    return run_direct(be, &ph[0].cv, &ep, dy, w, dx, row, &ft);
+    CNN_TRY(run_direct(be, &ph[0].cv, &ep, dy, w, dx, row, &ft));
+    if (!dx_sum) return CNN_OK;
+    return sums.chunks > 0 ? cuda_channel_sum_partials(be, &sums, dx_sum) : cuda_channel_sum(be, m, cv->c, dx, dx_sum);
 }

@@ -90,6 +90,9 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         want = NULL; /* a twin without a stats program: the BatchNorm sums y itself */
     if (want) fam = &cuda_family_conv2d_stats_warpspec;
     if (ft) fam = conv_ft_family(ft), cfg = conv_ft_program(row);
+    /* a gating dgrad's program is a stats program (FT_GATE): its sums of dx where ep->stats asks (step 101) */
+    const bool gate = ft && ft->gate, stats_smem = want || gate;
+    cnn_conv_stats *sums = want ? want : gate ? ep->stats : NULL;
     CNN_TRY(cuda_kernel(cb, fam, be->act_dtype, cfg, PIPE_MAIN, &f));
     conv_args a = conv_make_args(cv, PASS_FPROP, conv_row_ks(cb, c));
     if (pr) { /* the second convolution's slices follow the first's (both C % 64 == 0: whole slices) */
@@ -113,10 +116,11 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     }
     if (ft) a.ft_base = ft->base, a.ft_dr = ft->dr, a.ft_ds = ft->ds;
     CNN_ASSERT(!ft || !ft->gate || a.residual); /* the gate is the residual operand */
-    if (want) { /* a chunk per tile and consumer: (2, chunks, K) floats */
+    if (sums) { /* a chunk per tile and consumer: (2, chunks, K) floats, a gating dgrad's (1, chunks, K) */
         a.stats_chunks = (int)(cdiv(gm, c->bm) * (conv_is(c, CNN_CUDA_CONV_COOPERATIVE) ? 2 : 1));
         void *ws;
-        CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STATS, (size_t)2 * a.stats_chunks * (size_t)gn * sizeof(float), &ws));
+        CNN_TRY(cuda_workspace_slot(cb, CUDA_WS_STATS, (size_t)(want ? 2 : 1) * a.stats_chunks * (size_t)gn * sizeof(float),
+                                    &ws));
         a.stats = ws;
     }
     if (splits > 1) {
@@ -130,7 +134,8 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
              conv_dtype_str(cb), conv_row_name(row), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,
              cv->stride_w, cv->pad_h, cv->pad_w,
              want                ? " + channel sums"
-             : ft && ft->gate    ? " (a dgrad, the filter read transposed, ReLU-gated)"
+             : gate && sums      ? " (a dgrad, the filter read transposed, ReLU-gated, + channel sums)"
+             : gate              ? " (a dgrad, the filter read transposed, ReLU-gated)"
              : ft                ? " (a dgrad, the filter read transposed)"
                                  : "");
     if (pr)
@@ -145,7 +150,7 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (cdiv(gm, c->bm) * cdiv(gn, c->bn) > INT_MAX)
         return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles, more than one launch takes", what,
                         (long long)(cdiv(gm, c->bm) * cdiv(gn, c->bn)));
-    unsigned smem = (unsigned)(want ? conv_stats_smem(c, stages, a.gk) : conv_row_smem(c, stages, a.gk));
+    unsigned smem = (unsigned)(stats_smem ? conv_stats_smem(c, stages, a.gk) : conv_row_smem(c, stages, a.gk));
     unsigned threads = (unsigned)conv_row_threads(c);
     int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn), grid = tiles;
     if (persistent) {
@@ -179,9 +184,10 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         snprintf(what + len, sizeof what - len, " split-K epilogue of %d splits", splits);
         CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
     }
-    if (want) {
-        *want = (cnn_conv_stats){.partial = a.stats, .chunks = a.stats_chunks, .y = y, .c = (int)gn};
-        cb->stats.conv_stats_launches++;
+    if (sums) {
+        *sums = (cnn_conv_stats){.partial = a.stats, .chunks = a.stats_chunks, .y = y, .c = (int)gn};
+        if (want) cb->stats.conv_stats_launches++;
+        else cb->stats.dgrad_sum_launches++;
     }
     return CNN_OK;
 }

@@ -395,11 +395,12 @@ const cuda_family cuda_family_conv2d_ft_warpspec = {
     .n_entries = 1, .dtypes = CUDA_DT_HALF, .count = n_ft, .defines = def_ft_warpspec, .config_name = ft_name,
     .sm90a = true};
 /* the same programs with the gate (FT_GATE=1): the residual operand is the ReLU output before the forward conv, whose
- * backward the dgrad takes in (conv2d_dgrad.c, cuda_dgrad_phases_relu); program i is the i-th FILT_T row's */
+ * backward the dgrad takes in (conv2d_dgrad.c, cuda_dgrad_phases_relu), and the gated dx's sums (STATS, no staged
+ * residual: the bias gradient of the conv before that ReLU, step 101); program i is the i-th FILT_T row's */
 static void def_ft_gate_warpspec(int cfg, char *buf, size_t cap) {
-    def_ft_warpspec(cfg, buf, cap);
+    defines_warpspec(ft_row(cfg) - kind_first(CNN_CUDA_CONV_WARPSPEC), false, true, buf, cap);
     const size_t len = strlen(buf);
-    snprintf(buf + len, cap - len, " -DFT_GATE=1");
+    snprintf(buf + len, cap - len, " -DFILT_T=1 -DFT_GATE=1");
 }
 const cuda_family cuda_family_conv2d_ft_gate_warpspec = {
     .name = "conv2d_dgrad_ft_gate_warpspec", .file = "conv2d_warpspec.cu", .entries = fprop_warpspec_entries,

@@ -90,6 +90,7 @@ typedef struct cnn_cuda_stats {
     long dgrad_grouped_launches; /* of them, a strided one's phases in one grouped launch */
     long dgrad_ft_launches; /* of them, stride-1 ones reading the forward's filter transposed (no rewrite: FILT_T) */
     long dgrad_gate_launches; /* of those, ones gating dx by the ReLU before the conv in the epilogue (FT_GATE) */
+    long dgrad_sum_launches;  /* of those, ones also summing dx's channels (conv2d_dgrad_relu's dx_sum) */
     long bn_fused_launches; /* BatchNorm passes in one cooperative launch (batchnorm.c) */
     long bn_pool_launches;  /* BatchNorm backwards that took in the max-pool after them (batchnorm.c) */
     long conv_stats_launches; /* convolutions that summed their output's channels for a BatchNorm (conv2d_fast.c) */

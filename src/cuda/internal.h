@@ -378,7 +378,7 @@ cnn_status cuda_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_ep
 cnn_status cuda_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                              bool accumulate);
 cnn_status cuda_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
-                                  const void *relu_y, void *dx);
+                                  const void *relu_y, void *dx, float *dx_sum);
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 /* conv2d_pair.c: two convolutions summed in one kernel (the backend table's conv2d_fprop_pair) */
 bool cuda_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2);
@@ -400,6 +400,9 @@ cnn_status cuda_linear_backward(cnn_backend *be, const cnn_linear *ln, const voi
  * sums (cnn_conv_stats) would save nothing (conv2d_fast.c asks) */
 bool cuda_bn_forward_one_launch(const cuda_be *cb, int64_t m, int c);
 cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
+/* channel_sum of a tensor from the sums a conv's epilogue wrote of it (s: the first of its arrays, a gating dgrad's
+ * in conv2d_dgrad.c) instead of a pass over it: out (s->c) = the sum of s's chunks */
+cnn_status cuda_channel_sum_partials(cnn_backend *be, const cnn_conv_stats *s, float *out);
 cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *x, const float *gamma,
                                  const float *beta, float *running_mean, float *running_var, float *save_mean,
                                  float *save_invstd, const void *residual, bool relu, void *y);

@@ -1834,15 +1834,18 @@ static void dgrad_ft(ctx *t) {
 
 /* conv2d_dgrad_relu (a dgrad with the backward of the ReLU whose output is the conv's input, VGG's convs): dx =
  * relu_y > 0 ? dgrad : 0 against float64 and the CPU backend, relu_y with a third of its values <= 0 and exact zeros
- * (which stop the gradient). cfg >= 0 forces that row; gated: the launch must have gated in the epilogue (a FILT_T
- * program: conv2d_dgrad.c) rather than in a pass of its own. */
-static void dgrad_relu_one(ctx *t, const conv_case *cc, int cfg, bool gated, uint64_t seed) {
+ * (which stop the gradient); with sum, dx's channel sums (dx_sum) against the float64 sums of dx as the GPU stored
+ * it (float32 accumulation: 1e-5) and the CPU backend's sums of its own dx (the dtype's bound). cfg >= 0 forces that
+ * row; gated: the launch must have gated in the epilogue (a FILT_T program: conv2d_dgrad.c) rather than in a pass of
+ * its own, and with sum summed there too. */
+static void dgrad_relu_one(ctx *t, const conv_case *cc, int cfg, bool gated, bool sum, uint64_t seed) {
     cnn_conv2d cv = conv_of(cc);
     cnn_cuda_conv_force_config(t->gpu, cfg);
     const int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * cv.r * cv.s * cv.c,
                   ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
     arr dy = arr_in(t, ny, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
     arr ry = arr_in(t, nx, true, seed + 2, -0.5f, 1, 0), dx = arr_out(t, nx, true, 0);
+    arr dsum = arr_out(t, sum ? cv.c : 1, false, 0);
     for (int64_t i = 0; i < nx; i += 7) ry.h[i] = 0.0f; /* exact zeros: dx must be 0 there */
     arr_sync_in(t, &ry);
     double *ref = dalloc(nx);
@@ -1850,29 +1853,43 @@ static void dgrad_relu_one(ctx *t, const conv_case *cc, int cfg, bool gated, uin
     for (int64_t i = 0; i < nx; i++)
         if (!(ry.h[i] > 0)) ref[i] = 0.0;
     char name[200];
-    conv_name(name, sizeof name, "dgrad_relu", t, &cv, cfg, "");
+    conv_name(name, sizeof name, "dgrad_relu", t, &cv, cfg, sum ? ".dx_sum" : "");
     cnn_cuda_stats st0, st1;
     cnn_cuda_stats_get(t->gpu, &st0);
-    expect_ok(t->gpu->conv2d_dgrad_relu(t->gpu, &cv, dy.g.p, w.g.p, ry.g.p, dx.g.p), name);
+    expect_ok(t->gpu->conv2d_dgrad_relu(t->gpu, &cv, dy.g.p, w.g.p, ry.g.p, dx.g.p, sum ? dsum.g.p : NULL), name);
     cnn_cuda_stats_get(t->gpu, &st1);
-    if (t->cpu) cpu_ok(t, t->cpu->conv2d_dgrad_relu(t->cpu, &cv, dy.c, w.c, ry.c, dx.c), name);
+    if (t->cpu)
+        cpu_ok(t, t->cpu->conv2d_dgrad_relu(t->cpu, &cv, dy.c, w.c, ry.c, dx.c, sum ? dsum.c : NULL), name);
     layout lx = {"NHWC", {cv.n, cv.h, cv.w, cv.c}};
     arr *in[] = {&dy, &w, &ry};
     verify(t, name, &dx, ref, &lx, in, 3);
+    char nm[240];
+    if (sum) {
+        float *got = arr_gpu(t, &dx);
+        double *rs = dalloc(cv.c);
+        for (int64_t i = 0; i < nx; i++) rs[i % cv.c] += got[i];
+        layout lc = {"C", {cv.c}};
+        snprintf(nm, sizeof nm, "%s.sums", name);
+        verify_bounds(t, nm, &dsum, rs, &lc, in, 3, 1e-5, t->tol);
+        free(rs), free(got);
+    }
     if (gated) {
-        char nm[240];
         snprintf(nm, sizeof nm, "%s.gated_in_epilogue", name);
-        check(st1.dgrad_gate_launches == st0.dgrad_gate_launches + 1, nm, "%ld gated launches",
-              st1.dgrad_gate_launches - st0.dgrad_gate_launches);
+        check(st1.dgrad_gate_launches == st0.dgrad_gate_launches + 1 &&
+                  st1.dgrad_sum_launches == st0.dgrad_sum_launches + (sum ? 1 : 0),
+              nm, "%ld gated launches, %ld summing (%d expected)", st1.dgrad_gate_launches - st0.dgrad_gate_launches,
+              st1.dgrad_sum_launches - st0.dgrad_sum_launches, sum ? 1 : 0);
     }
     cnn_cuda_conv_force_config(t->gpu, -1);
     free(ref);
-    arr_free(t, &dy), arr_free(t, &w), arr_free(t, &ry), arr_free(t, &dx);
+    arr_free(t, &dy), arr_free(t, &w), arr_free(t, &ry), arr_free(t, &dx), arr_free(t, &dsum);
 }
 
-/* every FILT_T row forced on dgrad_ft_cases (gated in its epilogue: RES_AHEAD and staged-residual rows, a
- * transposed row's pixel-major twin, the filter-resident rows on the 1x1 case), then the heuristic's choice (the
- * rewrite and the ReLU's pass) on stride-1, strided and C % 8 != 0 problems (the generic dgrad and the pass) */
+/* every FILT_T row forced on dgrad_ft_cases (gated in its epilogue: GATE_AHEAD, a transposed row's pixel-major
+ * twin, the filter-resident rows on the 1x1 case; summing dx but on case 1 of the others, whose program then stores
+ * no sums), then the
+ * heuristic's choice (the rewrite and the ReLU's pass, then channel_sum's) on stride-1, strided and C % 8 != 0
+ * problems (the generic dgrad and the passes) */
 static void g_dgrad_relu(ctx *t) {
     const int n = (int)(sizeof dgrad_ft_cases / sizeof dgrad_ft_cases[0]);
     for (int cfg = first_fast_row(); t->dt != CNN_DTYPE_F32 && cfg < cnn_cuda_conv_config_count(); cfg++) {
@@ -1881,7 +1898,7 @@ static void g_dgrad_relu(ctx *t) {
             continue;
         const bool bres = row_has(cfg, CNN_CUDA_CONV_FILTER_RESIDENT);
         for (int i = bres ? 1 : 0; i < (bres ? 2 : quick ? 1 : n); i++)
-            dgrad_relu_one(t, &dgrad_ft_cases[i], cfg, true, 9100 + 10 * cfg + i);
+            dgrad_relu_one(t, &dgrad_ft_cases[i], cfg, true, i != 1 || bres, 9100 + 10 * cfg + i);
     }
     static const conv_case other[] = {
         {2, 16, 9, 7, 64, 3, 3, 1, 1, 1, 1},  /* VGG's 3x3/1 pad 1, odd sizes */
@@ -1891,7 +1908,7 @@ static void g_dgrad_relu(ctx *t) {
         {2, 12, 7, 9, 16, 3, 3, 1, 1, 1, 1},  /* C = 12: the generic dgrad, then the pass */
     };
     for (int i = 0; i < (quick ? 2 : (int)(sizeof other / sizeof other[0])); i++)
-        dgrad_relu_one(t, &other[i], -1, false, 9900 + 10 * i);
+        dgrad_relu_one(t, &other[i], -1, false, i != 1, 9900 + 10 * i);
 }
 
 static void g_dgrad_fast(ctx *t) {

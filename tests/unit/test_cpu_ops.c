@@ -261,9 +261,19 @@ static void test_conv_case(const conv_case *cc) {
     for (int64_t i = 0; i < nx; i += 5) base[i] = 0.0f;
     for (int64_t i = 0; i < nx; i++) want[i] = base[i] > 0 ? gx[i] : 0.0;
     poison(dx, nx);
-    ok(be->conv2d_dgrad_relu(be, &cv, r, w, base, dx), "conv2d_dgrad_relu");
+    float *dxs = fnan(cv.c);
+    double *dxs64 = d_alloc(cv.c);
+    for (int64_t i = 0; i < nx; i++) dxs64[i % cv.c] += want[i];
+    ok(be->conv2d_dgrad_relu(be, &cv, r, w, base, dx, dxs), "conv2d_dgrad_relu");
     conv_name(name, sizeof name, "dgrad_relu", cc);
     check_grad(name, dx, want, nx);
+    conv_name(name, sizeof name, "dgrad_relu_sum", cc); /* dx's channel sums (the bias gradient before the ReLU) */
+    check_grad(name, dxs, dxs64, cv.c);
+    poison(dx, nx);
+    ok(be->conv2d_dgrad_relu(be, &cv, r, w, base, dx, NULL), "conv2d_dgrad_relu");
+    conv_name(name, sizeof name, "dgrad_relu_nosum", cc);
+    check_grad(name, dx, want, nx);
+    free(dxs), free(dxs64);
 
     /* wgrad */
     double *gw = fd_grad(conv_fwd64, &cv, in, 1, nw, r64, ny);
