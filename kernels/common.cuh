@@ -625,20 +625,32 @@ __device__ __forceinline__ void stmatrix_x4_trans(void *p, const unsigned *r) {
 
 /* ldmatrix.x4: lane l gives the address of row l%8 of matrix l/8 (16 contiguous bytes in shared memory); r[j]
  * receives, from matrix j, the two 16-bit elements 2*(l%4), 2*(l%4)+1 of row l/4 -- the mma.m16n8k16 fragment
- * layout. */
-__device__ __forceinline__ void ldmatrix_x4(unsigned *r, const void *p) {
+ * layout. TRANS (ldmatrix_x4_trans): the elements of rows 2*(l%4) and 2*(l%4)+1 in column l/4 instead, the fragment
+ * of the matrix transposed. */
+template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4_of(unsigned *r, const void *p) {
 #ifdef __CUDA_ARCH__
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_u32(p)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_u32(p)));
 #else
     const unsigned char *all[32];
     emu_rt_ptr->allgather(&p, all, (int)sizeof p);
     unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     int lane = (int)(lin & 31);
-    for (int j = 0; j < 4; j++) memcpy(&r[j], all[j * 8 + lane / 4] + 4 * (lane % 4), 4);
+    for (int j = 0; j < 4; j++)
+        if (TRANS)
+            for (int b = 0; b < 2; b++) memcpy((char *)&r[j] + 2 * b, all[j * 8 + 2 * (lane % 4) + b] + 2 * (lane / 4), 2);
+        else
+            memcpy(&r[j], all[j * 8 + lane / 4] + 4 * (lane % 4), 4);
 #endif
 }
+__device__ __forceinline__ void ldmatrix_x4(unsigned *r, const void *p) { ldmatrix_x4_of<false>(r, p); }
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned *r, const void *p) { ldmatrix_x4_of<true>(r, p); }
 
 
 /* ---- Philox-4x32-10, identical to cnn_philox (src/core/rng.c) ----------------------------------------- */

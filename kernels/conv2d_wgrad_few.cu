@@ -6,13 +6,15 @@
  * A GEMM of K <= 64 rows and R*S*C <= FEW_COLS columns whose reduction is the whole batch. The wgmma kernel takes 64
  * channels per filter tap and the generic kernels waste most of their tile on 3 channels (perf-log step 69), so here
  * each CTA keeps the whole dW (64 x FEW_COLS) in registers and walks its own contiguous range of 64-pixel blocks:
- *   1. dy's 64 x K block, transposed into shared memory as dyT[k][pixel] (16-byte loads, a pixel per thread);
- *   2. the block's im2col columns gathered into xT[col][pixel] (zero outside the image and past the last pixel);
- *      every thread keeps one pixel, so its coordinates are computed once per block, and a per-CTA table gives each
- *      column's tap and offset;
+ *   1. dy's 64 x K block (contiguous in dy) copied by cp.async into dys[pixel][k] as it lies, two buffers: block
+ *      b + 1's copies fly during block b's products, and ldmatrix.trans reads the fragments (perf-log step 102);
+ *   2. the block's im2col columns gathered into xT[col][pixel] (zero outside the image and past the last pixel):
+ *      warp w takes columns w, w + 8, ... (a per-CTA table gives each column's tap and offset, one 8-byte read shared
+ *      by the warp) and lane l pixels 2l and 2l + 1, stored as one 32-bit pair;
  *   3. four k16 steps of mma over the 64 pixels: warp w takes rows 16*(w % 4) of dW and half of the column tiles.
- *      Rows of both tiles are FEW_PITCH elements apart, so the fragments' 32-bit loads hit 32 different banks.
- *   The loads of steps 1 and 2 are issued for the next block before step 3, their stores made after it.
+ *      Rows of xT are FEW_PITCH elements apart, so the fragments' 32-bit loads hit 32 different banks; dys's rows
+ *      are 144 bytes apart, so the 8 rows of an ldmatrix hit distinct banks.
+ *   The gathers of step 2 are issued for the next block before step 3, their stores made after it.
  * Each CTA writes its partial dW to ws[blockIdx.x] and conv2d_wgrad_few_reduce adds the CTAs' partials in CTA order:
  * the result depends on the grid only, never on timing (--deterministic holds). With one CTA it writes dW itself.
  * Fields of conv_args: the problem, gk = N*P*Q, gn = R*S*C, ktiles_per_split = pixel blocks per CTA, splits = CTAs,
@@ -32,125 +34,146 @@
 #endif
 #define FEW_NT (FEW_COLS / 8)
 #define FEW_NT_WARP (FEW_NT / 2)       /* column tiles per warp */
-#define FEW_PITCH (FEW_PIX + 8)        /* elements per shared row: 36 words, so rows g = 0..7 start 4 banks apart */
+#define FEW_PITCH (FEW_PIX + 8)        /* xT's elements per row: 36 words, so rows g = 0..7 start 4 banks apart */
+#define FEW_DY_PITCH 72                /* dys's elements per row: 64 channels + 8, 144 bytes (16-byte aligned) */
 #define FEW_THREADS 256
-#define FEW_XPT (FEW_COLS / (FEW_THREADS / FEW_PIX)) /* im2col columns a thread loads per block */
+#define FEW_WARPS (FEW_THREADS / 32)
+#define FEW_CPT (FEW_COLS / FEW_WARPS) /* im2col columns a thread gathers per block (for two pixels) */
 #define FEW_CTAS (FEW_COLS <= 32 ? 4 : 2) /* per SM: the registers of dW's tile and of a block's loads in flight */
+static_assert(FEW_PIX == 2 * 32, "a lane's two pixels of a block");
 
 /* a zero in global memory: where a column's tap is outside the image (or past the last pixel) the load reads this
  * instead of x, so the gather needs no select (nor registers for its predicates) after the loads */
 __device__ const act_t few_zero[1] = {0};
 
-/* The X im2col columns part, part + 4, ... of one pixel (window corner h0, w0; corner its offset in x) into v[0..X):
- * unconditional loads, one after the other, none waited for here (perf-log step 93). */
+/* the window of one pixel: its corner (h0, w0) and the offset of that corner in x (may be < 0; N*H*W*C < 2^31,
+ * the host checks); live: a real pixel */
+struct few_pixel {
+    int h0, w0, corner;
+    bool live;
+};
+__device__ __forceinline__ few_pixel few_pixel_at(const conv_args &a, int n, int p, int q, bool live) {
+    few_pixel px;
+    px.h0 = p * a.stride_h - a.pad_h, px.w0 = q * a.stride_w - a.pad_w, px.live = live;
+    px.corner = ((n * a.h + px.h0) * a.w + px.w0) * a.c;
+    return px;
+}
+
+/* an im2col column: its tap, (r << 16) | s (-1 past the last column), and its offset from a window's corner in x,
+ * (r*W + s)*C + c; one 8-byte read */
+struct __align__(8) few_col {
+    int rs, off;
+};
+
+/* The X im2col columns warp, warp + 8, ... of two pixels into v[0][0..X) and v[1][0..X): unconditional loads, one
+ * after the other, none waited for here (perf-log step 93). */
 template <int X>
-__device__ __forceinline__ void gather_cols(const conv_args &a, const act_t *x, const int *col_rs, const int *col_off,
-                                           int part, bool live, int h0, int w0, long long corner, act_t *v) {
+__device__ __forceinline__ void gather_cols(const conv_args &a, const act_t *x, const few_col *tab, int warp,
+                                           const few_pixel (&px)[2], act_t (&v)[2][FEW_CPT]) {
 #pragma unroll
     for (int i = 0; i < X; i++) {
-        const int col = part + i * (FEW_THREADS / FEW_PIX), rs = col_rs[col];
-        const int h = h0 + (rs >> 16), w = w0 + (rs & 0xffff);
-        const bool ok = live && rs >= 0 && (unsigned)h < (unsigned)a.h && (unsigned)w < (unsigned)a.w;
-        v[i] = __ldg(ok ? x + corner + col_off[col] : few_zero);
+        const few_col t = tab[warp + i * FEW_WARPS];
+        const int dr = t.rs >> 16, ds = t.rs & 0xffff;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int h = px[e].h0 + dr, w = px[e].w0 + ds;
+            const bool ok = px[e].live && t.rs >= 0 && (unsigned)h < (unsigned)a.h && (unsigned)w < (unsigned)a.w;
+            v[e][i] = __ldg(ok ? x + px[e].corner + t.off : few_zero);
+        }
     }
 }
 
 extern "C" __global__ void __launch_bounds__(FEW_THREADS, FEW_CTAS) conv2d_wgrad_few(const conv_args a) {
     pdl_enter();
-    __shared__ __align__(16) act_t dyT[64][FEW_PITCH];
+    __shared__ __align__(16) act_t dys[2][FEW_PIX][FEW_DY_PITCH];
     __shared__ __align__(16) act_t xT[FEW_COLS][FEW_PITCH];
-    __shared__ int col_rs[FEW_COLS]; /* (r << 16) | s of column col */
-    __shared__ int col_off[FEW_COLS]; /* (r*W + s)*C + c: its offset from the window's corner in x */
+    __shared__ few_col col_tab[FEW_COLS];
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int ncols = a.gn, nt = (ncols + 7) / 8, pq = a.p * a.q;
     for (int col = tid; col < FEW_COLS; col += FEW_THREADS) {
         const int c = col % a.c, rs = col / a.c, s = rs % a.s, r = rs / a.s;
-        col_rs[col] = col < ncols ? (r << 16) | s : -1;
-        col_off[col] = (r * a.w + s) * a.c + c;
+        col_tab[col] = few_col{col < ncols ? (r << 16) | s : -1, (r * a.w + s) * a.c + c};
     }
     const int mt = warp & 3, nt0 = (warp >> 2) * FEW_NT_WARP; /* this warp's rows and first column tile */
     const bool rows_live = 16 * mt < a.k;
     float acc[FEW_NT_WARP][4];
 #pragma unroll
     for (int j = 0; j < FEW_NT_WARP; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const int pix = tid % FEW_PIX, part = tid / FEW_PIX; /* this thread's pixel of each block; its 16 channels of dy */
     const int ncols8 = 8 * nt;
     const int nblocks = (a.gk + FEW_PIX - 1) / FEW_PIX;
     const int b0 = blockIdx.x * a.ktiles_per_split;
     const int b1 = min(b0 + a.ktiles_per_split, nblocks);
-    /* Block b's operands are loaded into registers while block b - 1 is multiplied, and stored to shared memory
-     * after it: behind a branch and used at once, each gathered load waited for the one before it (perf-log step
-     * 93). */
-    uint4 dyv[2];
-    act_t xv[FEW_XPT]; /* column part + 4i of this thread's pixel */
+    const int vecs = FEW_PIX * a.k / 8; /* dy's 16-byte vectors per block (K % 8 == 0) */
+    /* Block b's dy by cp.async into dys[b & 1] (zeros past the last pixel), its im2col values into registers, both
+     * while block b - 1 is multiplied; the values are stored to shared memory after it: behind a branch and used at
+     * once, each gathered load waited for the one before it (perf-log step 93). */
+    act_t xv[2][FEW_CPT]; /* [pixel 2 * lane + e][column warp + 8i] */
     auto load_block = [&](int b) {
-        const int gp = b * FEW_PIX + pix;
-        const bool live = gp < a.gk;
-        /* dy: channels 16*part .. 16*part + 15 of pixel gp, two 16-byte vectors (K % 8 == 0) */
-#pragma unroll
-        for (int v = 0; v < 2; v++) {
-            const int k0 = 16 * part + 8 * v;
-            dyv[v] = uint4{0u, 0u, 0u, 0u};
-            if (live && k0 < a.k) dyv[v] = __ldg((const uint4 *)(dy + (long long)gp * a.k + k0));
+        const long long first = (long long)b * FEW_PIX;
+        for (int j = tid; j < vecs; j += FEW_THREADS) {
+            const int px = j / (a.k / 8), k0 = (j - px * (a.k / 8)) * 8;
+            const bool live = first + px < a.gk;
+            cp_async16(&dys[b & 1][px][k0], dy + (live ? (first + px) * a.k + k0 : 0), live);
         }
-        /* the im2col columns part, part + 4, ... of pixel gp: window corner (h0, w0) of image n */
-        int n = 0, h0 = 0, w0 = 0;
-        if (live) {
+        cp_async_commit();
+        /* pixels gp and gp + 1 of image n: output rows p (and the next when q + 1 == Q) */
+        const int gp = (int)first + 2 * lane;
+        int n = 0, p = 0, q = 0;
+        if (gp < a.gk) {
             n = gp / pq;
-            const int rem = gp - n * pq, p = rem / a.q, q = rem - p * a.q;
-            h0 = p * a.stride_h - a.pad_h, w0 = q * a.stride_w - a.pad_w;
+            const int rem = gp - n * pq;
+            p = rem / a.q, q = rem - p * a.q;
         }
-        const long long corner = (long long)n * a.h * a.w * a.c + ((long long)h0 * a.w + w0) * a.c; /* may be < 0 */
-#if FEW_XPT > 8
+        few_pixel px[2];
+        px[0] = few_pixel_at(a, n, p, q, gp < a.gk);
+        if (++q == a.q) {
+            q = 0;
+            if (++p == a.p) p = 0, n++;
+        }
+        px[1] = few_pixel_at(a, n, p, q, gp + 1 < a.gk);
+#if FEW_CPT > 8
         /* as many columns per thread as the filter has (a warp-uniform choice), so a smaller filter loads no padding */
-        if (ncols8 <= 64) gather_cols<16>(a, x, col_rs, col_off, part, live, h0, w0, corner, xv);
-        else if (ncols8 <= 96) gather_cols<24>(a, x, col_rs, col_off, part, live, h0, w0, corner, xv);
-        else if (ncols8 <= 128) gather_cols<32>(a, x, col_rs, col_off, part, live, h0, w0, corner, xv);
-        else gather_cols<FEW_XPT>(a, x, col_rs, col_off, part, live, h0, w0, corner, xv);
+        if (ncols8 <= 64) gather_cols<8>(a, x, col_tab, warp, px, xv);
+        else if (ncols8 <= 96) gather_cols<12>(a, x, col_tab, warp, px, xv);
+        else if (ncols8 <= 128) gather_cols<16>(a, x, col_tab, warp, px, xv);
+        else gather_cols<FEW_CPT>(a, x, col_tab, warp, px, xv);
 #else
-        gather_cols<FEW_XPT>(a, x, col_rs, col_off, part, live, h0, w0, corner, xv);
+        gather_cols<FEW_CPT>(a, x, col_tab, warp, px, xv);
 #endif
     };
     __syncthreads();
     if (b0 < b1) load_block(b0);
     for (int b = b0; b < b1; b++) {
-        /* 1. dy's block transposed into dyT[k][pixel], the im2col columns into xT[col][pixel] */
+        /* 1. the im2col columns into xT[col][pixel], a lane's two pixels as one word; then dy's block landed */
 #pragma unroll
-        for (int v = 0; v < 2; v++) {
-            const int k0 = 16 * part + 8 * v;
-            const unsigned w[4] = {dyv[v].x, dyv[v].y, dyv[v].z, dyv[v].w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                dyT[k0 + 2 * e][pix] = (act_t)(w[e] & 0xffffu);
-                dyT[k0 + 2 * e + 1][pix] = (act_t)(w[e] >> 16);
-            }
+        for (int i = 0; i < FEW_CPT; i++) {
+            const int col = warp + i * FEW_WARPS;
+            if (col < ncols8) *(unsigned *)&xT[col][2 * lane] = (unsigned)xv[0][i] | (unsigned)xv[1][i] << 16;
         }
-#pragma unroll
-        for (int i = 0; i < FEW_XPT; i++) {
-            const int col = part + i * (FEW_THREADS / FEW_PIX);
-            if (col < ncols8) xT[col][pix] = xv[i];
-        }
+        cp_async_wait<0>();
         __syncthreads();
-        /* 2. the next block's loads in flight during this block's products */
+        /* 2. the next block's copies and loads in flight during this block's products (its dys buffer was last read
+         * by block b - 1's products, before the barrier ending that iteration) */
         if (b + 1 < b1) load_block(b + 1);
-        /* 3. dW[16*mt .., 8*(nt0 + j) ..] += dyT[rows][64 pixels] * xT[cols][64 pixels]^T */
+        /* 3. dW[16*mt .., 8*(nt0 + j) ..] += dys[64 pixels][rows]^T * xT[cols][64 pixels]^T */
         if (rows_live) {
+            const act_t(*d)[FEW_DY_PITCH] = dys[b & 1];
 #pragma unroll
             for (int ks = 0; ks < FEW_PIX / 16; ks++) {
                 const int kk = 16 * ks + 2 * t4;
+                /* matrix j: pixels 16ks + 8*(j >> 1) + (0..7), channels 16mt + 8*(j & 1) + (0..7): transposed, the
+                 * fragment's a[j] = A[g + 8*(j & 1)][2t4 + 8*(j >> 1) + (0, 1)] with A[k][pixel] */
                 unsigned af[4];
-                af[0] = *(const unsigned *)&dyT[16 * mt + g][kk];
-                af[1] = *(const unsigned *)&dyT[16 * mt + g + 8][kk];
-                af[2] = *(const unsigned *)&dyT[16 * mt + g][kk + 8];
-                af[3] = *(const unsigned *)&dyT[16 * mt + g + 8][kk + 8];
+                const int j = lane >> 3;
+                ldmatrix_x4_trans(af, &d[16 * ks + 8 * (j >> 1) + (lane & 7)][16 * mt + 8 * (j & 1)]);
 #pragma unroll
-                for (int j = 0; j < FEW_NT_WARP; j++) {
-                    if (nt0 + j >= nt) break;
+                for (int jt = 0; jt < FEW_NT_WARP; jt++) {
+                    if (nt0 + jt >= nt) break;
                     unsigned bf[2];
-                    bf[0] = *(const unsigned *)&xT[8 * (nt0 + j) + g][kk];
-                    bf[1] = *(const unsigned *)&xT[8 * (nt0 + j) + g][kk + 8];
-                    mma_m16n8k16(acc[j], af, bf);
+                    bf[0] = *(const unsigned *)&xT[8 * (nt0 + jt) + g][kk];
+                    bf[1] = *(const unsigned *)&xT[8 * (nt0 + jt) + g][kk + 8];
+                    mma_m16n8k16(acc[jt], af, bf);
                 }
             }
         }
