@@ -33,7 +33,7 @@
 #define CNN_KERNELS_CONV2D_EPILOGUE_CUH
 
 /* OUT_PHASE=1: the program writes one phase of a strided dgrad into dx in place (src/cuda/conv2d_dgrad.c; the
- * phase families of conv2d_table.c compile every forward row so). Only those programs carry the mapping: tested at
+ * phase families of conv2d_programs.c compile every forward row so). Only those programs carry the mapping: tested at
  * run time in the shared epilogue it lengthened every forward kernel (perf-log step 74). */
 #ifndef OUT_PHASE
 #define OUT_PHASE 0

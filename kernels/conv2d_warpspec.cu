@@ -148,7 +148,7 @@ static_assert(ACC_MB * ACC_NT8 * 4 <= 128, "accumulators of a consumer thread");
 static_assert(!SWAP || (TMA && !BRES && !RSM && BN == (COOP ? 128 : 64) && (BM == 64 || BM == 128 || BM == 192 || BM == 256)),
               "the transposed tile: a TMA row, 64 channels per consumer, BM pixels a wgmma n");
 static_assert(!OST || (SWAP && TMA), "TMA stores: the transposed tiles' epilogue (tile_epilogue_cols_tma)");
-static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_table.c's phase defines)");
+static_assert(!OST || !OUT_PHASE, "a dgrad phase's pixels are not y's rows: no TMA store (conv2d_programs.c's phase defines)");
 static_assert(!STATS || (!SWAP && !OUT_PHASE), "sums per channel: a pixel-major tile stored as y's rows");
 static_assert(!FILT_T || (TMA && STATS == FT_GATE && (!OUT_PHASE || GROUPED)), "the filter read transposed: a TMA row's dgrad");
 static_assert(!FT_GATE || (FILT_T && !GROUPED && STATS && !RSM), "the gate: a direct stride-1 dgrad's, summing dx");
@@ -453,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_fprop_warpspec(const 
  * of it as the forward kernel above takes its own, so no SM idles at a phase's tail; a tile reads its phase's maps and
  * problem (g.a[p]: a stride-1 convolution over dy, OUT_PHASE's mapping into dx). The reduction length differs by
  * phase, so the ring's slice count g runs on over the tiles instead of being i * ktiles. TMA rows with pixel-major
- * tiles only (conv2d_table.c's conv_group_row); each phase's filter slices read from the forward's filter (FILT_T,
+ * tiles only (conv2d_programs.c's conv_group_row); each phase's filter slices read from the forward's filter (FILT_T,
  * its taps in g.a[p].ft_*). */
 static_assert(TMA && OUT_PHASE && !BRES && !OST && !SWAP, "grouped phases: a TMA row's pixel-major tiles, in place");
 /* tile t of the launch: its phase, and its origin within the phase's output */

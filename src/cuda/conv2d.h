@@ -15,8 +15,10 @@
  *   conv2d_tma.c      the tensor maps of the TMA rows
  *   conv2d_choose.c   the choice policy of every conv path: candidates, heuristics, tuning keys and levels, what
  *                     gets timed (the launches come in as callbacks, so the policy calls no launcher)
- *   conv2d_table.c    the candidate table (rows with designated initialisers and flag words; names and family
- *                     sizes derived), its kernel families, the problem geometry
+ *   conv2d_table.c    the candidate table (rows with designated initialisers and flag words; names derived), the
+ *                     twins, the problem geometry
+ *   conv2d_programs.c the rows' kernel families: each family's programs and defines, derived from the rows, and
+ *                     the family and program a row launches
  *   conv2d_configs.c  the config tables and families of the paths that are not rows: first layer, wgrad on wgmma,
  *                     Winograd's transforms
  */
@@ -50,6 +52,9 @@ extern const conv_row conv_rows[];
 int conv_n_rows(void);
 int conv_n_generic(void);                    /* conv2d.cu's rows: the first ones            */
 static inline bool conv_is(const conv_row *r, unsigned bit) { return (r->flags & bit) != 0; }
+/* a row's kind bit; rows of one kind are contiguous in the table, from conv_kind_first(kind) */
+static inline unsigned conv_kind_of(const conv_row *r) { return r->flags & CNN_CUDA_CONV_KINDS; }
+int conv_kind_first(unsigned kind);
 /* wgmma (either kind): sm_90a, F16/BF16, no split-K, stages aligned to 1024 bytes */
 static inline bool conv_hopper(const conv_row *r) {
     return (r->flags & (CNN_CUDA_CONV_WGMMA | CNN_CUDA_CONV_WARPSPEC)) != 0;
@@ -59,6 +64,7 @@ const char *conv_row_name(int v);
  * allow_tf32 takes the FFMA family) and the config index in it; a persistent wgmma row its twin's program. A fast
  * row's PASS_DGRAD program is its forward program writing one phase of a strided dgrad in place (conv2d_dgrad.c) */
 const cuda_family *conv_row_family(const cuda_be *cb, int v, int pass, int *cfg);
+int conv_program_of(int v); /* that config index: row v's program among its kind's, or its persistent twin's */
 /* the CTA's threads */
 int conv_row_threads(const conv_row *r);
 /* shared memory of a launch with `stages` ring stages over a reduction of gk elements, and the least a row needs */
@@ -90,7 +96,7 @@ bool conv_bres_fits(const cuda_be *cb, const conv_row *r, int64_t gn, int64_t gk
 /* the pipelined rows' reduction elements per slice (a slice row is bk*2 bytes) */
 int conv_row_ks(const cuda_be *cb, const conv_row *r);
 
-/* the kernel families of conv2d.cu's rows, per pass, and of the fast rows */
+/* the kernel families of conv2d.cu's rows, per pass, and of the fast rows (conv2d_programs.c) */
 extern const cuda_family cuda_family_conv2d_fprop, cuda_family_conv2d_dgrad, cuda_family_conv2d_wgrad,
     cuda_family_conv2d_fprop_mma, cuda_family_conv2d_dgrad_mma, cuda_family_conv2d_wgrad_mma, cuda_family_conv2d_fprop_pipelined,
     cuda_family_conv2d_fprop_pipelined_ffma, cuda_family_conv2d_fprop_wgmma, cuda_family_conv2d_fprop_warpspec, cuda_family_conv2d_fprop_first,

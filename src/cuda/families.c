@@ -1,5 +1,5 @@
 /* families.c -- the kernel families of every op but the convolution's (whose rows and families are
- * conv2d_table.c's and conv2d_configs.c's): each kernel file's entry points, in the order of the entry enums of internal.h, and its
+ * conv2d_table.c's, conv2d_programs.c's and conv2d_configs.c's): each kernel file's entry points, in the order of the entry enums of internal.h, and its
  * specialisation defines. Data only: the registry lists these, the launchers ask for their kernels. */
 #include "cuda/internal.h"
 #include "cuda/conv2d.h"

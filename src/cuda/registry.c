@@ -3,8 +3,8 @@
  * kernels by (family, dtype, config) and tests/unit/test_nvrtc.c walks the same ids, so the set that CI
  * compiles is exactly the set the engine can emit.
  *
- * Families are data, below every launcher: conv2d_table.c declares the convolution's (its rows are the search
- * space), families.c every other op's. The cache descriptor of a program is nvrtc.c's.
+ * Families are data, below every launcher: conv2d_programs.c declares the convolution's from conv2d_table.c's rows
+ * (the search space), families.c every other op's. The cache descriptor of a program is nvrtc.c's.
  */
 #include "cuda/conv2d.h"
 

@@ -7,7 +7,7 @@
  * so a second run tunes nothing. Lines are appended with one write(2) on an O_APPEND descriptor (concurrent
  * processes interleave whole lines); the file is read once, at the first lookup, and a malformed line is
  * skipped (the problem is then tuned again). cuda_tune_time times a launcher's candidates (the candidates
- * themselves: conv2d_table.c, the policy: conv2d_choose.c). V is
+ * themselves: conv2d_table.c and conv2d_programs.c, the policy: conv2d_choose.c). V is
  * CUDA_TUNE_VERSION: a config is stored by its index in the launcher's table and its speed depends on the kernel
  * source, so a change to either bumps V and old winners are ignored rather than misread.
  */
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CUDA_TUNE_VERSION 13 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
+#define CUDA_TUNE_VERSION 14 /* 2: wgmma pipeline with one batch in flight; tc_configs' wgmma rows changed; keys
                               * of convs with a residual end in " res". 3: warp-specialised rows (conv2d_warpspec.cu)
                               * join the fast search. 4: their TMA rows join it. 5: so do the 64-wide TMA row
                               * and the cooperative rows. 6: and the two transposed-tile rows. 7: and the
@@ -35,7 +35,8 @@
                               * kernel's producer loop changed (perf-log steps 72-73): its winners timed again.
                               * 11: "dgrad_phases" keys also time the grouped launches (step 86). 12: the grouped
                               * launches read the filter without its rewrite (step 88): timed again. 13: the
-                              * halo wgrad configs join the 3x3 stride-1 wgrads' search (step 89) */
+                              * halo wgrad configs join the 3x3 stride-1 wgrads' search (step 89). 14: the gating
+                              * dgrads' programs ("dgrad_ft ... relu") sum dx and stage no residual (step 101) */
 
 static void tune_path(cuda_be *cb, char *buf, size_t cap) {
     int ma = 0, mi = 0;
