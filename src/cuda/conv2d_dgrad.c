@@ -328,8 +328,8 @@ cnn_status cuda_dgrad_phases(cnn_backend *be, const cnn_conv2d *cv, const void *
 /* The ReLU's backward taken into a direct dgrad's epilogue (perf-log step 98): where the ReLU's output relu_y is
  * the conv's input, read by nothing else (VGG's convs), the gradient of that output is dx gated by relu_y > 0, and
  * the ReLU's own pass (relu_y and dx read, dx written) goes. The choice is tuned with the gate in ("dgrad_ft ...
- * relu": the rewrite's candidate times its gating pass too, neither its sums); a strided dgrad, or the gate
- * unaligned, runs as cuda_dgrad_phases and then the pass. dx_sum (the bias gradient of the conv before the ReLU):
+ * relu": the rewrite's candidate times its gating pass too; no candidate times the sums); a strided dgrad, or the
+ * gate unaligned, runs as cuda_dgrad_phases and then the pass. dx_sum (the bias gradient of the conv before the ReLU):
  * the FILT_T program's sums of dx as it stores them, folded (step 101); after the rewrite, or with
  * CNN_CONV_SKIP=dgrad_sum (the A/B: the same program, its sums not stored), channel_sum's pass over dx. */
 cnn_status cuda_dgrad_phases_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
