@@ -2024,7 +2024,7 @@ static void g_conv_wgrad(ctx *t) {
 
 /* wgrad over few input channels (conv2d_wgrad_few.cu, F16/BF16 on sm_80+): the first layers' shapes and their
  * odd neighbours (batch 1, H != W, fewer than 64 pixels, a last block partly past the pixels, K not a multiple of
- * 16, 1 to 4 channels, R != S, R*S*C up to 147), against float64 and the CPU backend, taken by that path, and
+ * 16, 1 to 4 channels, R != S, R*S*C up to 147, pad 0), against float64 and the CPU backend, taken by that path, and
  * bitwise the same on a second run */
 static const conv_case wgrad_few_cases[] = {
     {2, 3, 40, 36, 64, 7, 7, 2, 2, 3, 3},  /* the stem, 720 pixels: several blocks per CTA */
@@ -2034,6 +2034,8 @@ static const conv_case wgrad_few_cases[] = {
     {1, 2, 5, 4, 40, 7, 7, 1, 1, 3, 3},    /* 20 pixels, R*S*C = 98 */
     {1, 3, 23, 19, 56, 3, 5, 2, 1, 1, 2},  /* R != S, stride 2x1, pad 1x2 */
     {2, 1, 9, 9, 8, 11, 11, 1, 1, 5, 5},   /* R*S*C = 121 */
+    {1, 3, 30, 26, 16, 3, 3, 1, 1, 0, 0},  /* pad 0: every window inside the image (no tap checked), 672 pixels */
+    {2, 3, 15, 13, 32, 4, 4, 3, 3, 0, 0},  /* pad 0, stride 3, R*S*C = 48, 32 pixels: one block mostly past them */
 };
 
 static void g_conv_wgrad_few(ctx *t) {

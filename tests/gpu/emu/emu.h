@@ -63,6 +63,14 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     return out;
 }
 
+/* lane src's v (every lane of the warp takes part, as on the GPU) */
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {
+    (void)mask;
+    T all[32];
+    emu_rt_ptr->allgather(&v, all, (int)sizeof(T));
+    return all[src & 31];
+}
+
 /* every lane of the warp arrives before any goes on (a shuffle with lane mask 0 is such a rendezvous) */
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     (void)mask;
