@@ -15,7 +15,8 @@ import report  # noqa: E402
 # markdown summaries other scripts write as bench/results/DATE-MACHINE-SUFFIX.md, appended as they are
 SUMMARIES = (
     ("training", "Training against PyTorch eager", "`bench/train_passes.py` (saved by `bench/training_md.sh`)"),
-    ("fashion-mnist", "Accuracy on real data: Fashion-MNIST", "`bench/fashion_mnist.sh`"),
+    ("fashion-mnist", "Accuracy on real data: Fashion-MNIST", "`bench/whole_run.sh fashion-mnist`"),
+    ("cifar10-synth", "Whole run: CIFAR-10's format and shapes, synthetic images", "`bench/whole_run.sh cifar10-synth`"),
     ("input-pipeline", "Input pipeline", "`bench/data_pipeline.sh`"),
     ("multi-gpu", "Data parallel on several GPUs", "`tests/gpu/dist.sh scaling-r50 scaling-r18`"),
 )

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""fashion_mnist_torch.py — the PyTorch twin of README's Fashion-MNIST recipe (bench/fashion_mnist.sh runs both):
-the same model (torchvision ResNet-18 with the CIFAR stem: conv1 3x3/1, no max-pool; tools/models.py), the same data
-(the IDX files, whole on the GPU as uint8; the one channel repeated into three), the same augmentation (zero pad P,
-random 28x28 crop, horizontal flip, one gather per batch on the GPU), the same normalisation (mean 0.2860, std
-0.3530), optimizer (SGD, momentum 0.9, Nesterov, weight decay on every parameter), label smoothing, per-step
-schedule (linear warm-up, then cosine to 0, as `cnn train --schedule cosine --warmup W`), full batches only, bf16
-autocast with channels_last, and a test-set evaluation after every epoch. Prints one line per epoch and a final
-`RESULT torch ...` line with the test top-1 and the wall time of the training loop and of the whole process.
+"""train_twin.py — the PyTorch twin of a `cnn train` run on small images, for the whole-run comparisons:
+README's Fashion-MNIST recipe (the IDX files) and the CIFAR-10 whole run on
+CIFAR-10's binary batch files (both run by bench/whole_run.sh). The same model (torchvision ResNet-18 with the CIFAR
+stem: conv1 3x3/1, no max-pool; tools/models.py), the same data (whole on the GPU as uint8; one channel repeated
+into three), the same augmentation (zero pad P, random crop, horizontal flip, one gather per batch on the GPU), the
+same normalisation as `cnn train` (src/core/data.c's per-dataset mean and std), optimizer (SGD, momentum 0.9,
+Nesterov, weight decay on every parameter), label smoothing, per-step schedule (linear warm-up, then cosine to 0,
+as `cnn train --schedule cosine --warmup W`), full batches only, bf16 autocast with channels_last, and a test-set
+evaluation after every epoch. Prints one line per epoch and a final `RESULT torch ...` line with the test top-1
+and the wall time of the training loop and of the whole process.
 
-  python3 bench/fashion_mnist_torch.py --data DIR [--epochs 36] [--batch 512] [--lr 0.2] [--warmup 468] [--pad 2]
-                                        [--label-smoothing 0.1] [--weight-decay 5e-4] [--seed 0] [--compile]
+  python3 bench/train_twin.py --data DIR [--format idx|cifar10] [--epochs 36] [--batch 512] [--lr 0.2]
+                              [--warmup 468] [--pad 2] [--label-smoothing 0.1] [--weight-decay 5e-4] [--seed 0]
+                              [--compile]
 """
 import argparse
 import contextlib
@@ -29,6 +32,8 @@ import models  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", required=True)
+ap.add_argument("--format", choices=["idx", "cifar10"], default="idx",
+                help="idx: MNIST-format files (Fashion-MNIST); cifar10: data_batch_1..5.bin and test_batch.bin")
 ap.add_argument("--epochs", type=int, default=36)
 ap.add_argument("--batch", type=int, default=512)
 ap.add_argument("--lr", type=float, default=0.2)
@@ -50,21 +55,36 @@ def idx(path):
             nd = raw[3]
             dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
             return np.frombuffer(raw, np.uint8, offset=4 + 4 * nd).reshape(dims)
-    raise SystemExit("fashion_mnist_torch: %s(.gz) not found" % path)
+    raise SystemExit("train_twin: %s(.gz) not found" % path)
+
+
+def cifar10(paths):  # CIFAR-10's binary records: a label byte, then 3 x 32 x 32 bytes (planes R, G, B)
+    raw = np.concatenate([np.fromfile(p, np.uint8).reshape(-1, 3073) for p in paths])
+    return raw[:, 1:].reshape(-1, 3, 32, 32), raw[:, 0].astype(np.int64)
+
+
+def load():  # (images N x C x H x W uint8, labels) of the training and the test split, and the normalisation
+    if a.format == "idx":
+        x = [idx(os.path.join(a.data, f + "-images-idx3-ubyte"))[:, None] for f in ("train", "t10k")]
+        y = [idx(os.path.join(a.data, f + "-labels-idx1-ubyte")).astype(np.int64) for f in ("train", "t10k")]
+        return x[0], y[0], x[1], y[1], [0.2860], [0.3530]
+    xtr, ytr = cifar10([os.path.join(a.data, "data_batch_%d.bin" % i) for i in range(1, 6)])
+    xte, yte = cifar10([os.path.join(a.data, "test_batch.bin")])
+    return xtr, ytr, xte, yte, [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
 
 
 dev = torch.device(a.device)
 torch.manual_seed(a.seed)
 torch.backends.cudnn.benchmark = True
-xtr = torch.from_numpy(idx(os.path.join(a.data, "train-images-idx3-ubyte")).copy()).to(dev)
-ytr = torch.from_numpy(idx(os.path.join(a.data, "train-labels-idx1-ubyte")).astype(np.int64)).to(dev)
-xte = torch.from_numpy(idx(os.path.join(a.data, "t10k-images-idx3-ubyte")).copy()).to(dev)
-yte = torch.from_numpy(idx(os.path.join(a.data, "t10k-labels-idx1-ubyte")).astype(np.int64)).to(dev)
+xtr, ytr, xte, yte, MEAN, STD = load()
+xtr, ytr, xte, yte = (torch.from_numpy(np.ascontiguousarray(t)).to(dev) for t in (xtr, ytr, xte, yte))
 if a.train_size:
     xtr, ytr, xte, yte = xtr[:a.train_size], ytr[:a.train_size], xte[:a.train_size], yte[:a.train_size]
-MEAN, STD = 0.2860, 0.3530
-N, H, W = xtr.shape
+N, C, H, W = xtr.shape
+MEAN = torch.tensor(MEAN, device=dev).view(1, C, 1, 1)
+STD = torch.tensor(STD, device=dev).view(1, C, 1, 1)
 model = models.build("resnet18", num_classes=10, stem="cifar", seed=a.seed).to(dev).to(memory_format=torch.channels_last)
+model.train()  # build() returns the model in eval mode: without this the first epoch trained on BN's running statistics
 net = torch.compile(model) if a.compile else model
 decay = a.weight_decay
 opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, nesterov=True, weight_decay=decay)
@@ -81,9 +101,9 @@ def lr_at(s):  # 1-based step, as cnn_lr_at (src/core/train.c)
     return 0.5 * a.lr * (1 + math.cos(math.pi * (s - 1 - a.warmup) / (span - 1)))
 
 
-def prep(x):  # uint8 (B, 28, 28) -> normalised (B, 3, 28, 28) channels_last
+def prep(x):  # uint8 (B, C, H, W) -> normalised (B, 3, H, W) channels_last
     x = (x.float() / 255 - MEAN) / STD
-    return x.unsqueeze(1).expand(-1, 3, -1, -1).contiguous(memory_format=torch.channels_last)
+    return x.expand(-1, 3, -1, -1).contiguous(memory_format=torch.channels_last)
 
 
 def augment(x, g):
@@ -97,7 +117,8 @@ def augment(x, g):
     iy = oy[:, None] + ar
     ix = ox[:, None] + torch.arange(W, device=dev)
     ix = torch.where(flip[:, None], ix.flip(1), ix)
-    return xp[torch.arange(B, device=dev)[:, None, None], iy[:, :, None], ix[:, None, :]]
+    # the advanced indices (B, H, W) first, the sliced channels last: (B, H, W, C) -> (B, C, H, W)
+    return xp[torch.arange(B, device=dev)[:, None, None], :, iy[:, :, None], ix[:, None, :]].permute(0, 3, 1, 2)
 
 
 def amp():
