@@ -70,6 +70,8 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     done
     # the GPU JPEG path's crop + resize of decoded images, against its CPU twin and a float64 reference
     add "emu-resample $EMU resample"
+    # a dry run launches nothing and compiles what the real run (a tuned conv and a ReLU) then needs
+    add "emu-dry_run-bf16 $EMU --dtype bf16 dry_run"
 fi
 for t in tests/cli/test_*.sh; do
     case $t in */test_resume.sh) continue ;; esac

@@ -444,8 +444,49 @@ static cnn_status fwd_train_fn(cnn_model *m, int n, float eps) { (void)eps; retu
 static cnn_status fwd_eval_fn(cnn_model *m, int n, float eps) { (void)eps; return forward_eval(m, n); }
 static cnn_status backward_ops(cnn_model *m, int n, float eps);
 
+/* ---- compiling ahead --------------------------------------------------------------------------------
+ * Before a pass (kind, n) first runs, a dry run of it (backend.h dry_run_begin) notes every program it and its
+ * autotuning will use, and the backend compiles them side by side: a cold start waits for one parallel batch, not
+ * for a chain of compilations one launch or one tuned layer at a time (perf-log step 104). A train forward's dry
+ * run takes in the backward, so that both compile in one batch. Best effort: where a dry run fails, the real pass
+ * compiles what is missing as it goes and reports any error in context. */
+static bool dry_done(const cnn_model *m, int kind, int n) {
+    for (int i = 0; i < m->n_dry; i++)
+        if (m->dry[i].kind == kind && m->dry[i].n == n) return true;
+    return false;
+}
+
+static void dry_mark(cnn_model *m, int kind, int n) {
+    if (m->n_dry < CNN_MAX_GRAPHS && !dry_done(m, kind, n)) {
+        m->dry[m->n_dry].kind = kind, m->dry[m->n_dry].n = n;
+        m->n_dry++;
+    }
+}
+
+static void compile_ahead(cnn_model *m, int kind, int n, float eps) {
+    cnn_backend *be = m->be;
+    if (!be->dry_run_begin || m->node_check || m->n_dry == CNN_MAX_GRAPHS || dry_done(m, kind, n)) return;
+    dry_mark(m, kind, n);
+    const bool with_backward = kind == CNN_GRAPH_TRAIN_FWD && m->train && !dry_done(m, CNN_GRAPH_BACKWARD, n);
+    if (with_backward) dry_mark(m, CNN_GRAPH_BACKWARD, n);
+    cnn_status st = be->dry_run_begin(be);
+    if (st == CNN_OK) {
+        st = kind == CNN_GRAPH_EVAL ? forward_eval(m, n) : kind == CNN_GRAPH_TRAIN_FWD ? forward_train(m, n)
+                                                                                     : backward_ops(m, n, eps);
+        if (st == CNN_OK && with_backward) st = backward_ops(m, n, eps);
+        cnn_status end = be->dry_run_end(be); /* compiles what was noted, after a failure too */
+        if (st == CNN_OK) st = end;
+    }
+    if (st != CNN_OK) {
+        cnn_log(2, "cnn: dry run of a pass of batch %d failed (its programs compile as it runs): %s", n,
+                cnn_error_msg());
+        cnn_error_clear();
+    }
+}
+
 static cnn_status run_graphed(cnn_model *m, int kind, int n, float eps, device_fn fn) {
     cnn_backend *be = m->be;
+    compile_ahead(m, kind, n, eps);
     if (!m->use_graphs || !be->graph_begin || m->node_check) return fn(m, n, eps);
     cnn_graph_entry *e = NULL;
     for (int i = 0; i < m->n_graphs; i++)
@@ -493,6 +534,7 @@ cnn_status cnn_model_forward(cnn_model *m, int n, cnn_mode mode, uint64_t dropou
         return run_graphed(m, CNN_GRAPH_EVAL, n, 0.0f, fwd_eval_fn);
     }
     /* dropout masks depend on a per-step seed, which a recorded graph would freeze */
+    if (m->has_dropout) compile_ahead(m, CNN_GRAPH_TRAIN_FWD, n, 0.0f);
     CNN_TRY(m->has_dropout ? forward_train(m, n) : run_graphed(m, CNN_GRAPH_TRAIN_FWD, n, 0.0f, fwd_train_fn));
     for (int i = 0; i < m->net->n_nodes; i++)
         if (m->net->nodes[i].op == CNN_OP_BN) m->counters[m->net->nodes[i].param[4]]++;
@@ -685,19 +727,7 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
     return CNN_OK;
 }
 
-/* The parameters whose gradients backward train step s writes: conv, BN and linear nodes' trainable ones. */
-static int step_params(const cnn_model *m, int s, int out[2]) {
-    const cnn_node *nd = &m->net->nodes[m->plan.train_steps[s].node];
-    int k = 0;
-    if (nd->op != CNN_OP_CONV && nd->op != CNN_OP_BN && nd->op != CNN_OP_LINEAR) return 0;
-    for (int j = 0; j < 2; j++)
-        if (nd->param[j] >= 0 && m->net->params[nd->param[j]].kind == CNN_PARAM_TRAINABLE) out[k++] = nd->param[j];
-    return k;
-}
-
-/* Buckets by simulating the backward: after each step, the gradients at and above `frontier` (an arena offset)
- * are all written; a bucket is cut whenever that complete suffix has grown by bucket_bytes since the last cut,
- * and at the end. Every rank computes the same list, so they issue the same sums in the same order. */
+/* The gradient buckets: cnn_plan_buckets. */
 cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o) {
     free(m->buckets);
     m->buckets = NULL;
@@ -718,37 +748,14 @@ cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o) {
                              "bf16 gradient sums", &m->sum_scratch));
     m->comm = comm;
     m->dp = *o;
-    const size_t bucket_bytes = o->bucket_bytes;
-    if (bucket_bytes == 0) return CNN_OK;
-    const cnn_net *net = m->net;
-    const int64_t total = net->n_trainable, per = (int64_t)(bucket_bytes / sizeof(float)) > 0
-                                                     ? (int64_t)(bucket_bytes / sizeof(float)) : 1;
-    bool *done = cnn_calloc((size_t)net->n_params, 1, "bucket plan");
-    m->buckets = cnn_calloc((size_t)net->n_params + 1, sizeof *m->buckets, "bucket plan");
-    if (!done || !m->buckets) {
-        free(done);
-        m->comm = NULL;
+    if (o->bucket_bytes == 0) return CNN_OK;
+    m->buckets = cnn_calloc((size_t)m->net->n_params + 1, sizeof *m->buckets, "bucket plan");
+    m->n_buckets = m->buckets ? cnn_plan_buckets(m->net, &m->plan, o->bucket_bytes, m->buckets) : -1;
+    if (m->n_buckets < 0) {
+        free(m->buckets);
+        m->buckets = NULL, m->n_buckets = 0, m->comm = NULL;
         return CNN_E_OOM;
     }
-    int64_t cut = total; /* [frontier, cut): complete, not yet issued */
-    for (int s = m->plan.n_train_steps - 1; s >= 0; s--) {
-        int ps[2], k = step_params(m, s, ps);
-        for (int j = 0; j < k; j++) done[ps[j]] = true;
-        /* the lowest offset with every trainable gradient at or above it written */
-        int64_t frontier = 0;
-        for (int p = 0; p < net->n_params; p++) {
-            const cnn_param *q = &net->params[p];
-            if (q->kind == CNN_PARAM_TRAINABLE && !done[p] && q->offset + q->count > frontier)
-                frontier = q->offset + q->count;
-        }
-        bool last = s == 0;
-        if (last) frontier = 0;
-        if (frontier < cut && (cut - frontier >= per || last)) {
-            m->buckets[m->n_buckets++] = (cnn_grad_bucket){.step = s, .lo = frontier, .hi = cut};
-            cut = frontier;
-        }
-    }
-    free(done);
     return CNN_OK;
 }
 

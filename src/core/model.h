@@ -24,12 +24,6 @@ typedef struct cnn_graph_entry {
  * removes it). */
 typedef cnn_status (*cnn_node_check_fn)(void *ctx, cnn_model *m, int node, const void *value, int64_t count);
 
-/* Gradient elements [lo, hi) of the arena, complete once the backward has run train step `step`. */
-typedef struct cnn_grad_bucket {
-    int step;
-    int64_t lo, hi;
-} cnn_grad_bucket;
-
 /* Arenas (one device allocation per lifetime class):
  *   params   float32 trainable parameters, KRSC for conv filters        (n_trainable)
  *   grads    float32 gradients, same layout                            (n_trainable; training only)
@@ -75,6 +69,8 @@ struct cnn_model {
     float loss_scale;        /* multiplies the loss gradient (fp16 training); 1 otherwise */
     cnn_graph_entry graphs[CNN_MAX_GRAPHS];
     int n_graphs;
+    struct { int kind, n; } dry[CNN_MAX_GRAPHS]; /* passes whose programs a dry run has compiled (model.c) */
+    int n_dry;
     /* the train forward's conv whose output only the next step's BatchNorm reads: its epilogue's sums of y for that
      * BatchNorm (cnn_conv_stats), and the conv's node (-1: none pending) */
     cnn_conv_stats conv_sums;

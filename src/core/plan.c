@@ -1,8 +1,11 @@
 /* plan.c — where each value lives: the lifetimes of a plan's values (and, in training, gradients) and the arena
  * packer that places buffers with disjoint lifetimes in the same memory. Greedy: the largest buffers first,
  * each at the lowest aligned offset that does not collide with an already-placed buffer alive at the same time.
- * O(n^2) in the number of buffers (hundreds). Which nodes form a step is fuse.c's. */
+ * O(n^2) in the number of buffers (hundreds). Which nodes form a step is fuse.c's. Also the data-parallel
+ * gradient buckets: which gradients are complete after each backward step. */
 #include "plan.h"
+
+#include "cnn/cnn.h"
 
 #include <stdlib.h>
 
@@ -216,4 +219,46 @@ size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p)
     free(iv);
     free(step_of);
     return total;
+}
+
+/* ---- data-parallel gradient buckets -------------------------------------------------------------------- */
+
+/* The parameters whose gradients backward train step s writes: conv, BN and linear nodes' trainable ones. */
+static int step_params(const cnn_net *net, const cnn_plan *p, int s, int out[2]) {
+    const cnn_node *nd = &net->nodes[p->train_steps[s].node];
+    int k = 0;
+    if (nd->op != CNN_OP_CONV && nd->op != CNN_OP_BN && nd->op != CNN_OP_LINEAR) return 0;
+    for (int j = 0; j < 2; j++)
+        if (nd->param[j] >= 0 && net->params[nd->param[j]].kind == CNN_PARAM_TRAINABLE) out[k++] = nd->param[j];
+    return k;
+}
+
+/* Buckets by simulating the backward: after each step, the gradients at and above `frontier` (an arena offset)
+ * are all written; a bucket is cut whenever that complete suffix has grown by bucket_bytes since the last cut,
+ * and at the end. Every rank computes the same list, so they issue the same sums in the same order. */
+int cnn_plan_buckets(const cnn_net *net, const cnn_plan *p, size_t bucket_bytes, cnn_grad_bucket *out) {
+    const int64_t per = (int64_t)(bucket_bytes / sizeof(float)) > 0 ? (int64_t)(bucket_bytes / sizeof(float)) : 1;
+    bool *done = cnn_calloc((size_t)net->n_params, 1, "bucket plan");
+    if (!done) return -1;
+    int n = 0;
+    int64_t cut = net->n_trainable; /* [frontier, cut): complete, not yet issued */
+    for (int s = p->n_train_steps - 1; s >= 0; s--) {
+        int ps[2], k = step_params(net, p, s, ps);
+        for (int j = 0; j < k; j++) done[ps[j]] = true;
+        /* the lowest offset with every trainable gradient at or above it written */
+        int64_t frontier = 0;
+        for (int i = 0; i < net->n_params; i++) {
+            const cnn_param *q = &net->params[i];
+            if (q->kind == CNN_PARAM_TRAINABLE && !done[i] && q->offset + q->count > frontier)
+                frontier = q->offset + q->count;
+        }
+        const bool last = s == 0;
+        if (last) frontier = 0;
+        if (frontier < cut && (cut - frontier >= per || last)) {
+            out[n++] = (cnn_grad_bucket){.step = s, .lo = frontier, .hi = cut};
+            cut = frontier;
+        }
+    }
+    free(done);
+    return n;
 }

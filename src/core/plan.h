@@ -104,4 +104,13 @@ cnn_pair_layout cnn_pair_layout_of(const cnn_net *net, size_t esz, const cnn_ste
 size_t cnn_plan_train(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 size_t cnn_plan_eval(const cnn_net *net, int max_batch, size_t esz, cnn_plan *p);
 
+/* Gradient elements [lo, hi) of the arena, complete once the backward has run train step `step`. */
+typedef struct cnn_grad_bucket {
+    int step;
+    int64_t lo, hi;
+} cnn_grad_bucket;
+/* plan.c: the data-parallel gradient sums of train plan p in buckets of about bucket_bytes, in the order the
+ * backward completes them, into out (room for net->n_params + 1); how many, or -1 (CNN_E_OOM recorded). */
+int cnn_plan_buckets(const cnn_net *net, const cnn_plan *p, size_t bucket_bytes, cnn_grad_bucket *out);
+
 #endif

@@ -224,6 +224,7 @@ static cnn_status be_time_between(cnn_backend *be, int i, int j, double *ms) {
 static cnn_status be_graph_begin(cnn_backend *be) {
     cuda_be *cb = enter(be);
     if (cb->capturing) return cnn_fail(CNN_E_INVALID, "graph_begin while a graph is already being recorded");
+    if (cb->dry_run) return cnn_fail(CNN_E_INVALID, "graph_begin in a dry run");
     /* relaxed: a kernel compiled or a workspace grown during capture is legal (the executor avoids both by
      * running each sequence eagerly once before recording it) */
     CU_TRY(cu.StreamBeginCapture(cb->stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
@@ -350,6 +351,7 @@ static void be_destroy(cnn_backend *be) {
     free(cb->allocs);
     free(cb->retired);
     free(cb->mods);
+    free(cb->dry_ids);
     cuda_tune_free(cb);
     free(cb);
 }
@@ -508,6 +510,8 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->graph_end = be_graph_end;
     be->graph_launch = be_graph_launch;
     be->graph_free = be_graph_free;
+    be->dry_run_begin = cuda_dry_run_begin;
+    be->dry_run_end = cuda_dry_run_end;
     be->peak_bytes = be_peak_bytes;
     cuda_comm_install(be);
     int nv_major, nv_minor;

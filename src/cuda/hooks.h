@@ -73,6 +73,8 @@ int cnn_cuda_tune_parse(const char *text, size_t len,
 
 typedef struct cnn_cuda_stats {
     long compiles;       /* NVRTC compilations */
+    long lazy_compiles;  /* of them, ones made alone when a kernel was first launched (not side by side in a batch:
+                          * a tuner's candidates, or what a dry run noted) */
     long disk_hits;      /* modules loaded from the disk cache */
     long disk_rejects;   /* cache entries found corrupt or stale (and rebuilt) */
     long disk_stores;    /* entries written */

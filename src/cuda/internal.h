@@ -293,6 +293,13 @@ typedef struct cuda_be {
     /* compiled programs, by program id */
     cuda_module *mods;
     int n_mods;
+    /* a dry run (backend.h dry_run_begin): launches, collectives and timings do nothing; the programs they and the
+     * tuners' candidates would use are noted in dry_ids, compiled at dry_run_end. The calling thread's: the JPEG
+     * decoder's thread, which may run meanwhile, launches through cuda_resample_launch, which does not look */
+    bool dry_run;
+    int *dry_ids;
+    int n_dry, cap_dry;
+    cnn_cuda_stats dry_stats; /* stats at dry_run_begin, restored at its end */
     cnn_cuda_stats stats;
 } cuda_be;
 
@@ -308,7 +315,9 @@ void cuda_tune_free(cuda_be *cb);
  * into y, a scratch output of ybytes; each is launched once to warm up, then 3 times with the L2 flushed (a 64 MiB
  * memset) before each, CUDA events, median. *best = the fastest (its median
  * in *best_ms), or -1 when there was no memory for the scratch buffers (the caller's heuristic stands: tuning is
- * an optimisation). all_ms (NULL or n floats): every candidate's median, -1 for those not timed. Outside capture. */
+ * an optimisation). all_ms (NULL or n floats): every candidate's median, -1 for those not timed. Outside capture.
+ * In a dry run each candidate is launched once (which launches nothing: its programs, and those of what it tunes in
+ * turn, are noted) and *best is -1. */
 typedef cnn_status (*cuda_tune_launch_fn)(void *ctx, int i, void *y);
 cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cuda_tune_launch_fn launch, void *ctx,
                           int *best, float *best_ms, float *all_ms);
@@ -319,8 +328,11 @@ cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cf
 /* Build the programs ids (cuda_program_id) that are neither loaded nor in the disk cache on parallel threads and
  * load them all, so a tuner about to try n candidates waits for one compilation instead of n. Best effort: a
  * program that fails here is compiled again (and its error reported) by cuda_kernel. CNN_COMPILE_THREADS caps
- * the threads (1: off). */
+ * the threads (1: off). In a dry run the ids are only noted (cuda_dry_run_end builds them). */
 void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
+/* backend.h dry_run_begin/end: end builds the noted programs (cuda_prepare_programs) */
+cnn_status cuda_dry_run_begin(cnn_backend *be);
+cnn_status cuda_dry_run_end(cnn_backend *be);
 /* ---- launch.c: below every launcher ------------------------------------------------------------------- */
 
 /* Make the backend's context current on this thread (cheap when it already is). */

@@ -1,6 +1,7 @@
 /* launch.c -- what every launcher of the CUDA backend uses, below all of them: binding the context, launching a
  * kernel (checked; with programmatic stream serialization on sm_90+; synchronised and checked again under
- * CNN_SYNC_DEBUG), the occupancy of a kernel, device allocation with named OOM errors, and the workspace slots.
+ * CNN_SYNC_DEBUG; nothing in a dry run), the occupancy of a kernel, device allocation with named OOM errors, and
+ * the workspace slots.
  */
 #include "cuda/internal.h"
 
@@ -52,6 +53,7 @@ static cnn_status smem_opt_in(cuda_be *cb, CUfunction f, const char *what, unsig
 }
 
 cnn_status cuda_blocks_per_sm(cuda_be *cb, CUfunction f, const char *what, unsigned threads, unsigned smem, int *out) {
+    if (!f && cb->dry_run) return *out = 1, CNN_OK; /* not compiled yet: a grid the dry run does not launch */
     CNN_TRY(smem_opt_in(cb, f, what, smem));
     int n = 0;
     CUresult r = cu.OccupancyMaxActiveBlocksPerMultiprocessor(&n, f, (int)threads, (size_t)smem);
@@ -78,6 +80,7 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
                             unsigned bx, unsigned by, unsigned smem, void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535 && gz >= 1 && gz <= 65535);
     CNN_ASSERT(bx >= 1 && by >= 1 && bx * by <= 1024);
+    if (cb->dry_run) return CNN_OK;
     CNN_TRY(smem_opt_in(cb, f, what, smem));
     void *params[1] = {args};
     CUresult r;
@@ -110,6 +113,7 @@ cnn_status cuda_launch_smem(cuda_be *cb, CUfunction f, const char *what, unsigne
 cnn_status cuda_launch_cooperative(cuda_be *cb, CUfunction f, const char *what, unsigned gx, unsigned gy, unsigned bx,
                                    void *args) {
     CNN_ASSERT(cb->coop && gx >= 1 && gy >= 1 && gy <= 65535 && bx >= 1 && bx <= 1024);
+    if (cb->dry_run) return CNN_OK;
     void *params[1] = {args};
     CUlaunchAttribute attr;
     memset(&attr, 0, sizeof attr);
@@ -129,6 +133,7 @@ cnn_status cuda_launch_cooperative(cuda_be *cb, CUfunction f, const char *what, 
 cnn_status cuda_launch_on(cuda_be *cb, CUstream stream, CUfunction f, const char *what, unsigned gx, unsigned bx,
                           void *args) {
     CNN_ASSERT(gx >= 1 && gx <= 0x7fffffffu && bx >= 1 && bx <= 1024);
+    if (cb->dry_run) return CNN_OK;
     void *params[1] = {args};
     CUresult r = cu.LaunchKernel(f, gx, 1, 1, bx, 1, 1, 0, stream, params, NULL);
     if (r == CUDA_SUCCESS) cb->stats.launches++;

@@ -171,6 +171,7 @@ static cnn_status comm_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
     case CNN_COMM_SUM_F64: dt = NCCL_FLOAT64; break;
     case CNN_COMM_MAX_U32: dt = NCCL_UINT32, red = NCCL_MAX; break;
     }
+    if (cb->dry_run) return CNN_OK; /* every rank's dry run skips the same collectives */
     CUstream s = cb->stream;
     if (side) {
         CU_TRY(cu.EventRecord(c->fork, cb->stream), "cuEventRecord (gradient bucket)");
@@ -208,7 +209,8 @@ static cnn_status comm_allreduce_bf16(cnn_backend *be, void *comm, float *x, voi
         s = c->side;
     }
     CNN_TRY(bf16_convert(cb, s, true, x, scratch, count));
-    NCCL_TRY(nc.AllReduce(scratch, scratch, (size_t)count, NCCL_BFLOAT16, NCCL_SUM, c->c, s), "ncclAllReduce (bf16)");
+    if (!cb->dry_run) /* (its conversions only note their program) */
+        NCCL_TRY(nc.AllReduce(scratch, scratch, (size_t)count, NCCL_BFLOAT16, NCCL_SUM, c->c, s), "ncclAllReduce (bf16)");
     return bf16_convert(cb, s, false, x, scratch, count);
 }
 

@@ -472,7 +472,7 @@ static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
     if (!image) {
         double t0 = cnn_now();
         CNN_TRY(compile_one(cb->arch, id, &image, &len));
-        cb->stats.compiles++;
+        cb->stats.compiles++, cb->stats.lazy_compiles++;
         cnn_cuda_program_info info;
         cnn_cuda_program_describe(id, &info);
         cnn_log(2, "cnn: compiled %s for %s in %.0f ms", info.label, cb->arch, (cnn_now() - t0) * 1e3);
@@ -510,10 +510,33 @@ static void *prep_worker(void *arg) {
     return NULL;
 }
 
+/* a program for a dry run's batch (each once) */
+static void dry_note(cuda_be *cb, int id) {
+    for (int i = 0; i < cb->n_dry; i++)
+        if (cb->dry_ids[i] == id) return;
+    if (cb->n_dry == cb->cap_dry) {
+        int cap = cb->cap_dry ? 2 * cb->cap_dry : 128;
+        int *t = realloc(cb->dry_ids, (size_t)cap * sizeof *t);
+        if (!t) return; /* not noted: compiled when first launched, which is only slower */
+        cb->dry_ids = t, cb->cap_dry = cap;
+    }
+    cb->dry_ids[cb->n_dry++] = id;
+}
+
+/* compile threads: CNN_COMPILE_THREADS (1 = compile each when first launched), else one per CPU online, at most
+ * PREP_MAX_THREADS (each NVRTC compilation holds a few hundred MB at its peak) */
+#define PREP_MAX_THREADS 32
+
 void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
-    prep_job jobs[64];
+    if (cb->dry_run) {
+        for (int i = 0; i < n; i++)
+            if (!cb->mods[ids[i]].mod) dry_note(cb, ids[i]);
+        return;
+    }
+    prep_job *jobs = malloc((size_t)(n > 0 ? n : 1) * sizeof *jobs);
+    if (!jobs) return; /* each compiled when first launched */
     int nj = 0;
-    for (int i = 0; i < n && nj < 64; i++) {
+    for (int i = 0; i < n; i++) {
         int id = ids[i];
         CNN_ASSERT(id >= 0 && id < cb->n_mods);
         bool dup = false;
@@ -528,17 +551,17 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
         }
         jobs[nj++] = (prep_job){id, NULL, 0, 0.0};
     }
-    /* threads: CNN_COMPILE_THREADS (1 = compile each when first launched, as without this), else up to 8 and
-     * the CPUs online */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const int want = cnn_env_get()->compile_threads;
-    int nt = want > 0 ? want : 8;
-    if (nt > 8) nt = 8;
-    if (want <= 0 && cpus > 0 && nt > cpus) nt = (int)cpus;
+    int nt = want > 0 ? want : cpus > 0 ? (int)cpus : 1;
+    if (nt > PREP_MAX_THREADS) nt = PREP_MAX_THREADS;
     if (nt > nj) nt = nj;
-    if (nj < 2 || nt < 2) return; /* nothing to overlap: cuda_kernel compiles each when asked */
+    if (nj < 2 || nt < 2) { /* nothing to overlap: cuda_kernel compiles each when asked */
+        free(jobs);
+        return;
+    }
     prep_pool pool = {cb->arch, jobs, nj, 0};
-    pthread_t th[8];
+    pthread_t th[PREP_MAX_THREADS];
     int started = 0;
     double t0 = cnn_now();
     for (int t = 0; t < nt; t++)
@@ -555,6 +578,28 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
         if (install_module(cb, jobs[i].id, &cb->mods[jobs[i].id], jobs[i].image, false) != CNN_OK) cnn_error_clear();
     }
     cnn_log(2, "cnn: %d programs compiled on %d threads in %.0f ms", nj, started ? started : 1, (cnn_now() - t0) * 1e3);
+    free(jobs);
+}
+
+cnn_status cuda_dry_run_begin(cnn_backend *be) {
+    cuda_be *cb = cuda_impl(be);
+    if (cb->capturing || cb->dry_run) return cnn_fail(CNN_E_INVALID, "dry_run_begin while %s",
+                                                      cb->capturing ? "a graph is being recorded" : "in a dry run");
+    cb->dry_run = true;
+    cb->n_dry = 0;
+    cb->dry_stats = cb->stats;
+    return CNN_OK;
+}
+
+cnn_status cuda_dry_run_end(cnn_backend *be) {
+    cuda_be *cb = cuda_impl(be);
+    if (!cb->dry_run) return cnn_fail(CNN_E_INVALID, "dry_run_end without dry_run_begin");
+    cb->dry_run = false;
+    cb->stats = cb->dry_stats; /* the launches it counted were not made */
+    cuda_bind(cb);
+    cuda_prepare_programs(cb, cb->dry_ids, cb->n_dry);
+    cb->n_dry = 0;
+    return CNN_OK;
 }
 
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out) {
@@ -565,6 +610,11 @@ cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cf
     cuda_module *m = &cb->mods[id];
     if (m->fn[entry]) {
         *out = m->fn[entry];
+        return CNN_OK;
+    }
+    if (!m->mod && cb->dry_run) { /* noted for the batch; nothing is launched */
+        dry_note(cb, id);
+        *out = NULL;
         return CNN_OK;
     }
     if (!m->mod) CNN_TRY(load_module(cb, id, m));

@@ -165,6 +165,11 @@ cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cu
     cnn_status st = CNN_OK;
     *best = -1, *best_ms = 1e30f;
     for (int i = 0; all_ms && i < n; i++) all_ms[i] = -1.0f;
+    if (cb->dry_run) { /* each candidate once, for what it would compile (and tune) */
+        if (cu.MemAlloc(&scratch, ybytes) != CUDA_SUCCESS) goto done;
+        for (int i = 0; i < n && st == CNN_OK; i++) st = launch(ctx, i, (void *)(uintptr_t)scratch);
+        goto done;
+    }
     if (cu.MemAlloc(&scratch, ybytes) != CUDA_SUCCESS || cu.MemAlloc(&flush, flush_bytes) != CUDA_SUCCESS ||
         cu.EventCreate(&e0, 0) != CUDA_SUCCESS || cu.EventCreate(&e1, 0) != CUDA_SUCCESS) {
         cnn_log(2, "cnn: tuning %s: no room for its scratch buffers; using the heuristic", key);

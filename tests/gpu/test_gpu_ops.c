@@ -3517,6 +3517,74 @@ static void g_cache(ctx *t) {
     rm_dir(dir);
 }
 
+/* ---- dry runs (backend.h dry_run_begin, nvrtc.c) -----------------------------------------------------------
+ * On an empty kernel cache, a tuned conv (the fast rows; residual and ReLU) and a ReLU issued in a dry run leave
+ * their outputs poisoned and count no launch, and the dry run's end compiles their programs, the tuning's
+ * candidates included, in one batch; the same calls then run for real, compile nothing more, tune the conv, and
+ * match float64. */
+static void g_dry_run(ctx *t) {
+    char dir[] = "/tmp/cnn-dry-XXXXXX";
+    if (!mkdtemp(dir)) {
+        check(false, "dry_run.mkdtemp", "%s", strerror(errno));
+        return;
+    }
+    cnn_backend_opts o = {.device = "cuda", .act_dtype = t->dt, .allow_tf32 = t->tf32, .cache_dir = dir,
+                          .tune = CNN_TUNE_FAST};
+    cnn_backend *be = NULL, *saved = t->gpu;
+    if (cnn_cuda_backend_create(&o, &be) != CNN_OK) fatal("dry_run: create");
+    t->gpu = be;
+    const conv_case cc = {3, 32, 11, 9, 64, 3, 3, 1, 1, 1, 1};
+    cnn_conv2d cv = conv_of(&cc);
+    int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * 9 * cv.c, ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+    arr x = arr_in(t, nx, true, 7500, -1, 1, 0), w = arr_in(t, nw, true, 7501, -0.5f, 0.5f, 0);
+    arr res = arr_in(t, ny, true, 7502, -1, 1, 0), y = arr_out(t, ny, true, 0), r = arr_out(t, nx, true, 0);
+    double *ry = dalloc(ny), *rr = dalloc(nx);
+    conv_ref_fprop(&cv, x.h, w.h, NULL, NULL, res.h, true, ry);
+    for (int64_t i = 0; i < nx; i++) rr[i] = x.h[i] > 0 ? x.h[i] : 0;
+    cnn_epilogue eg = {.residual = res.g.p, .relu = true};
+    char name[96];
+    snprintf(name, sizeof name, "dry_run.%s", t->dts);
+    cnn_cuda_stats s0, s1, s2;
+    cnn_cuda_stats_get(be, &s0);
+    expect_ok(be->dry_run_begin(be), name);
+    expect_ok(be->conv2d_fprop(be, &cv, &eg, x.g.p, w.g.p, y.g.p), name);
+    expect_ok(be->relu_forward(be, nx, x.g.p, r.g.p), name);
+    expect_ok(be->dry_run_end(be), name);
+    cnn_cuda_stats_get(be, &s1);
+    float *gy = arr_gpu(t, &y), *gr = arr_gpu(t, &r);
+    int64_t written = 0;
+    for (int64_t i = 0; i < ny; i++) written += !isnan(gy[i]);
+    for (int64_t i = 0; i < nx; i++) written += !isnan(gr[i]);
+    free(gy), free(gr);
+    check(written == 0 && s1.launches == s0.launches, "dry_run.launches_nothing",
+          "%s: %lld output values written, %ld launches", t->dts, (long long)written, s1.launches - s0.launches);
+    check(s1.compiles - s0.compiles >= 3 && s1.lazy_compiles == s0.lazy_compiles && be->n_tuned == 0,
+          "dry_run.compiles_in_one_batch", "%s: %ld compiled at the end, %ld of them alone, %d shapes tuned", t->dts,
+          s1.compiles - s0.compiles, s1.lazy_compiles - s0.lazy_compiles, be->n_tuned);
+    expect_ok(be->conv2d_fprop(be, &cv, &eg, x.g.p, w.g.p, y.g.p), name);
+    expect_ok(be->relu_forward(be, nx, x.g.p, r.g.p), name);
+    cnn_cuda_stats_get(be, &s2);
+    check(s2.compiles == s1.compiles && s2.launches > s1.launches && be->n_tuned == 1, "dry_run.then_nothing_to_compile",
+          "%s: %ld compiled in the real run, %ld launches, %d shapes tuned", t->dts, s2.compiles - s1.compiles,
+          s2.launches - s1.launches, be->n_tuned);
+    if (t->cpu) {
+        cnn_epilogue ec = {.residual = res.c, .relu = true};
+        cpu_ok(t, t->cpu->conv2d_fprop(t->cpu, &cv, &ec, x.c, w.c, y.c), name);
+        cpu_ok(t, t->cpu->relu_forward(t->cpu, nx, x.c, r.c), name);
+    }
+    layout ly = {"NPQK", {cv.n, cv.p, cv.q, cv.k}};
+    arr *in[] = {&x, &w, &res};
+    snprintf(name, sizeof name, "dry_run.conv_after.%s", t->dts);
+    verify(t, name, &y, ry, &ly, in, 3);
+    snprintf(name, sizeof name, "dry_run.relu_after.%s", t->dts);
+    verify(t, name, &r, rr, NULL, in, 1);
+    free(ry), free(rr);
+    arr_free(t, &x), arr_free(t, &w), arr_free(t, &res), arr_free(t, &y), arr_free(t, &r);
+    cnn_backend_destroy(be);
+    t->gpu = saved;
+    rm_dir(dir);
+}
+
 static void g_misc(ctx *t) {
     cnn_backend *be = t->gpu;
     char name[64];
@@ -3591,7 +3659,8 @@ static const group groups[] = {
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
     {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},
-    {"cache", g_cache, true, false},       {"misc", g_misc, true, false},
+    {"cache", g_cache, true, false},       {"dry_run", g_dry_run, true, false},
+    {"misc", g_misc, true, false},
 };
 #define N_GROUPS ((int)(sizeof groups / sizeof groups[0]))
 
