@@ -1,8 +1,9 @@
-/* checkpoint.c — a checkpoint's metadata and tensor list, checked before anything of it is used
- * (checkpoint.h). */
+/* checkpoint.c — a checkpoint's metadata and tensor list, checked before anything of it is used; the writer
+ * behind the training steps (checkpoint.h). */
 #include "checkpoint.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,4 +74,52 @@ cnn_status cnn_ckpt_check_tensors(const cnn_st_file *f, const char *path, const 
                             cnn_ckpt_opt_name(n_opt, k), (long long)net->n_trainable);
     }
     return CNN_OK;
+}
+
+/* ---- the writer behind the steps ------------------------------------------------------------------------------ */
+
+static void writer_release(cnn_ckpt_writer *w) {
+    free(w->path);
+    free(w->items);
+    free(w->bufs[0]);
+    free(w->bufs[1]);
+    for (int i = 0; i < w->n_meta; i++) free(w->meta_values[i]);
+    w->path = NULL, w->items = NULL, w->bufs[0] = w->bufs[1] = NULL, w->n_meta = 0;
+}
+
+static void *writer_main(void *arg) {
+    cnn_ckpt_writer *w = arg;
+    w->st = cnn_st_write(w->path, w->items, w->n_items, w->meta, w->n_meta);
+    if (w->st != CNN_OK) snprintf(w->err, sizeof w->err, "%s", cnn_error_msg());
+    return NULL;
+}
+
+cnn_status cnn_ckpt_wait(cnn_ckpt_writer *w) {
+    if (!w->busy) return CNN_OK;
+    pthread_join(w->thread, NULL);
+    w->busy = false;
+    writer_release(w);
+    return w->st == CNN_OK ? CNN_OK : cnn_fail(w->st, "%s", w->err);
+}
+
+cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, cnn_st_item *items, int n_items, void *buf0,
+                                 void *buf1, const cnn_st_kv *meta, int n_meta) {
+    cnn_status st = cnn_ckpt_wait(w);
+    CNN_ASSERT(n_meta <= CNN_CKPT_META);
+    w->path = strdup(path), w->items = items, w->n_items = n_items, w->bufs[0] = buf0, w->bufs[1] = buf1;
+    bool ok = w->path != NULL;
+    for (int i = 0; i < n_meta; i++) {
+        w->meta_values[i] = strdup(meta[i].value);
+        w->meta[i] = (cnn_st_kv){meta[i].key, w->meta_values[i]};
+        w->n_meta = i + 1;
+        ok = ok && w->meta_values[i];
+    }
+    if (st == CNN_OK && !ok) st = cnn_fail(CNN_E_OOM, "out of host memory writing %s", path);
+    if (st == CNN_OK && pthread_create(&w->thread, NULL, writer_main, w) == 0) {
+        w->busy = true;
+        return CNN_OK;
+    }
+    if (st == CNN_OK) st = cnn_st_write(path, items, n_items, meta, n_meta); /* no thread: written here */
+    writer_release(w);
+    return st;
 }

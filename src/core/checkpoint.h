@@ -1,6 +1,6 @@
 /* checkpoint.h — what a checkpoint's file must hold besides the weights: its metadata, parsed and range-checked,
- * and the list of its tensors. Internal to src/core (train.c writes and reads checkpoints; tests/fuzz runs the
- * parser on arbitrary files).
+ * and the list of its tensors; and the writer that writes one behind the training steps. Internal to src/core
+ * (train.c writes and reads checkpoints; tests/fuzz runs the parser on arbitrary files).
  *
  * A checkpoint is a safetensors file: every parameter under its torchvision name, the optimizer state under
  * "optimizer.*" (flat float32 arrays over the trainable parameters) and the metadata
@@ -15,6 +15,8 @@
 
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
+
+#include <pthread.h>
 
 #define CNN_CKPT_FORMAT "cnn.checkpoint.v1"
 #define CNN_MAX_STEPS 1000000000000LL /* the CLI's --steps cap: a step count always fits with room to spare */
@@ -36,5 +38,29 @@ const char *cnn_ckpt_opt_name(int n_opt, int k);
 /* Every tensor of f is a parameter of net or one of the n_opt optimizer arrays, each of which is present as F32
  * (n_trainable,); CNN_E_MISMATCH naming the first that is not (an unknown "optimizer.*" included). */
 cnn_status cnn_ckpt_check_tensors(const cnn_st_file *f, const char *path, const cnn_net *net, int n_opt);
+
+/* A checkpoint written behind the training steps: the training thread takes the state to the host and checks it,
+ * then cnn_ckpt_write_behind hands the items (and the buffers they point into, bufs: freed once written) to a
+ * thread of the writer's own, which writes them as cnn_st_write does (atomically: the previous file stays whole
+ * until the new one is complete) while training goes on. cnn_ckpt_wait waits for the write in flight, if any, and
+ * returns its status with its error recorded on the calling thread. At most one write is in flight: write_behind
+ * waits for the previous one first (and returns its error, freeing what it was handed). */
+#define CNN_CKPT_META 4
+typedef struct cnn_ckpt_writer {
+    pthread_t thread;
+    bool busy;
+    char *path;
+    cnn_st_item *items;
+    int n_items;
+    void *bufs[2];
+    cnn_st_kv meta[CNN_CKPT_META];
+    char *meta_values[CNN_CKPT_META];
+    int n_meta;
+    cnn_status st;
+    char err[1024];
+} cnn_ckpt_writer;
+cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, cnn_st_item *items, int n_items, void *buf0,
+                                 void *buf1, const cnn_st_kv *meta, int n_meta);
+cnn_status cnn_ckpt_wait(cnn_ckpt_writer *w);
 
 #endif

@@ -140,9 +140,12 @@ typedef struct train_state {
     int64_t n_trainable;
     cnn_guard_state *guard;  /* device: the non-finite guard's counters and verdict */
     float *stats_backup;     /* device: the BN running statistics after the last good step */
+    cnn_ckpt_writer writer;  /* the checkpoint being written behind the steps, if any */
 } train_state;
 
-static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t step, const char *options) {
+/* behind: written by ts->writer while the next steps run (checkpoint.h); else here, after any write in flight */
+static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t step, const char *options, bool behind) {
+    CNN_TRY(cnn_ckpt_wait(&ts->writer));
     cnn_model *m = ts->m;
     const cnn_net *net = cnn_model_net(m);
     cnn_backend *be = cnn_model_backend(m);
@@ -167,6 +170,7 @@ static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t ste
     snprintf(scalebuf, sizeof scalebuf, "%.9g %lld", (double)ts->loss_scale, (long long)ts->good_steps);
     cnn_st_kv meta[] = {{"format", CNN_CKPT_FORMAT}, {"step", stepbuf}, {"options", options}, {"loss_scale", scalebuf}};
     if (st == CNN_OK) st = cnn_items_check(items, n_items, path); /* a checkpoint never holds a NaN */
+    if (st == CNN_OK && behind) return cnn_ckpt_write_behind(&ts->writer, path, items, n_items, host, opt_host, meta, 4);
     if (st == CNN_OK) st = cnn_st_write(path, items, n_items, meta, 4);
     free(host);
     free(items);
@@ -619,7 +623,9 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             }
             if (ckpt_now || interrupted) {
                 double tc = cnn_now();
-                if (lead && (st = cnn_dist_check()) == CNN_OK) st = save_checkpoint(&ts, ckpt, step, options);
+                /* written behind the next steps, but the last and an interrupted run's (the run ends on them) */
+                if (lead && (st = cnn_dist_check()) == CNN_OK)
+                    st = save_checkpoint(&ts, ckpt, step, options, step < total && !interrupted);
                 saved = true;
                 if (st == CNN_OK && lead) printf("  | checkpoint %.2f s", cnn_now() - tc);
             }
@@ -631,9 +637,11 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         }
         /* the last step ends the run: the model is written even when --stop-after names that step */
         if (st == CNN_OK && dist) st = cnn_dist_check();
-        if (st == CNN_OK && lead && (ckpt_now || interrupted) && !saved) st = save_checkpoint(&ts, ckpt, step, options);
+        if (st == CNN_OK && lead && (ckpt_now || interrupted) && !saved)
+            st = save_checkpoint(&ts, ckpt, step, options, false);
         if (st == CNN_OK && step == total && lead) {
-            st = write_final_model(&rc, step, model_path);
+            st = cnn_ckpt_wait(&ts.writer);
+            if (st == CNN_OK) st = write_final_model(&rc, step, model_path);
         }
         if (st == CNN_OK && interrupted && step < total) {
             st = cnn_fail(CNN_E_INTERRUPTED, "interrupted after step %lld of %lld; %s written: continue with --resume",
@@ -657,6 +665,14 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
                 cnn_log(1, "cnn: checkpoint is already at step %lld of %lld; wrote the missing %s", (long long)start_step,
                         (long long)total, model_path);
         }
+    }
+    if (st == CNN_OK) { /* a run that stopped early: its last checkpoint whole before it returns */
+        st = cnn_ckpt_wait(&ts.writer);
+    } else if (ts.writer.busy) { /* the first error stands */
+        char first[1024];
+        snprintf(first, sizeof first, "%s", cnn_error_msg());
+        cnn_ckpt_wait(&ts.writer);
+        cnn_fail(st, "%s", first);
     }
     if (metrics && fclose(metrics) != 0 && st == CNN_OK)
         st = cnn_fail(CNN_E_IO, "%s: write failed: %s", metrics_path, strerror(errno));

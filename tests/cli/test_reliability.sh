@@ -77,6 +77,10 @@ expect final.failed_save_exit1 1 'model.safetensors' -- "$CNN" train $T --steps 
 # ---- failed writes, stale files, signals, concurrent runs ---------------------------------------------------
 mkdir -p "$TMP/full" && ln -s /dev/full "$TMP/full/metrics.jsonl"
 expect writes.metrics_disk_full 1 'metrics.jsonl: write failed: No space left' -- "$CNN" train $T --steps 1 --out "$TMP/full"
+# a checkpoint written behind the next steps that cannot be put in place stops the run, and no model is written
+mkdir -p "$TMP/ckfail/checkpoint.safetensors"
+expect writes.checkpoint_behind_fails 1 'checkpoint.safetensors: rename failed' -- "$CNN" train $T --steps 3 --out "$TMP/ckfail"
+[ ! -e "$TMP/ckfail/model.safetensors" ] && pass writes.checkpoint_behind_no_model || fail writes.checkpoint_behind_no_model "a model was written"
 dead=$(sh -c 'echo $$')
 mkdir -p "$TMP/stale" && head -c 100000 /dev/zero >"$TMP/stale/checkpoint.safetensors.tmp.$dead"
 head -c 10 /dev/zero >"$TMP/stale/model.safetensors.tmp.$$"   # a live process's: kept
