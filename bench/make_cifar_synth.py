@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_cifar_synth.py — a synthetic stand-in for CIFAR-10 in its binary format, for timing a whole `cnn train` run
-where CIFAR-10 itself cannot be downloaded (bench/cifar_whole_run.sh): data_batch_1..5.bin (50,000 images) and
+where CIFAR-10 itself cannot be downloaded (bench/whole_run.sh cifar10-synth): data_batch_1..5.bin (50,000 images) and
 test_batch.bin (10,000), each record a label byte and 3 x 32 x 32 bytes (planes R, G, B), as the real files.
 
 The images follow the idea of the engine's built-in `synthetic` set (src/core/data.c), not its exact pixels: ten

@@ -104,12 +104,8 @@ extern "C" __global__ void __launch_bounds__(FEW_THREADS, FEW_CTAS) conv2d_wgrad
         const int c = col % a.c, rs = col / a.c, s = rs % a.s, r = rs / a.s;
         col_tab[col] = few_col{col < ncols ? (r << 16) | s : -1, col < ncols ? (r * a.w + s) * a.c + c : 0};
     }
-    int off[FEW_SLOTS]; /* the lane's columns' offsets from a window's corner (the table's, kept for inner windows) */
-#pragma unroll
-    for (int k = 0; k < FEW_SLOTS; k++) {
-        const int col = lane + 32 * k, c = col % a.c, rs = col / a.c, s = rs % a.s, r = rs / a.s;
-        off[k] = col < ncols ? (r * a.w + s) * a.c + c : 0;
-    }
+    int off[FEW_SLOTS]; /* the lane's columns' offsets from a window's corner, for inner windows (after the barrier:
+                         * the table's) */
     const int mt = warp & 3, nt0 = (warp >> 2) * FEW_NT_WARP; /* this warp's rows and first column tile */
     const bool rows_live = 16 * mt < a.k;
     float acc[FEW_NT_WARP][4];
@@ -151,6 +147,8 @@ extern "C" __global__ void __launch_bounds__(FEW_THREADS, FEW_CTAS) conv2d_wgrad
 #endif
     };
     __syncthreads();
+#pragma unroll
+    for (int k = 0; k < FEW_SLOTS; k++) off[k] = col_tab[lane + 32 * k].off;
     if (b0 < b1) load_block(b0);
     for (int b = b0; b < b1; b++) {
         /* 1. the warp's pixels' im2col values into xs[pixel][col] (a warp's store: 32 adjacent columns); then dy's
