@@ -76,20 +76,45 @@ cnn_status cnn_ckpt_check_tensors(const cnn_st_file *f, const char *path, const 
     return CNN_OK;
 }
 
+/* ---- writing ------------------------------------------------------------------------------------------------ */
+
+cnn_status cnn_ckpt_items(const cnn_state *s, int n_opt, cnn_st_item *items, float **conv) {
+    const cnn_net *net = s->net;
+    CNN_TRY(cnn_state_items(s, items, conv));
+    for (int k = 0; k < n_opt; k++) {
+        cnn_st_item *it = &items[net->n_params + k];
+        memset(it, 0, sizeof *it);
+        it->name = cnn_ckpt_opt_name(n_opt, k);
+        it->dtype = CNN_DTYPE_F32;
+        it->ndim = 1;
+        it->shape[0] = net->n_trainable;
+        it->data = s->arena + net->n_trainable + net->n_buffer + (int64_t)k * net->n_trainable;
+    }
+    return CNN_OK;
+}
+
+cnn_status cnn_ckpt_write(const char *path, const cnn_state *s, int n_opt, const cnn_st_kv *meta, int n_meta) {
+    cnn_st_item *items = calloc((size_t)(s->net->n_params + n_opt + 1), sizeof *items);
+    float *conv = NULL;
+    cnn_status st = items ? cnn_ckpt_items(s, n_opt, items, &conv)
+                          : cnn_fail(CNN_E_OOM, "out of host memory writing %s", path);
+    if (st == CNN_OK) st = cnn_st_write(path, items, s->net->n_params + n_opt, meta, n_meta);
+    free(conv);
+    free(items);
+    return st;
+}
+
 /* ---- the writer behind the steps ------------------------------------------------------------------------------ */
 
 static void writer_release(cnn_ckpt_writer *w) {
     free(w->path);
-    free(w->items);
-    free(w->bufs[0]);
-    free(w->bufs[1]);
     for (int i = 0; i < w->n_meta; i++) free(w->meta_values[i]);
-    w->path = NULL, w->items = NULL, w->bufs[0] = w->bufs[1] = NULL, w->n_meta = 0;
+    w->path = NULL, w->state = NULL, w->n_meta = 0;
 }
 
 static void *writer_main(void *arg) {
     cnn_ckpt_writer *w = arg;
-    w->st = cnn_st_write(w->path, w->items, w->n_items, w->meta, w->n_meta);
+    w->st = cnn_ckpt_write(w->path, w->state, w->n_opt, w->meta, w->n_meta);
     if (w->st != CNN_OK) snprintf(w->err, sizeof w->err, "%s", cnn_error_msg());
     return NULL;
 }
@@ -102,11 +127,11 @@ cnn_status cnn_ckpt_wait(cnn_ckpt_writer *w) {
     return w->st == CNN_OK ? CNN_OK : cnn_fail(w->st, "%s", w->err);
 }
 
-cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, cnn_st_item *items, int n_items, void *buf0,
-                                 void *buf1, const cnn_st_kv *meta, int n_meta) {
+cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, const cnn_state *s, int n_opt,
+                                 const cnn_st_kv *meta, int n_meta) {
     cnn_status st = cnn_ckpt_wait(w);
     CNN_ASSERT(n_meta <= CNN_CKPT_META);
-    w->path = strdup(path), w->items = items, w->n_items = n_items, w->bufs[0] = buf0, w->bufs[1] = buf1;
+    w->path = strdup(path), w->state = s, w->n_opt = n_opt;
     bool ok = w->path != NULL;
     for (int i = 0; i < n_meta; i++) {
         w->meta_values[i] = strdup(meta[i].value);
@@ -119,7 +144,7 @@ cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, cnn_st_it
         w->busy = true;
         return CNN_OK;
     }
-    if (st == CNN_OK) st = cnn_st_write(path, items, n_items, meta, n_meta); /* no thread: written here */
+    if (st == CNN_OK) st = cnn_ckpt_write(path, s, n_opt, meta, n_meta); /* no thread: written here */
     writer_release(w);
     return st;
 }

@@ -15,6 +15,7 @@
 
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
+#include "model.h"
 
 #include <pthread.h>
 
@@ -39,28 +40,35 @@ const char *cnn_ckpt_opt_name(int n_opt, int k);
  * (n_trainable,); CNN_E_MISMATCH naming the first that is not (an unknown "optimizer.*" included). */
 cnn_status cnn_ckpt_check_tensors(const cnn_st_file *f, const char *path, const cnn_net *net, int n_opt);
 
+/* A checkpoint's items: the parameters of s (cnn_state_items: filters converted into *conv, which the caller frees),
+ * then its n_opt optimizer arrays, each n_trainable floats of s's extra part. items holds n_params + n_opt. */
+cnn_status cnn_ckpt_items(const cnn_state *s, int n_opt, cnn_st_item *items, float **conv);
+
+/* Write the checkpoint of s (checked already: a checkpoint never holds a NaN, train.c) atomically, as cnn_st_write
+ * does. */
+cnn_status cnn_ckpt_write(const char *path, const cnn_state *s, int n_opt, const cnn_st_kv *meta, int n_meta);
+
 /* A checkpoint written behind the training steps: the training thread takes the state to the host and checks it,
- * then cnn_ckpt_write_behind hands the items (and the buffers they point into, bufs: freed once written) to a
- * thread of the writer's own, which writes them as cnn_st_write does (atomically: the previous file stays whole
- * until the new one is complete) while training goes on. cnn_ckpt_wait waits for the write in flight, if any, and
+ * then cnn_ckpt_write_behind hands it to a thread of the writer's own, which converts and writes it as
+ * cnn_ckpt_write does (the previous file stays whole until the new one is complete) while training goes on. The
+ * state is lent: the caller leaves it as it is until cnn_ckpt_wait, which waits for the write in flight, if any, and
  * returns its status with its error recorded on the calling thread. At most one write is in flight: write_behind
- * waits for the previous one first (and returns its error, freeing what it was handed). */
+ * waits for the previous one first (and returns its error). */
 #define CNN_CKPT_META 4
 typedef struct cnn_ckpt_writer {
     pthread_t thread;
     bool busy;
     char *path;
-    cnn_st_item *items;
-    int n_items;
-    void *bufs[2];
+    const cnn_state *state;
+    int n_opt;
     cnn_st_kv meta[CNN_CKPT_META];
     char *meta_values[CNN_CKPT_META];
     int n_meta;
     cnn_status st;
     char err[1024];
 } cnn_ckpt_writer;
-cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, cnn_st_item *items, int n_items, void *buf0,
-                                 void *buf1, const cnn_st_kv *meta, int n_meta);
+cnn_status cnn_ckpt_write_behind(cnn_ckpt_writer *w, const char *path, const cnn_state *s, int n_opt,
+                                 const cnn_st_kv *meta, int n_meta);
 cnn_status cnn_ckpt_wait(cnn_ckpt_writer *w);
 
 #endif

@@ -1,5 +1,6 @@
 /* guard.c — non-finite checks of host arrays and the diagnosis of a bad training step (guard.h). */
 #include "guard.h"
+#include "checkpoint.h"
 #include "model.h"
 
 #include <math.h>
@@ -55,6 +56,36 @@ cnn_status cnn_items_check(const cnn_st_item *items, int n, const char *path) {
                             why, (double)((const float *)it->data)[i], (long long)i);
     }
     return CNN_OK;
+}
+
+cnn_status cnn_state_check(cnn_model *m, float *const *opt, int n_opt, const cnn_state *s, const char *path) {
+    const cnn_net *net = s->net;
+    cnn_backend *be = cnn_model_backend(m);
+    const float *arrays[4] = {cnn_model_params(m), cnn_model_buffers(m)};
+    int64_t counts[4] = {net->n_trainable, net->n_buffer}, bad = 0;
+    for (int k = 0; k < n_opt; k++) arrays[2 + k] = opt[k], counts[2 + k] = net->n_trainable;
+    for (int a = 0; a < 2 + n_opt; a++) {
+        int64_t n = 0;
+        if (counts[a]) CNN_TRY(be->count_nonfinite(be, counts[a], arrays[a], &n));
+        bad += n;
+    }
+    for (int i = 0; i < net->n_params && !bad; i++) {
+        const cnn_param *p = &net->params[i];
+        const float *v = s->arena + net->n_trainable + p->offset;
+        if (p->kind == CNN_PARAM_BUFFER && ends_with(p->name, ".running_var"))
+            for (int64_t k = 0; k < p->count && !bad; k++) bad = v[k] < 0.0f;
+    }
+    if (!bad) return CNN_OK;
+    cnn_st_item *items = calloc((size_t)(net->n_params + n_opt), sizeof *items);
+    float *conv = NULL;
+    cnn_status st = items ? cnn_ckpt_items(s, n_opt, items, &conv) : cnn_fail(CNN_E_OOM, "out of host memory checking %s", path);
+    if (st == CNN_OK) st = cnn_items_check(items, net->n_params + n_opt, path);
+    if (st == CNN_OK) /* the device counted what the host's scan of the same values did not find */
+        st = cnn_fail(CNN_E_NONFINITE, "%s not written: the device counted %lld non-finite values in the state", path,
+                      (long long)bad);
+    free(conv);
+    free(items);
+    return st;
 }
 
 /* ---- diagnosis ------------------------------------------------------------------------------------------ */

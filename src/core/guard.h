@@ -6,6 +6,7 @@
 
 #include "cnn/net.h"
 #include "cnn/safetensors.h"
+#include "model.h"
 
 /* Index of the first NaN/Inf among count floats, or -1. */
 int64_t cnn_first_nonfinite(const float *x, int64_t count);
@@ -17,6 +18,13 @@ cnn_status cnn_param_values_check(const cnn_param *p, const float *v, const char
 /* The F32 items about to be written to path (a model or a checkpoint), checked as above; nothing is written
  * when this fails: "<path> not written: tensor \"layer1.0.bn1.running_var\" holds inf at index 3". */
 cnn_status cnn_items_check(const cnn_st_item *items, int n, const char *path);
+
+/* The state taken from m's device (model.h) with the n_opt optimizer arrays `opt` (device, n_trainable floats
+ * each) in its extra part, about to be written to path as a checkpoint, checked as cnn_items_check does without a
+ * scan on the host while all is well: the device counts the non-finite values of its arenas (unchanged since the
+ * state was taken) and only the running variances' signs are read on the host; when one is bad, the host's scan
+ * names it. */
+cnn_status cnn_state_check(cnn_model *m, float *const *opt, int n_opt, const cnn_state *s, const char *path);
 
 /* The model's input buffer holds the n images of a training step that went bad. Rerun that step's forward
  * eagerly (dropout masks from dropout_seed, as the step had them) with a check of the input, of each layer's

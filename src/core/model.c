@@ -474,6 +474,7 @@ static void compile_ahead(cnn_model *m, int kind, int n, float eps) {
         st = kind == CNN_GRAPH_EVAL ? forward_eval(m, n) : kind == CNN_GRAPH_TRAIN_FWD ? forward_train(m, n)
                                                                                      : backward_ops(m, n, eps);
         if (st == CNN_OK && with_backward) st = backward_ops(m, n, eps);
+        if (st == CNN_OK && with_backward && m->dry_step) st = m->dry_step(m->dry_step_ctx);
         cnn_status end = be->dry_run_end(be); /* compiles what was noted, after a failure too */
         if (st == CNN_OK) st = end;
     }

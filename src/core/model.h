@@ -71,6 +71,8 @@ struct cnn_model {
     int n_graphs;
     struct { int kind, n; } dry[CNN_MAX_GRAPHS]; /* passes whose programs a dry run has compiled (model.c) */
     int n_dry;
+    cnn_status (*dry_step)(void *ctx); /* the rest of a training step, run in its forward's dry run (model.c) */
+    void *dry_step_ctx;
     /* the train forward's conv whose output only the next step's BatchNorm reads: its epilogue's sums of y for that
      * BatchNorm (cnn_conv_stats), and the conv's node (-1: none pending) */
     cnn_conv_stats conv_sums;
@@ -107,13 +109,34 @@ cnn_status cnn_model_init_weights(cnn_model *m, uint64_t seed);
  * are left for the caller (optimizer state in checkpoints). Error messages start with path. */
 cnn_status cnn_model_load_st(cnn_model *m, const cnn_st_file *f, const char *path, const char *ignore_prefix);
 
-/* One item per parameter (net->params order, torchvision names and layouts), data in a host buffer the caller
- * frees (*host_out). items must hold net->n_params entries. */
-cnn_status cnn_model_state_items(cnn_model *m, cnn_st_item *items, float **host_out);
+/* A model's state on the host as its device holds it: the trainable arena, then the buffer arena (filters KRSC),
+ * then `extra` floats the caller fills (a checkpoint's optimizer state); and the counters, per param. A training
+ * run allocates one, page-locked where the backend can, and takes every checkpoint into it in one download per
+ * arena, so that a checkpoint holds the training thread only that long (perf-log step 106); cnn_state_items turns
+ * it into torchvision's layout on whichever thread writes it. */
+typedef struct cnn_state {
+    const cnn_net *net;
+    float *arena;      /* net->n_trainable + net->n_buffer + extra */
+    int64_t *counters; /* net->n_params */
+    cnn_backend *host_be; /* arena from host_be->host_alloc (page-locked); NULL: malloc */
+} cnn_state;
+cnn_status cnn_state_alloc(cnn_model *m, int64_t extra, bool pinned, cnn_state *out); /* *out zeroed on failure */
+cnn_status cnn_model_state_take(cnn_model *m, cnn_state *s);
+void cnn_state_free(cnn_state *s);
+/* One item per parameter (net->params order, torchvision names and layouts) into items (net->n_params entries):
+ * the filters converted into *conv (the caller frees it), the rest pointing into s. */
+cnn_status cnn_state_items(const cnn_state *s, cnn_st_item *items, float **conv);
 
 /* The device float that receives the loss of cnn_model_backward / cnn_model_loss. */
 float *cnn_model_loss_buffer(cnn_model *m);
 
 void cnn_model_set_node_check(cnn_model *m, cnn_node_check_fn fn, void *ctx);
+
+/* What a training step runs besides the model's passes (the loop's guard and optimizer, train.c): fn is called in
+ * the dry run of the first train forward, after its backward's, so that its programs compile in the same batch
+ * (perf-log step 107; every launch of a dry run is skipped, so fn changes nothing). fn NULL removes it. */
+static inline void cnn_model_set_dry_step(cnn_model *m, cnn_status (*fn)(void *ctx), void *ctx) {
+    m->dry_step = fn, m->dry_step_ctx = ctx;
+}
 
 #endif

@@ -141,40 +141,31 @@ typedef struct train_state {
     cnn_guard_state *guard;  /* device: the non-finite guard's counters and verdict */
     float *stats_backup;     /* device: the BN running statistics after the last good step */
     cnn_ckpt_writer writer;  /* the checkpoint being written behind the steps, if any */
+    cnn_state state;         /* the host's copy of the state for checkpoints (lent to writer while it writes) */
 } train_state;
 
-/* behind: written by ts->writer while the next steps run (checkpoint.h); else here, after any write in flight */
+/* behind: written by ts->writer while the next steps run (checkpoint.h); else here, after any write in flight.
+ * The training thread only takes the state into ts->state (page-locked, kept for the run: one download per arena)
+ * and has the device count its non-finite values; the filters' conversion and the write are the writer's (perf-log
+ * step 106). */
 static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t step, const char *options, bool behind) {
-    CNN_TRY(cnn_ckpt_wait(&ts->writer));
+    CNN_TRY(cnn_ckpt_wait(&ts->writer)); /* ts->state is free again */
     cnn_model *m = ts->m;
     const cnn_net *net = cnn_model_net(m);
     cnn_backend *be = cnn_model_backend(m);
-    int n_items = net->n_params + ts->n_opt;
-    cnn_st_item *items = calloc((size_t)n_items, sizeof *items);
-    float *opt_host = malloc((size_t)(ts->n_opt ? ts->n_opt : 1) * ts->n_trainable * sizeof(float));
-    float *host = NULL;
-    cnn_status st = items && opt_host ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory writing a checkpoint");
-    if (st == CNN_OK) st = cnn_model_state_items(m, items, &host);
-    for (int k = 0; k < ts->n_opt && st == CNN_OK; k++) {
-        float *dst = opt_host + (size_t)k * ts->n_trainable;
-        st = be->download(be, dst, ts->opt[k], (size_t)ts->n_trainable * sizeof(float));
-        cnn_st_item *it = &items[net->n_params + k];
-        it->name = cnn_ckpt_opt_name(ts->n_opt, k);
-        it->dtype = CNN_DTYPE_F32;
-        it->ndim = 1;
-        it->shape[0] = ts->n_trainable;
-        it->data = dst;
-    }
+    cnn_state *s = &ts->state;
+    if (!s->arena) CNN_TRY(cnn_state_alloc(m, (int64_t)ts->n_opt * ts->n_trainable, true, s));
+    cnn_status st = cnn_model_state_take(m, s);
+    for (int k = 0; k < ts->n_opt && st == CNN_OK; k++)
+        st = be->download(be, s->arena + net->n_trainable + net->n_buffer + (int64_t)k * ts->n_trainable, ts->opt[k],
+                          (size_t)ts->n_trainable * sizeof(float));
+    if (st == CNN_OK) st = cnn_state_check(m, ts->opt, ts->n_opt, s, path); /* a checkpoint never holds a NaN */
     char stepbuf[32], scalebuf[48];
     snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
     snprintf(scalebuf, sizeof scalebuf, "%.9g %lld", (double)ts->loss_scale, (long long)ts->good_steps);
     cnn_st_kv meta[] = {{"format", CNN_CKPT_FORMAT}, {"step", stepbuf}, {"options", options}, {"loss_scale", scalebuf}};
-    if (st == CNN_OK) st = cnn_items_check(items, n_items, path); /* a checkpoint never holds a NaN */
-    if (st == CNN_OK && behind) return cnn_ckpt_write_behind(&ts->writer, path, items, n_items, host, opt_host, meta, 4);
-    if (st == CNN_OK) st = cnn_st_write(path, items, n_items, meta, 4);
-    free(host);
-    free(items);
-    free(opt_host);
+    if (st == CNN_OK && behind) return cnn_ckpt_write_behind(&ts->writer, path, s, ts->n_opt, meta, 4);
+    if (st == CNN_OK) st = cnn_ckpt_write(path, s, ts->n_opt, meta, 4);
     return st;
 }
 
@@ -292,6 +283,21 @@ static cnn_status optimizer_step(train_state *ts, const cnn_train_opts *o, int64
     }
     cnn_model_params_updated(ts->m);
     return CNN_OK;
+}
+
+/* The loop's own kernels of a step (its guard and the optimizer), run in the first train forward's dry run so that
+ * they compile in the batch of the model's passes (model.h cnn_model_set_dry_step; perf-log step 107). */
+typedef struct dry_step_ctx {
+    train_state *ts;
+    const cnn_train_opts *o;
+    const cnn_guard *guard;
+} dry_step_ctx;
+
+static cnn_status dry_step(void *arg) {
+    const dry_step_ctx *d = arg;
+    cnn_backend *be = cnn_model_backend(d->ts->m);
+    CNN_TRY(be->guard_step(be, d->guard, d->ts->guard));
+    return optimizer_step(d->ts, d->o, 1, 0.0f, 1.0f);
 }
 
 static void join_path(char *buf, size_t cap, const char *dir, const char *file) {
@@ -439,6 +445,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     run_ctx rc = {.m = m, .o = o, .loader = &loader, .spe = spe, .labels = labels};
     cnn_guard guard = {.loss = cnn_model_loss_buffer(m), .stats = cnn_model_buffers(m), .backup = ts.stats_backup,
                        .n_stats = net->n_buffer, .halt_on_bad = o->on_nonfinite == CNN_NONFINITE_STOP};
+    dry_step_ctx dry = {.ts = &ts, .o = o, .guard = &guard};
+    cnn_model_set_dry_step(m, dry_step, &dry);
 
     /* A step's results (its logits as float32 and the guard's state after it) are copied on the device into a ring
      * of `ring` slots and read back in one download when the ring is full or a step ends an epoch, checkpoints,
@@ -684,6 +692,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     if (ring_logits_dev) be->free(be, ring_logits_dev);
     if (ring_gs_dev) be->free(be, ring_gs_dev);
     cnn_loader_free(&loader);
+    cnn_model_set_dry_step(m, NULL, NULL);
+    cnn_state_free(&ts.state); /* the writer is done with it (waited above) */
     for (int k = 0; k < ts.n_opt; k++)
         if (ts.opt[k]) be->free(be, ts.opt[k]);
     if (ts.guard) be->free(be, ts.guard);

@@ -202,12 +202,48 @@ cnn_status cnn_model_load(cnn_model *m, const char *path) {
     return st;
 }
 
-cnn_status cnn_model_state_items(cnn_model *m, cnn_st_item *items, float **host_out) {
+cnn_status cnn_state_alloc(cnn_model *m, int64_t extra, bool pinned, cnn_state *out) {
     const cnn_net *net = m->net;
-    int64_t total = 0;
-    for (int i = 0; i < net->n_params; i++) total += net->params[i].kind == CNN_PARAM_COUNTER ? 2 : net->params[i].count;
-    float *host = malloc((size_t)(total ? total : 1) * sizeof *host);
-    if (!host) return cnn_fail(CNN_E_OOM, "out of host memory (%lld floats) saving weights", (long long)total);
+    memset(out, 0, sizeof *out);
+    out->net = net;
+    const size_t bytes = (size_t)(net->n_trainable + net->n_buffer + extra + 1) * sizeof(float);
+    cnn_status st = CNN_OK;
+    if (pinned && m->be->host_alloc) {
+        st = m->be->host_alloc(m->be, bytes, "checkpoint state", (void **)&out->arena);
+        out->host_be = st == CNN_OK ? m->be : NULL;
+    } else {
+        out->arena = malloc(bytes);
+    }
+    out->counters = malloc((size_t)(net->n_params + 1) * sizeof(int64_t));
+    if (st == CNN_OK && (!out->arena || !out->counters))
+        st = cnn_fail(CNN_E_OOM, "out of host memory (%zu bytes) for the model's state", bytes);
+    if (st != CNN_OK) cnn_state_free(out);
+    return st;
+}
+
+cnn_status cnn_model_state_take(cnn_model *m, cnn_state *s) {
+    const cnn_net *net = m->net;
+    CNN_ASSERT(s->net == net && s->arena && s->counters);
+    memcpy(s->counters, m->counters, (size_t)net->n_params * sizeof(int64_t));
+    CNN_TRY(m->be->download(m->be, s->arena, m->params, (size_t)net->n_trainable * sizeof(float)));
+    if (net->n_buffer)
+        CNN_TRY(m->be->download(m->be, s->arena + net->n_trainable, m->buffers, (size_t)net->n_buffer * sizeof(float)));
+    return CNN_OK;
+}
+
+void cnn_state_free(cnn_state *s) {
+    if (s->host_be && s->arena) s->host_be->host_free(s->host_be, s->arena);
+    else free(s->arena);
+    free(s->counters);
+    s->arena = NULL, s->counters = NULL, s->host_be = NULL;
+}
+
+cnn_status cnn_state_items(const cnn_state *s, cnn_st_item *items, float **conv_out) {
+    const cnn_net *net = s->net;
+    int64_t n_conv = 0;
+    for (int i = 0; i < net->n_params; i++) n_conv += net->params[i].krsc ? net->params[i].count : 0;
+    float *conv = malloc((size_t)(n_conv + 1) * sizeof *conv);
+    if (!conv) return cnn_fail(CNN_E_OOM, "out of host memory (%lld floats) converting filters", (long long)n_conv);
     int64_t off = 0;
     for (int i = 0; i < net->n_params; i++) {
         const cnn_param *p = &net->params[i];
@@ -216,35 +252,35 @@ cnn_status cnn_model_state_items(cnn_model *m, cnn_st_item *items, float **host_
         it->name = p->name;
         it->ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) it->shape[d] = p->shape[d];
+        it->dtype = p->kind == CNN_PARAM_COUNTER ? CNN_DTYPE_I64 : CNN_DTYPE_F32;
+        const float *raw = s->arena + (p->kind == CNN_PARAM_TRAINABLE ? 0 : net->n_trainable) + p->offset;
         if (p->kind == CNN_PARAM_COUNTER) {
-            it->dtype = CNN_DTYPE_I64;
-            memcpy(host + off, &m->counters[i], 8);
-            it->data = host + off;
-            off += 2;
-            continue;
+            it->data = &s->counters[i];
+        } else if (p->krsc) {
+            oihw_krsc(p, raw, conv + off, false);
+            it->data = conv + off;
+            off += p->count;
+        } else {
+            it->data = raw;
         }
-        it->dtype = CNN_DTYPE_F32;
-        cnn_status st = cnn_model_get_param(m, i, host + off);
-        if (st != CNN_OK) {
-            free(host);
-            return st;
-        }
-        it->data = host + off;
-        off += p->count;
     }
-    *host_out = host;
+    *conv_out = conv;
     return CNN_OK;
 }
 
 cnn_status cnn_model_save(cnn_model *m, const char *path) {
     const cnn_net *net = m->net;
-    cnn_st_item *items = calloc((size_t)net->n_params, sizeof *items);
+    cnn_st_item *items = calloc((size_t)net->n_params + 1, sizeof *items);
     if (!items) return cnn_fail(CNN_E_OOM, "out of host memory saving weights");
-    float *host = NULL;
-    cnn_status st = cnn_model_state_items(m, items, &host);
+    cnn_state s;
+    float *conv = NULL;
+    cnn_status st = cnn_state_alloc(m, 0, false, &s);
+    if (st == CNN_OK) st = cnn_model_state_take(m, &s);
+    if (st == CNN_OK) st = cnn_state_items(&s, items, &conv);
     if (st == CNN_OK) st = cnn_items_check(items, net->n_params, path); /* never a model full of NaN */
     if (st == CNN_OK) st = cnn_st_write(path, items, net->n_params, NULL, 0);
-    free(host);
+    cnn_state_free(&s);
+    free(conv);
     free(items);
     return st;
 }

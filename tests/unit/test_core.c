@@ -5,6 +5,8 @@
 
 #include "cnn/data.h"
 #include "cnn/net.h"
+#include "core/checkpoint.h"
+#include "core/guard.h"
 #include "core/plan.h"
 
 static void test_philox(void) {
@@ -186,6 +188,73 @@ static void test_eval_batch_invariance(cnn_backend *be) {
     cnn_model_free(m);
 }
 
+/* A checkpoint's state (perf-log step 106): taken in one download per arena and converted on the writer's side, its
+ * items equal the parameters as cnn_model_get_param gives them (OIHW filters); cnn_state_check passes a finite
+ * state, and names the tensor and its torchvision index of a NaN in a filter, and of a negative running variance. */
+static void test_state_check(cnn_backend *be) {
+    cnn_model_opts o = cnn_model_opts_default();
+    o.arch = "resnet18";
+    o.num_classes = 5;
+    cnn_model *m;
+    if (cnn_model_create(&o, be, 20, 18, 3, false, &m) != CNN_OK) {
+        check(false, "checkpoint.state_items", "create: %s", cnn_error_msg());
+        return;
+    }
+    const cnn_net *net = cnn_model_net(m);
+    int conv = -1, var = -1;
+    for (int i = 0; i < net->n_params; i++) {
+        const cnn_param *p = &net->params[i];
+        if (conv < 0 && p->krsc && p->shape[1] > 1 && p->shape[2] > 1) conv = i;
+        if (var < 0 && p->kind == CNN_PARAM_BUFFER && strstr(p->name, "running_var")) var = i;
+    }
+    cnn_st_item *items = calloc((size_t)(unsigned)net->n_params + 1, sizeof *items);
+    float *got = malloc((size_t)net->n_trainable * sizeof *got), *conv_buf = NULL;
+    cnn_state s;
+    cnn_status st = conv >= 0 && var >= 0 ? cnn_state_alloc(m, 0, true, &s) : CNN_E_INVALID;
+    if (st == CNN_OK) st = cnn_model_state_take(m, &s);
+    if (st == CNN_OK) st = cnn_state_items(&s, items, &conv_buf);
+    int mismatched = 0;
+    for (int i = 0; i < net->n_params && st == CNN_OK; i++) {
+        const cnn_param *p = &net->params[i];
+        if (p->kind == CNN_PARAM_COUNTER) continue;
+        st = cnn_model_get_param(m, i, got);
+        mismatched += st == CNN_OK && memcmp(got, items[i].data, (size_t)p->count * sizeof(float)) != 0;
+    }
+    check(st == CNN_OK && mismatched == 0, "checkpoint.state_items", "%d of %d parameters differ %s", mismatched,
+          net->n_params, st == CNN_OK ? "" : cnn_error_msg());
+    cnn_status ok = st == CNN_OK ? cnn_state_check(m, NULL, 0, &s, "ck") : st;
+    check(ok == CNN_OK, "checkpoint.state_check_finite", "%s", ok == CNN_OK ? "" : cnn_error_msg());
+    free(conv_buf);
+    /* a NaN at OIHW index j of the filter, then a negative variance at index 2: each named, nothing else */
+    const cnn_param *pc = &net->params[conv];
+    int64_t j = pc->shape[2] * pc->shape[3] + 1; /* (0, 1, 0, 1): a different place in KRSC */
+    struct { int param; int64_t index; float value; const char *name, *want; } cases[] = {
+        {conv, j, NAN, "checkpoint.state_check_nan", "a non-finite value"},
+        {var, 2, -0.5f, "checkpoint.state_check_negative_var", "a negative variance"},
+    };
+    for (int c = 0; c < 2 && st == CNN_OK; c++) {
+        const cnn_param *p = &net->params[cases[c].param];
+        st = cnn_model_get_param(m, cases[c].param, got);
+        float keep = got[cases[c].index];
+        got[cases[c].index] = cases[c].value;
+        if (st == CNN_OK) st = cnn_model_set_param(m, cases[c].param, got);
+        if (st == CNN_OK) st = cnn_model_state_take(m, &s); /* the same buffer again, as a training run does */
+        cnn_status bad = st == CNN_OK ? cnn_state_check(m, NULL, 0, &s, "ck") : st;
+        char want[256];
+        snprintf(want, sizeof want, "ck not written: tensor \"%s\" holds %s", p->name, cases[c].want);
+        char at[64];
+        snprintf(at, sizeof at, "at index %lld)", (long long)cases[c].index);
+        check(st == CNN_OK && bad == CNN_E_NONFINITE && strstr(cnn_error_msg(), want) && strstr(cnn_error_msg(), at),
+              cases[c].name, "%s", cnn_error_msg());
+        got[cases[c].index] = keep;
+        if (st == CNN_OK) st = cnn_model_set_param(m, cases[c].param, got);
+    }
+    cnn_state_free(&s);
+    free(got);
+    free(items);
+    cnn_model_free(m);
+}
+
 /* Synthetic data: deterministic, balanced-ish, all ten classes present. */
 static void test_synthetic(void) {
     uint8_t a[3072], b[3072];
@@ -231,6 +300,7 @@ int main(void) {
     cnn_backend *be;
     if (cnn_cpu_backend_create(2, &be) == CNN_OK) {
         test_eval_batch_invariance(be);
+        test_state_check(be);
         cnn_backend_destroy(be);
     } else {
         check(false, "cpu_backend.create", "%s", cnn_error_msg());
