@@ -78,7 +78,8 @@ cnn_status cnn_state_check(cnn_model *m, float *const *opt, int n_opt, const cnn
     if (!bad) return CNN_OK;
     cnn_st_item *items = calloc((size_t)(net->n_params + n_opt), sizeof *items);
     float *conv = NULL;
-    cnn_status st = items ? cnn_ckpt_items(s, n_opt, items, &conv) : cnn_fail(CNN_E_OOM, "out of host memory checking %s", path);
+    cnn_status st = items ? cnn_ckpt_items(s, n_opt, items, &conv)
+                          : cnn_fail(CNN_E_OOM, "out of host memory checking %s", path);
     if (st == CNN_OK) st = cnn_items_check(items, net->n_params + n_opt, path);
     if (st == CNN_OK) /* the device counted what the host's scan of the same values did not find */
         st = cnn_fail(CNN_E_NONFINITE, "%s not written: the device counted %lld non-finite values in the state", path,

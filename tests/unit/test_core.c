@@ -220,8 +220,8 @@ static void test_state_check(cnn_backend *be) {
         st = cnn_model_get_param(m, i, got);
         mismatched += st == CNN_OK && memcmp(got, items[i].data, (size_t)p->count * sizeof(float)) != 0;
     }
-    check(st == CNN_OK && mismatched == 0, "checkpoint.state_items", "%d of %d parameters differ %s", mismatched,
-          net->n_params, st == CNN_OK ? "" : cnn_error_msg());
+    check(st == CNN_OK && mismatched == 0, "checkpoint.state_items", "%d of %d parameters differ%s%s", mismatched,
+          net->n_params, st == CNN_OK ? "" : ": ", st == CNN_OK ? "" : cnn_error_msg());
     cnn_status ok = st == CNN_OK ? cnn_state_check(m, NULL, 0, &s, "ck") : st;
     check(ok == CNN_OK, "checkpoint.state_check_finite", "%s", ok == CNN_OK ? "" : cnn_error_msg());
     free(conv_buf);
