@@ -88,7 +88,7 @@ cnn_status cnn_ckpt_items(const cnn_state *s, int n_opt, cnn_st_item *items, flo
         it->dtype = CNN_DTYPE_F32;
         it->ndim = 1;
         it->shape[0] = net->n_trainable;
-        it->data = s->arena + net->n_trainable + net->n_buffer + (int64_t)k * net->n_trainable;
+        it->data = cnn_ckpt_opt_data(s, k);
     }
     return CNN_OK;
 }

@@ -40,6 +40,11 @@ const char *cnn_ckpt_opt_name(int n_opt, int k);
  * (n_trainable,); CNN_E_MISMATCH naming the first that is not (an unknown "optimizer.*" included). */
 cnn_status cnn_ckpt_check_tensors(const cnn_st_file *f, const char *path, const cnn_net *net, int n_opt);
 
+/* Where optimizer array k of a checkpoint's state lies: after its arenas, n_trainable floats each. */
+static inline float *cnn_ckpt_opt_data(const cnn_state *s, int k) {
+    return s->arena + s->net->n_trainable + s->net->n_buffer + (int64_t)k * s->net->n_trainable;
+}
+
 /* A checkpoint's items: the parameters of s (cnn_state_items: filters converted into *conv, which the caller frees),
  * then its n_opt optimizer arrays, each n_trainable floats of s's extra part. items holds n_params + n_opt. */
 cnn_status cnn_ckpt_items(const cnn_state *s, int n_opt, cnn_st_item *items, float **conv);

@@ -126,6 +126,8 @@ void cnn_state_free(cnn_state *s);
 /* One item per parameter (net->params order, torchvision names and layouts) into items (net->n_params entries):
  * the filters converted into *conv (the caller frees it), the rest pointing into s. */
 cnn_status cnn_state_items(const cnn_state *s, cnn_st_item *items, float **conv);
+/* The weights file of s (its parameters, as cnn_model_save writes a model's), checked and written atomically. */
+cnn_status cnn_state_save(const cnn_state *s, const char *path);
 
 /* The device float that receives the loss of cnn_model_backward / cnn_model_loss. */
 float *cnn_model_loss_buffer(cnn_model *m);

@@ -151,14 +151,12 @@ typedef struct train_state {
 static cnn_status save_checkpoint(train_state *ts, const char *path, int64_t step, const char *options, bool behind) {
     CNN_TRY(cnn_ckpt_wait(&ts->writer)); /* ts->state is free again */
     cnn_model *m = ts->m;
-    const cnn_net *net = cnn_model_net(m);
     cnn_backend *be = cnn_model_backend(m);
     cnn_state *s = &ts->state;
     if (!s->arena) CNN_TRY(cnn_state_alloc(m, (int64_t)ts->n_opt * ts->n_trainable, true, s));
     cnn_status st = cnn_model_state_take(m, s);
     for (int k = 0; k < ts->n_opt && st == CNN_OK; k++)
-        st = be->download(be, s->arena + net->n_trainable + net->n_buffer + (int64_t)k * ts->n_trainable, ts->opt[k],
-                          (size_t)ts->n_trainable * sizeof(float));
+        st = be->download(be, cnn_ckpt_opt_data(s, k), ts->opt[k], (size_t)ts->n_trainable * sizeof(float));
     if (st == CNN_OK) st = cnn_state_check(m, ts->opt, ts->n_opt, s, path); /* a checkpoint never holds a NaN */
     char stepbuf[32], scalebuf[48];
     snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
@@ -349,8 +347,10 @@ static cnn_status nonfinite_failure(run_ctx *c, const cnn_guard_state *gs, int64
 }
 
 /* At the end of a run: the model must give finite logits in eval mode on the last step's batch (running
- * statistics can be finite and still make the eval forward overflow), then it is written atomically. */
-static cnn_status write_final_model(run_ctx *c, int64_t step, const char *path) {
+ * statistics can be finite and still make the eval forward overflow), then it is written atomically, from `taken`
+ * where the last checkpoint took the state after this step (an eval forward changes none of it), else from the
+ * device. */
+static cnn_status write_final_model(run_ctx *c, int64_t step, const char *path, const cnn_state *taken) {
     int n = c->o->batch;
     const cnn_net *net = cnn_model_net(c->m);
     float *logits = cnn_malloc((size_t)n * net->num_classes * sizeof *logits, "final logits");
@@ -365,7 +365,7 @@ static cnn_status write_final_model(run_ctx *c, int64_t step, const char *path) 
         return cnn_fail(CNN_E_NONFINITE, "%s not written: the model gives non-finite logits in eval mode (image %lld of "
                         "step %lld's batch): training diverged", path, (long long)(bad / net->num_classes),
                         (long long)step);
-    return cnn_model_save(c->m, path);
+    return taken ? cnn_state_save(taken, path) : cnn_model_save(c->m, path);
 }
 
 cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *train, const cnn_dataset *test,
@@ -649,7 +649,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             st = save_checkpoint(&ts, ckpt, step, options, false);
         if (st == CNN_OK && step == total && lead) {
             st = cnn_ckpt_wait(&ts.writer);
-            if (st == CNN_OK) st = write_final_model(&rc, step, model_path);
+            /* the last step always checkpoints (ckpt_now): ts.state holds the state after it */
+            if (st == CNN_OK) st = write_final_model(&rc, step, model_path, &ts.state);
         }
         if (st == CNN_OK && interrupted && step < total) {
             st = cnn_fail(CNN_E_INTERRUPTED, "interrupted after step %lld of %lld; %s written: continue with --resume",
@@ -668,7 +669,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
             cnn_log(1, "cnn: checkpoint is already at step %lld of %lld; %s exists", (long long)start_step,
                     (long long)total, model_path);
         } else {
-            st = write_final_model(&rc, total, model_path);
+            st = write_final_model(&rc, total, model_path, NULL);
             if (st == CNN_OK)
                 cnn_log(1, "cnn: checkpoint is already at step %lld of %lld; wrote the missing %s", (long long)start_step,
                         (long long)total, model_path);

@@ -268,19 +268,24 @@ cnn_status cnn_state_items(const cnn_state *s, cnn_st_item *items, float **conv_
     return CNN_OK;
 }
 
-cnn_status cnn_model_save(cnn_model *m, const char *path) {
-    const cnn_net *net = m->net;
-    cnn_st_item *items = calloc((size_t)net->n_params + 1, sizeof *items);
+cnn_status cnn_state_save(const cnn_state *s, const char *path) {
+    const cnn_net *net = s->net;
+    cnn_st_item *items = calloc((size_t)(unsigned)net->n_params + 1, sizeof *items);
     if (!items) return cnn_fail(CNN_E_OOM, "out of host memory saving weights");
-    cnn_state s;
     float *conv = NULL;
-    cnn_status st = cnn_state_alloc(m, 0, false, &s);
-    if (st == CNN_OK) st = cnn_model_state_take(m, &s);
-    if (st == CNN_OK) st = cnn_state_items(&s, items, &conv);
+    cnn_status st = cnn_state_items(s, items, &conv);
     if (st == CNN_OK) st = cnn_items_check(items, net->n_params, path); /* never a model full of NaN */
     if (st == CNN_OK) st = cnn_st_write(path, items, net->n_params, NULL, 0);
-    cnn_state_free(&s);
     free(conv);
     free(items);
+    return st;
+}
+
+cnn_status cnn_model_save(cnn_model *m, const char *path) {
+    cnn_state s;
+    cnn_status st = cnn_state_alloc(m, 0, false, &s);
+    if (st == CNN_OK) st = cnn_model_state_take(m, &s);
+    if (st == CNN_OK) st = cnn_state_save(&s, path);
+    cnn_state_free(&s);
     return st;
 }
