@@ -129,6 +129,7 @@ int cmd_train(int argc, char **argv) {
     o.seed = (uint64_t)mm.seed;
     o.on_nonfinite = strcmp(on_nonfinite, "skip") == 0 ? CNN_NONFINITE_SKIP : CNN_NONFINITE_STOP;
     o.interrupt = &interrupted;
+    o.deterministic = c.deterministic;
     int classes = cli_seen(&t, "num-classes") ? mm.num_classes : 0;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "weight-decay")) o.weight_decay = 0.01f;
     if (o.optim == CNN_OPTIM_ADAMW && !cli_seen(&t, "lr")) o.lr = 1e-3f;

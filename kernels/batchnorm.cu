@@ -32,15 +32,28 @@ __device__ __forceinline__ bool relu_passed(const red_args &a, long long e) {
     return act_load((const act_t *)a.y, e) > 0.0f;
 }
 
+/* The rows [r0, r1) of a partial pass's chunk: rows_per_chunk from chunk * rows_per_chunk; with slices
+ * (slice_chunks > 0, --deterministic), chunk k of slice j starts at j * slice_rows + k * rows_per_chunk and ends at
+ * the slice's end at the latest, as in a batch of that slice alone. */
+__device__ __forceinline__ void chunk_rows(const red_args &a, long long chunk, long long *r0, long long *r1) {
+    long long lo = chunk * a.rows_per_chunk, end = a.m;
+    if (a.slice_chunks > 0) {
+        const long long j = chunk / a.slice_chunks;
+        lo = j * a.slice_rows + (chunk - j * a.slice_chunks) * a.rows_per_chunk;
+        end = (j + 1) * a.slice_rows;
+    }
+    *r0 = lo;
+    *r1 = lo + a.rows_per_chunk < end ? lo + a.rows_per_chunk : end;
+}
+
 /* mode 0: P0 = sum x;  mode 1: P0 = sum (x - mean)^2;  mode 2: P0 = sum dy, P1 = sum dy * (x - mean) * invstd */
 extern "C" __global__ void chan_partial(const red_args a) {
     pdl_enter();
     __shared__ double sh0[RED_TY][RED_TX + 1], sh1[RED_TY][RED_TX + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * RED_TX + tx;
-    const long long r0 = (long long)blockIdx.y * a.rows_per_chunk;
-    long long r1 = r0 + a.rows_per_chunk;
-    if (r1 > a.m) r1 = a.m;
+    long long r0, r1;
+    chunk_rows(a, blockIdx.y, &r0, &r1);
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     double s0 = 0.0, s1 = 0.0;
     if (c < a.c) {
@@ -133,6 +146,39 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_chunk_totals(const 
     for (int w = 0; w < a.sums; w++) {
         const double t = chunk_sum(a, w, c);
         if (FIN_WRITES(c)) a.totals[(long long)w * a.c + c] = t;
+    }
+}
+
+/* --deterministic across rank counts (core/shards.h): totals[w][c] = the pairwise tree over the a.shards slices (a
+ * power of two <= 8) of each slice's sum of its a.slice_chunks chunks, partial[w][j][k][c], added as chunk_sums adds
+ * a batch's; with dbeta and dgamma (the backward's sums, w = 0 and 1) also the float tree of each slice's sum rounded
+ * to float, as the ranks holding the slices make their gradients and sum them. Blocks as the finalize kernels'. */
+extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const red_args a) {
+    pdl_enter();
+    const int c = FIN_CHANNEL;
+    for (int w = 0; w < a.sums; w++) {
+        double t[8];
+        float f[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            t[j] = 0.0;
+            if (j < a.shards) { /* the same for the whole block: chunk_sums synchronises it */
+                red_args v = a;
+                v.partial = a.partial + (long long)(w * a.shards + j) * a.slice_chunks * a.c;
+                v.chunks = a.slice_chunks;
+                t[j] = chunk_sum(v, 0, c);
+            }
+            f[j] = (float)t[j];
+        }
+#pragma unroll
+        for (int step = 1; step < 8; step *= 2)
+#pragma unroll
+            for (int j = 0; j + step < 8; j += 2 * step)
+                if (j + step < a.shards) t[j] += t[j + step], f[j] += f[j + step]; /* adds only: none to contract */
+        if (!FIN_WRITES(c)) continue;
+        a.totals[(long long)w * a.c + c] = t[0];
+        if (w == 0 && a.dbeta) a.dbeta[c] = f[0];
+        if (w == 1 && a.dgamma) a.dgamma[c] = f[0];
     }
 }
 
@@ -279,9 +325,9 @@ template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &
     const int cvt = vec_cvt(a.c), rt = VEC_T / cvt, tid = threadIdx.x;
     const int lane_r = tid / cvt, cv = blockIdx.y * cvt + tid % cvt;
     const bool active = lane_r < rt && cv < a.c / 8;
-    const long long chunk = vec_chunk(a), r0 = chunk * a.rows_per_chunk;
-    long long r1 = r0 + a.rows_per_chunk;
-    if (r1 > a.m) r1 = a.m;
+    const long long chunk = vec_chunk(a);
+    long long r0, r1;
+    chunk_rows(a, chunk, &r0, &r1);
     /* VEC_ROWS (BWD_ROWS) rows per step, their loads issued together; their sums in float, added to the double
      * totals once per step. With 16-bit activations a square is exact in float and a few of them add nearly exactly;
      * F32 squares go to double at once (x^2 rounded to float would move E[x^2] - mean^2 when |mean| >> std). */

@@ -135,7 +135,8 @@ typedef struct pw_args {
     float scale;             /* dropout 1/(1-p) */
     int pad0;
     unsigned long long seed; /* dropout */
-    int n, c, hw, pad1;      /* flatten: (N, H*W, C) <-> (N, C*H*W) */
+    int n, c, hw, pad1;      /* flatten: (N, H*W, C) <-> (N, C*H*W); tree_sum: n = the slices */
+    long long stride;        /* tree_sum: floats between the slices' rows of a */
 } pw_args;
 
 /* Per-channel reductions over an (M, C) view, BatchNorm and scale/shift (batchnorm.cu). Reductions are
@@ -151,7 +152,11 @@ typedef struct red_args {
     int accumulate;          /* bn backward: dx += result */
     int relu;                /* scale_shift, bn forward (y = relu(...)) and backward (g = dy * (y > 0), or the mask) */
     int dres_accumulate;     /* bn backward: dres += g */
-    int sums;                /* bn_chunk_totals: how many of partial's arrays (1 or 2); bn_fold_stats: of fpartial's */
+    int sums;                /* bn_chunk_totals, bn_shard_tree: how many of partial's arrays (1 or 2); bn_fold_stats: of
+                              * fpartial's */
+    int shards;              /* bn_shard_tree: the slices in partial, [sums][shards][slice_chunks][C] */
+    int slice_chunks;        /* chunks of a slice (--deterministic's, core/shards.h); 0: the rows are not sliced */
+    long long slice_rows;    /* rows of a slice: its chunks start at its own first row */
     float eps, momentum;
     int pad0;
     const void *x;           /* (M, C) act */

@@ -252,3 +252,30 @@ extern "C" __global__ void flatten_backward(const pw_args a) {
             dx[o] = dy[src];
     }
 }
+
+/* out[i] = the pairwise tree over the a.n slices (a power of two <= 8) of a[j * stride + i], in float32
+ * (tree_sum: the sums of a batch's slices, core/shards.h) or float64 (tree_sum_f64: the ranks' tree of BatchNorm's
+ * sums, nccl.c), whatever VEC */
+template <typename T> __device__ __forceinline__ void tree_sum_of(const pw_args &a) {
+    const T *p = (const T *)a.a;
+    T *out = (T *)a.out;
+    for (long long i = GRID_TID; i < a.count; i += GRID_STRIDE) {
+        T t[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) t[j] = j < a.n ? p[j * a.stride + i] : (T)0;
+#pragma unroll
+        for (int step = 1; step < 8; step *= 2)
+#pragma unroll
+            for (int j = 0; j + step < 8; j += 2 * step)
+                if (j + step < a.n) t[j] += t[j + step]; /* adds only: nothing to contract */
+        out[i] = t[0];
+    }
+}
+extern "C" __global__ void tree_sum(const pw_args a) {
+    pdl_enter();
+    tree_sum_of<float>(a);
+}
+extern "C" __global__ void tree_sum_f64(const pw_args a) {
+    pdl_enter();
+    tree_sum_of<double>(a);
+}

@@ -239,6 +239,12 @@ struct cnn_backend {
     bool deterministic;      /* no atomics-order nondeterminism */
     bool keeps_masks;        /* bn_forward_train and pool2d_forward keep cnn_bn.relu_mask and cnn_pool2d.argmax: a
                               * training model allocates them */
+    /* --deterministic training (core/shards.h), 0 otherwise: the batch is this many equal slices of images, every
+     * sum over the batch is each slice's own sum (as a batch of that slice alone would make it) added in a pairwise
+     * tree, and comm_allreduce's sums continue that tree over the ranks, so a run's sums do not depend on how many
+     * ranks share its global batch. bn_forward_train and bn_backward follow it; shards.c wraps the other ops. */
+    int batch_shards;
+    struct cnn_shards *shards; /* shards.c's state while it wraps this backend's ops; NULL otherwise */
     void *impl;              /* backend-private state */
 
     void (*destroy)(cnn_backend *be);
@@ -406,6 +412,11 @@ struct cnn_backend {
     /* number of non-finite values among count float32s, into *out (host) */
     cnn_status (*count_nonfinite)(cnn_backend *be, int64_t count, const float *x, int64_t *out);
 
+    /* out[i] = the pairwise tree over j < shards of parts[j * stride + i], i < count (float32; shards a power of
+     * two <= 8): ((p0 + p1) + (p2 + p3)) + ..., whose every aligned block of slices is a subtree (batch_shards) */
+    cnn_status (*tree_sum)(cnn_backend *be, int shards, int64_t count, const float *parts, int64_t stride,
+                           float *out);
+
     /* Timing of the work issued between begin and end (device events on a GPU, a synchronised wall clock on
      * the CPU), in milliseconds. */
     cnn_status (*time_begin)(cnn_backend *be);
@@ -445,7 +456,8 @@ struct cnn_backend {
     /* In place over all ranks, count elements of x (device). side = false: on the compute stream, in its order;
      * side = true: on the communicator's own stream, after the compute stream's work so far, while the compute
      * stream goes on (comm_join makes the compute stream wait for everything issued so). Either may be recorded
-     * into a graph. */
+     * into a graph. With batch_shards > 0 and a world of a power of two, float sums are the pairwise tree over the
+     * ranks in rank order, which continues batch_shards' tree (over two ranks, their one addition). */
     cnn_status (*comm_allreduce)(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side);
     /* Optional: x (count float32, device) summed in bfloat16: rounded to nearest into scratch (count bf16 elements
      * of device memory), summed over the ranks there, widened back into x; side as comm_allreduce. */

@@ -81,6 +81,9 @@ typedef struct cnn_train_opts {
      * checkpoint and returns CNN_E_INTERRUPTED. NULL = never. */
     const volatile sig_atomic_t *interrupt;
     cnn_dist_ctx *dist;       /* a rank of a multi-GPU run; NULL = one process. Only rank 0 prints and writes. */
+    /* --deterministic: every sum over the batch by slices in a fixed tree (src/core/shards.h), so that 1, 2, 4 or 8
+     * ranks sharing a global batch (a multiple of 8; of fewer slices otherwise) train bit for bit alike */
+    bool deterministic;
 } cnn_train_opts;
 
 cnn_train_opts cnn_train_opts_default(void);

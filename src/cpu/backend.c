@@ -201,6 +201,7 @@ cnn_status cnn_cpu_backend_create(int threads, cnn_backend **out) {
     be->sgd_update = cnn_cpu_op_sgd_update;
     be->adamw_update = cnn_cpu_op_adamw_update;
     be->count_nonfinite = cnn_cpu_op_count_nonfinite;
+    be->tree_sum = cnn_cpu_op_tree_sum;
     be->guard_step = cnn_cpu_op_guard_step;
     be->time_begin = cpu_time_begin;
     be->time_end = cpu_time_end;

@@ -10,7 +10,8 @@
  *     dbeta = sum g,   dgamma = sum g * xhat,   dx (+)= gamma * invstd / M * (M * g - dbeta - xhat * dgamma),
  *     dres (+)= g (the residual's gradient)
  * Statistics are two-pass sums in double over fixed row chunks reduced in chunk order, so results do not
- * depend on the thread count. Synchronised BatchNorm (cnn_bn.comm): each per-channel sum is summed over the ranks
+ * depend on the thread count; with cnn_backend.batch_shards, each slice's chunks in order and the slices in a
+ * pairwise tree (core/shards.h). Synchronised BatchNorm (cnn_bn.comm): each per-channel sum is summed over the ranks
  * (comm_allreduce) and M is all the ranks' rows.
  */
 #include "cpu/cpu.h"
@@ -22,13 +23,51 @@
 
 static int64_t n_chunks(int64_t m) { return (m + CHUNK - 1) / CHUNK; }
 
-/* total[c] = sum over chunks (in order) of part[chunk][c] */
-static void reduce_chunks(int threads, const double *part, int64_t nch, int c, double *total) {
+/* The chunks of M rows: `shards` slices of M / shards rows (cnn_backend.batch_shards; one slice without), each cut
+ * into chunks of CHUNK rows from its own first row, so that a slice's chunks are those of a batch of it alone. */
+typedef struct chunking {
+    int64_t slice, per; /* rows of a slice, chunks of a slice */
+    int shards;
+} chunking;
+
+static chunking chunking_of(const cnn_backend *be, int64_t M) {
+    const int s = be->batch_shards > 1 && M % be->batch_shards == 0 ? be->batch_shards : 1;
+    CNN_ASSERT(s <= 8);
+    return (chunking){.slice = M / s, .per = n_chunks(M / s), .shards = s};
+}
+static int64_t chunk_count(const chunking *k) { return k->per * k->shards; }
+static int64_t chunk_lo(const chunking *k, int64_t ch) { return ch / k->per * k->slice + ch % k->per * CHUNK; }
+static int64_t chunk_hi(const chunking *k, int64_t ch) {
+    const int64_t end = (ch / k->per + 1) * k->slice, hi = chunk_lo(k, ch) + CHUNK;
+    return hi < end ? hi : end;
+}
+
+/* t[0] = ((t0 + t1) + (t2 + t3)) + ...: the pairwise tree over n (a power of two) slices' values */
+static double tree_d(double *t, int n) {
+    for (int step = 1; step < n; step *= 2)
+        for (int j = 0; j + step < n; j += 2 * step) t[j] += t[j + step];
+    return t[0];
+}
+static float tree_f(float *t, int n) {
+    for (int step = 1; step < n; step *= 2)
+        for (int j = 0; j + step < n; j += 2 * step) t[j] += t[j + step];
+    return t[0];
+}
+
+/* slice s's sum of part[ch * ld + j] over its chunks, in order */
+static double slice_sum(const double *part, int64_t ld, const chunking *k, int s, int j) {
+    double t = 0;
+    for (int64_t ch = s * k->per; ch < (s + 1) * k->per; ch++) t += part[ch * ld + j];
+    return t;
+}
+
+/* total[j] = the slices' sums of part[chunk][j] added in a pairwise tree (in chunk order for one slice) */
+static void reduce_chunks(int threads, const double *part, const chunking *k, int c, double *total) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int j = 0; j < c; j++) {
-        double t = 0;
-        for (int64_t ch = 0; ch < nch; ch++) t += part[ch * c + j];
-        total[j] = t;
+        double t[8] = {0};
+        for (int s = 0; s < k->shards; s++) t[s] = slice_sum(part, c, k, s, j);
+        total[j] = tree_d(t, k->shards);
     }
 }
 
@@ -106,7 +145,8 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     float *y = yv;                        /* (M, C) */
     CNN_ASSERT(M >= 0 && C > 0);
     if (M < 2) return cnn_fail(CNN_E_INVALID, "batch norm in training needs more than 1 value per channel (M = %lld)", (long long)M);
-    int64_t nch = n_chunks(M);
+    const chunking k = chunking_of(be, M);
+    const int64_t nch = chunk_count(&k);
     double *part = malloc((size_t)nch * C * sizeof(double));
     double *stat = malloc((size_t)4 * C * sizeof(double));
     double *coef = malloc((size_t)2 * C * sizeof(double));
@@ -119,15 +159,15 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     /* pass 1: mean */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)
-        rows_sum(x, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, part + ch * C);
-    reduce_chunks(threads, part, nch, C, mean);
+        rows_sum(x, C, chunk_lo(&k, ch), chunk_hi(&k, ch), part + ch * C);
+    reduce_chunks(threads, part, &k, C, mean);
     cnn_status st = group_sum(be, bn, mean, C);
     for (int j = 0; j < C; j++) mean[j] /= rows;
     /* pass 2: biased variance around the mean */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)
-        rows_sqdev(x, mean, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, part + ch * C);
-    reduce_chunks(threads, part, nch, C, var);
+        rows_sqdev(x, mean, C, chunk_lo(&k, ch), chunk_hi(&k, ch), part + ch * C);
+    reduce_chunks(threads, part, &k, C, var);
     if (st == CNN_OK) st = group_sum(be, bn, var, C);
     if (st != CNN_OK) {
         free(part), free(stat), free(coef);
@@ -148,7 +188,7 @@ cnn_status cnn_cpu_op_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const 
     }
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)
-        rows_apply(x, res, mean, a, b, relu, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, y);
+        rows_apply(x, res, mean, a, b, relu, C, chunk_lo(&k, ch), chunk_hi(&k, ch), y);
     free(part), free(stat), free(coef);
     return CNN_OK;
 }
@@ -243,7 +283,8 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
     CNN_ASSERT(M > 0 && C > 0);
     CNN_ASSERT(!relu || y);
     const int mask = relu ? MASK_Y : MASK_NONE;
-    int64_t nch = n_chunks(M);
+    const chunking kc = chunking_of(be, M);
+    const int64_t nch = chunk_count(&kc);
     double *part = malloc((size_t)nch * 2 * C * sizeof(double));
     double *stat = malloc((size_t)7 * C * sizeof(double));
     if (!part || !stat) {
@@ -259,18 +300,22 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
     }
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++)
-        rows_gsums(mask, x, y, dy, &k, C, ch * CHUNK, (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M,
-                   part + ch * 2 * C, part + ch * 2 * C + C);
+        rows_gsums(mask, x, y, dy, &k, C, chunk_lo(&kc, ch), chunk_hi(&kc, ch), part + ch * 2 * C,
+                   part + ch * 2 * C + C);
+    /* the slices' sums in double, and dgamma, dbeta as the float sums of the slices' (so that ranks holding the
+     * slices, whose gradients are summed in float, get these: cnn_backend.batch_shards) */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int j = 0; j < C; j++) {
-        double t0 = 0, t1 = 0;
-        for (int64_t ch = 0; ch < nch; ch++) t0 += part[ch * 2 * C + j], t1 += part[ch * 2 * C + C + j];
-        sum_dy[j] = t0;
-        sum_dyx[j] = t1;
-    }
-    for (int j = 0; j < C; j++) {
-        if (dbeta) dbeta[j] = (float)sum_dy[j];
-        if (dgamma) dgamma[j] = (float)sum_dyx[j];
+        double t0[8] = {0}, t1[8] = {0};
+        float f0[8] = {0}, f1[8] = {0};
+        for (int sl = 0; sl < kc.shards; sl++) {
+            t0[sl] = slice_sum(part, 2 * C, &kc, sl, j), t1[sl] = slice_sum(part, 2 * C, &kc, sl, C + j);
+            f0[sl] = (float)t0[sl], f1[sl] = (float)t1[sl];
+        }
+        sum_dy[j] = tree_d(t0, kc.shards);
+        sum_dyx[j] = tree_d(t1, kc.shards);
+        if (dbeta) dbeta[j] = tree_f(f0, kc.shards);
+        if (dgamma) dgamma[j] = tree_f(f1, kc.shards);
     }
     /* dgamma, dbeta are this rank's sums; dx takes the group's (sum_dy and sum_dyx are adjacent) */
     cnn_status st = group_sum(be, bn, sum_dy, 2 * C);
@@ -288,8 +333,8 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
     if (dx || dres) {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t ch = 0; ch < nch; ch++)
-            rows_dx(mask, x, y, dy, &k, k_scale, sum_dy, k_proj, C, ch * CHUNK,
-                    (ch + 1) * CHUNK < M ? (ch + 1) * CHUNK : M, dx, accumulate, dres, dres_accumulate);
+            rows_dx(mask, x, y, dy, &k, k_scale, sum_dy, k_proj, C, chunk_lo(&kc, ch), chunk_hi(&kc, ch), dx,
+                    accumulate, dres, dres_accumulate);
     }
     free(part), free(stat);
     return CNN_OK;

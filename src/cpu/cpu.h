@@ -202,6 +202,8 @@ cnn_status cnn_cpu_op_dropout_backward(cnn_backend *be, int64_t count, float p, 
 cnn_status cnn_cpu_op_flatten_forward(cnn_backend *be, cnn_shape s, const void *x, void *y);
 cnn_status cnn_cpu_op_flatten_backward(cnn_backend *be, cnn_shape s, const void *dy, void *dx, bool accumulate);
 cnn_status cnn_cpu_op_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out);
+cnn_status cnn_cpu_op_tree_sum(cnn_backend *be, int shards, int64_t count, const float *parts, int64_t stride,
+                               float *out);
 cnn_status cnn_cpu_op_guard_step(cnn_backend *be, const cnn_guard *g, cnn_guard_state *state);
 /* pool.c */
 cnn_status cnn_cpu_op_pool2d_forward(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y);

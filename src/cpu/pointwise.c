@@ -131,3 +131,17 @@ cnn_status cnn_cpu_op_count_nonfinite(cnn_backend *be, int64_t count, const floa
     *out = bad;
     return CNN_OK;
 }
+
+cnn_status cnn_cpu_op_tree_sum(cnn_backend *be, int shards, int64_t count, const float *parts, int64_t stride,
+                               float *out) {
+    CNN_ASSERT(shards >= 1 && shards <= 8 && (shards & (shards - 1)) == 0 && count >= 0 && stride >= count);
+#pragma omp parallel for num_threads(cnn_cpu_threads(be)) schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+        float t[8] = {0};
+        for (int j = 0; j < shards; j++) t[j] = parts[j * stride + i];
+        for (int step = 1; step < shards; step *= 2) /* level by level: ((t0 + t1) + (t2 + t3)) + ... */
+            for (int j = 0; j + step < shards; j += 2 * step) t[j] += t[j + step];
+        out[i] = t[0];
+    }
+    return CNN_OK;
+}

@@ -482,6 +482,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->relu_forward = cuda_relu_forward;
     be->relu_backward = cuda_relu_backward;
     be->add_forward = cuda_add_forward;
+    be->tree_sum = cuda_tree_sum;
     be->pass_backward = cuda_pass_backward;
     be->dropout_forward = cuda_dropout_forward;
     be->dropout_backward = cuda_dropout_backward;

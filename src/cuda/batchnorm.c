@@ -18,6 +18,8 @@
  * of ~1e-7 relative, so the variance stays exact to ~1e-7 * (1 + mean^2 / var).
  * bn_backward_pool (the stem's BN -> ReLU -> 3x3/2 max-pool, cuda_bn_pool_fusable) runs the vector backward over 2x2
  * blocks of pixels, making the ReLU output's gradient from the pool's where it is used (perf-log step 95).
+ * Under --deterministic (cnn_backend.batch_shards) both passes sum the batch by slices instead (bn_*_sliced below,
+ * perf-log step 108).
  */
 #include "cuda/internal.h"
 
@@ -260,6 +262,92 @@ cnn_status cuda_pool_tile_backward_sum(cnn_backend *be, const cnn_pool2d *pl, co
     return run_per_channel(cb, &a, BN_SUM_FIN, what);
 }
 
+/* --deterministic across rank counts (cnn_backend.batch_shards, core/shards.h): the rows as S slices of a->m / S,
+ * each summed as a batch of it alone is: one partial launch whose chunks restart at each slice's first row (planned
+ * on a slice's rows), then bn_shard_tree adds each slice's chunks in order and the slices in a pairwise tree into
+ * `group`, [sums][C], which comm_allreduce continues over the ranks and the finalize kernels read as one chunk.
+ * Neither a conv's epilogue sums nor the one-launch path: their chunks are the batch's. */
+#define SLICES_MAX 8 /* = CNN_SHARDS_MAX (core/shards.h) */
+static int slices_of(const cnn_backend *be, const red_args *a) {
+    const int s = be->batch_shards;
+    return s > 1 && a->m % s == 0 ? s : 1;
+}
+
+/* a's partial pass planned by slices (entry_vec: the vector kernel, when a takes it) and a workspace of its partials,
+ * the group's [2][C] totals and `extra` doubles after them (*rest; rest may be NULL) */
+static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec, size_t extra, CUfunction *fvec,
+                              double **group, double **rest) {
+    cuda_be *cb = cuda_impl(be);
+    red_args s = *a;
+    s.m = a->m / S;
+    *fvec = NULL;
+    if (vec_ok(a)) CNN_TRY(plan_chunks_vec(cb, &s, entry_vec, s.m, fvec));
+    else plan_chunks(cb, &s);
+    /* a slice's share of a batch's chunks, so that 8 slices fill the GPU as one batch does: a function of the
+     * slice's rows only (the same on a rank holding fewer slices) */
+    long long per = (s.chunks + SLICES_MAX - 1) / SLICES_MAX;
+    s.rows_per_chunk = (s.m + per - 1) / per;
+    s.chunks = (int)((s.m + s.rows_per_chunk - 1) / s.rows_per_chunk);
+    a->slice_chunks = s.chunks, a->slice_rows = s.m, a->rows_per_chunk = s.rows_per_chunk;
+    a->chunks = s.chunks * S, a->shards = S;
+    const size_t part = (size_t)2 * a->chunks * a->c;
+    void *w;
+    CNN_TRY(cuda_workspace(cb, (part + 2 * (size_t)a->c + extra) * sizeof(double), &w));
+    a->partial = w;
+    *group = (double *)w + part;
+    if (rest) *rest = *group + 2 * (size_t)a->c;
+    return CNN_OK;
+}
+
+/* the partial pass in `mode` over all slices, their tree into group (with a's dgamma/dbeta: the backward's floats),
+ * the ranks' sum */
+static cnn_status slice_totals(cnn_backend *be, const cnn_bn *bn, red_args *a, CUfunction fvec, int mode, int sums,
+                               double *group, const char *what) {
+    cuda_be *cb = cuda_impl(be);
+    CNN_TRY(fvec ? run_partial_vec(cb, fvec, a, mode, what) : run_partial(cb, a, mode, what));
+    red_args t = *a;
+    t.totals = group, t.sums = sums;
+    CNN_TRY(run_per_channel(cb, &t, BN_SHARD_TREE, what));
+    if (bn->comm) CNN_TRY(be->comm_allreduce(be, bn->comm, group, (int64_t)sums * a->c, CNN_COMM_SUM_F64, false));
+    return CNN_OK;
+}
+
+static cnn_status bn_forward_sliced(cnn_backend *be, const cnn_bn *bn, red_args *a, const char *what) {
+    cuda_be *cb = cuda_impl(be);
+    CUfunction fvec;
+    double *group;
+    CNN_TRY(plan_slices(be, a, slices_of(be, a), BN_PARTIAL_VEC, 0, &fvec, &group, NULL));
+    red_args g = *a;
+    g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);
+    if (fvec) {
+        CNN_TRY(slice_totals(be, bn, a, fvec, 0, 2, group, what));
+        CNN_TRY(run_per_channel(cb, &g, BN_STATS_FIN, what));
+        return run_elementwise(cb, a, BN_APPLY_VEC, what);
+    }
+    CNN_TRY(slice_totals(be, bn, a, NULL, 0, 1, group, what));
+    CNN_TRY(run_per_channel(cb, &g, BN_MEAN_FIN, what));
+    CNN_TRY(slice_totals(be, bn, a, NULL, 1, 1, group, what));
+    CNN_TRY(run_per_channel(cb, &g, BN_VAR_FIN, what));
+    CNN_TRY(run_elementwise(cb, a, BN_APPLY, what));
+    return a->mask ? run_elementwise(cb, a, BN_MASK_OF_Y, what) : CNN_OK;
+}
+
+/* dgamma, dbeta from bn_shard_tree (each slice's sum as a float, in a float tree); dx's coefficients from the
+ * group's double totals */
+static cnn_status bn_backward_sliced(cnn_backend *be, const cnn_bn *bn, red_args *a, const char *what) {
+    cuda_be *cb = cuda_impl(be);
+    CUfunction fvec;
+    double *group;
+    CNN_TRY(plan_slices(be, a, slices_of(be, a), BN_BWD_PARTIAL_VEC, (size_t)3 * a->c, &fvec, &group, &a->coef));
+    CNN_TRY(slice_totals(be, bn, a, fvec, 2, 2, group, what));
+    red_args g = *a;
+    g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);
+    g.dgamma = g.dbeta = NULL;
+    CNN_TRY(run_per_channel(cb, &g, BN_BWD_FIN, what));
+    if (!a->out && !a->dres) return CNN_OK;
+    return run_elementwise(cb, a, fvec ? BN_BWD_APPLY_VEC : BN_BWD_APPLY, what);
+}
+
 cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *x, const float *gamma,
                                  const float *beta, float *running_mean, float *running_var, float *save_mean,
                                  float *save_invstd, const void *residual, bool relu, void *y) {
@@ -276,6 +364,11 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     a.mean = save_mean, a.invstd = save_invstd, a.running_mean = running_mean, a.running_var = running_var;
     a.mask = relu ? bn->relu_mask : NULL;
     check_group(be, bn);
+    if (be->batch_shards > 0) {
+        char w[112];
+        snprintf(w, sizeof w, "bn_forward_train[%s] m%lld c%d sliced", cuda_dtype_str(be->act_dtype), (long long)a.m, a.c);
+        return bn_forward_sliced(be, bn, &a, w);
+    }
     const bool vec = vec_ok(&a);
     const cnn_conv_stats *sums = conv_sums(cb, bn, x, vec);
     CUfunction fpart = NULL;
@@ -355,6 +448,11 @@ static cnn_status bn_backward_run(cnn_backend *be, const cnn_bn *bn, const cnn_p
     a.accumulate = accumulate, a.dres_accumulate = dres_accumulate;
     a.mask = relu ? bn->relu_mask : NULL; /* bn_forward_train wrote it */
     check_group(be, bn);
+    if (be->batch_shards > 0 && !pl) {
+        char w[112];
+        snprintf(w, sizeof w, "bn_backward[%s] m%lld c%d sliced", cuda_dtype_str(be->act_dtype), (long long)a.m, a.c);
+        return bn_backward_sliced(be, bn, &a, w);
+    }
     const bool vec = vec_ok(&a);
     CUfunction fpart = NULL;
     bool fused = false;

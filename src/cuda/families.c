@@ -14,7 +14,7 @@ static void no_defines(int cfg, char *buf, size_t cap) {
 /* pointwise.cu: two configs per dtype, 0 scalar (any alignment), 1 16-byte vectors */
 static const char *const pointwise_entries[PW_N] = {"relu_forward",    "relu_backward",    "add_forward", "pass_backward",
                                                     "dropout_forward", "dropout_backward", "to_act",      "from_act",
-                                                    "flatten_forward", "flatten_backward"};
+                                                    "flatten_forward", "flatten_backward", "tree_sum",        "tree_sum_f64"};
 static void pointwise_defines(int cfg, char *buf, size_t cap) {
     snprintf(buf, cap, cfg == PW_CFG_VEC16 ? "-DVEC=ACT_VEC" : "-DVEC=1");
 }
@@ -30,7 +30,7 @@ static const char *const batchnorm_entries[BN_N] = {"chan_partial",     "chan_su
                                                     "bn_chunk_totals",  "bn_mask_of_y",
                                                     "bn_bwd_partial_vec", "bn_fused_vec",    "bn_bwd_fused_vec",
                                                     "bn_fold_stats",    "bn_bwd_pool_partial_vec",
-                                                    "bn_bwd_pool_apply_vec", "pool_bwd_tile_sum_vec"};
+                                                    "bn_bwd_pool_apply_vec", "pool_bwd_tile_sum_vec", "bn_shard_tree"};
 const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchnorm.cu", .entries = batchnorm_entries,
                                            .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
                                            .defines = no_defines};

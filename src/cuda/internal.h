@@ -177,14 +177,14 @@ extern const cuda_family cuda_family_pointwise, cuda_family_batchnorm, cuda_fami
     cuda_family_prep, cuda_family_optim;
 enum {
     PW_RELU_FWD, PW_RELU_BWD, PW_ADD, PW_PASS_BWD, PW_DROP_FWD, PW_DROP_BWD, PW_TO_ACT, PW_FROM_ACT,
-    PW_FLAT_FWD, PW_FLAT_BWD, PW_N
+    PW_FLAT_FWD, PW_FLAT_BWD, PW_TREE_SUM, PW_TREE_SUM_F64, PW_N
 };
 enum { PW_CFG_SCALAR = 0, PW_CFG_VEC16 = 1, PW_N_CFG };
 enum {
     BN_PARTIAL, BN_SUM_FIN, BN_MEAN_FIN, BN_VAR_FIN, BN_BWD_FIN, BN_APPLY, BN_BWD_APPLY, BN_SCALE_SHIFT,
     BN_PARTIAL_VEC, BN_STATS_FIN, BN_APPLY_VEC, BN_BWD_APPLY_VEC, BN_CHUNK_TOTALS, BN_MASK_OF_Y, BN_BWD_PARTIAL_VEC,
     BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_BWD_POOL_PARTIAL_VEC, BN_BWD_POOL_APPLY_VEC,
-    POOL_BWD_TILE_SUM_VEC, BN_N
+    POOL_BWD_TILE_SUM_VEC, BN_SHARD_TREE, BN_N
 };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_BWD_QUAD, POOL_BWD_TILE, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
@@ -473,6 +473,7 @@ cnn_status cuda_sgd_update(cnn_backend *be, const cnn_sgd *o, int64_t count, flo
 cnn_status cuda_adamw_update(cnn_backend *be, const cnn_adamw *o, int64_t count, float *w, const float *g,
                              float *m, float *v, float grad_scale);
 cnn_status cuda_count_nonfinite(cnn_backend *be, int64_t count, const float *x, int64_t *out);
+cnn_status cuda_tree_sum(cnn_backend *be, int shards, int64_t count, const float *parts, int64_t stride, float *out);
 cnn_status cuda_guard_step(cnn_backend *be, const cnn_guard *g, cnn_guard_state *state);
 
 #endif

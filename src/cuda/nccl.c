@@ -34,7 +34,11 @@ enum { NCCL_SUM = 0, NCCL_MAX = 2 };                                            
     X(CommAbort, ncclCommAbort, nccl_result_t, (nccl_comm_t))                                                 \
     X(CommDestroy, ncclCommDestroy, nccl_result_t, (nccl_comm_t))                                             \
     X(CommGetAsyncError, ncclCommGetAsyncError, nccl_result_t, (nccl_comm_t, nccl_result_t *))                \
-    X(GetErrorString, ncclGetErrorString, const char *, (nccl_result_t))
+    X(GetErrorString, ncclGetErrorString, const char *, (nccl_result_t))                                      \
+    X(Send, ncclSend, nccl_result_t, (const void *, size_t, int, int, nccl_comm_t, CUstream))                 \
+    X(Recv, ncclRecv, nccl_result_t, (void *, size_t, int, int, nccl_comm_t, CUstream))                       \
+    X(GroupStart, ncclGroupStart, nccl_result_t, (void))                                                      \
+    X(GroupEnd, ncclGroupEnd, nccl_result_t, (void))
 
 static struct {
 #define NCCL_FIELD(field, sym, ret, args) ret(*field) args;
@@ -116,6 +120,8 @@ typedef struct nccl_comm {
     CUstream side;
     CUevent fork, join;
     int rank, world;
+    CUdeviceptr tree[2]; /* tree_allreduce's two halves (this rank's partial sum, its peer's) per stream: */
+    size_t tree_bytes[2]; /* [0] the compute stream's, [1] the side stream's, which may run at the same time */
 } nccl_comm;
 
 static cnn_status comm_id(cnn_backend *be, uint8_t *id) {
@@ -161,6 +167,47 @@ static cnn_status comm_init(cnn_backend *be, const uint8_t *id, int rank, int wo
     return CNN_OK;
 }
 
+/* A float sum over more than two ranks under --deterministic (cnn_backend.batch_shards): the pairwise tree over the
+ * ranks in rank order, one level per bit of the rank. At level l each rank swaps its partial sum with rank ^ 2^l
+ * (ncclSend/ncclRecv) and adds the two: one addition, the same on both sides, so that rank r's block of the
+ * batch's slices goes up the tree of core/shards.h as a subtree ((r0 + r1) + (r2 + r3) over four). NCCL's own
+ * all-reduce adds in ring order, which is not that tree. The halves grow outside graph capture: every step issues
+ * the same sums, and the first step runs eagerly. */
+static cnn_status tree_allreduce(nccl_comm *c, void *x, int64_t count, bool f64, CUstream s) {
+    cuda_be *cb = c->cb;
+    const size_t bytes = (size_t)count * (f64 ? 8 : 4);
+    const int k = s == c->side;
+    if (c->tree_bytes[k] < 2 * bytes) {
+        if (cb->capturing)
+            return cnn_fail(CNN_E_UNSUPPORTED, "a tree sum over the ranks of %lld values first met in a graph capture",
+                            (long long)count);
+        CU_TRY(cu.StreamSynchronize(cb->stream), "cuStreamSynchronize (the ranks' tree sum)");
+        CU_TRY(cu.StreamSynchronize(c->side), "cuStreamSynchronize (the ranks' tree sum)");
+        if (c->tree[k]) cu.MemFree(c->tree[k]);
+        c->tree[k] = 0, c->tree_bytes[k] = 0;
+        CNN_TRY(cuda_dev_alloc(cb, 2 * bytes, "the ranks' tree sum", &c->tree[k]));
+        c->tree_bytes[k] = 2 * bytes;
+    }
+    const CUdeviceptr t = c->tree[k];
+    CUfunction f;
+    pw_args pa = {.count = count, .a = (const void *)(uintptr_t)t, .out = x, .n = 2, .stride = count};
+    CNN_TRY(cuda_kernel(cb, &cuda_family_pointwise, cb->pub.act_dtype, PW_CFG_SCALAR,
+                        f64 ? PW_TREE_SUM_F64 : PW_TREE_SUM, &f));
+    const int dt = f64 ? NCCL_FLOAT64 : NCCL_FLOAT32;
+    for (int bit = 1; bit < c->world; bit <<= 1) {
+        const int peer = c->rank ^ bit;
+        CU_TRY(cu.MemcpyDtoDAsync(t, (CUdeviceptr)(uintptr_t)x, bytes, s), "cuMemcpyDtoDAsync (tree sum)");
+        NCCL_TRY(nc.GroupStart(), "ncclGroupStart");
+        nccl_result_t r1 = nc.Send(x, (size_t)count, dt, peer, c->c, s);
+        nccl_result_t r2 = nc.Recv((void *)(uintptr_t)(t + bytes), (size_t)count, dt, peer, c->c, s);
+        NCCL_TRY(nc.GroupEnd(), "ncclGroupEnd");
+        NCCL_TRY(r1, "ncclSend (tree sum)");
+        NCCL_TRY(r2, "ncclRecv (tree sum)");
+        CNN_TRY(cuda_launch_on(cb, s, f, "the ranks' tree sum", cuda_grid_1d(cb, count, 256), 256, &pa));
+    }
+    return CNN_OK;
+}
+
 static cnn_status comm_allreduce(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side) {
     nccl_comm *c = comm;
     cuda_be *cb = cuda_impl(be);
@@ -178,6 +225,8 @@ static cnn_status comm_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
         CU_TRY(cu.StreamWaitEvent(c->side, c->fork, 0), "cuStreamWaitEvent (gradient bucket)");
         s = c->side;
     }
+    if (be->batch_shards > 0 && c->world > 2 && (c->world & (c->world - 1)) == 0 && op != CNN_COMM_MAX_U32)
+        return tree_allreduce(c, x, count, op == CNN_COMM_SUM_F64, s);
     NCCL_TRY(nc.AllReduce(x, x, (size_t)count, dt, red, c->c, s), "ncclAllReduce");
     return CNN_OK;
 }
@@ -253,6 +302,8 @@ static void comm_destroy(cnn_backend *be, void *comm) {
     if (c->fork) cu.EventDestroy(c->fork);
     if (c->join) cu.EventDestroy(c->join);
     if (c->side) cu.StreamDestroy(c->side);
+    for (int k = 0; k < 2; k++)
+        if (c->tree[k]) cu.MemFree(c->tree[k]);
     free(c);
 }
 

@@ -101,3 +101,9 @@ cnn_status cuda_flatten_backward(cnn_backend *be, cnn_shape s, const void *dy, v
         return be->copy(be, dx, dy, (size_t)a.count * cnn_dtype_size(be->act_dtype));
     return run(be, PW_FLAT_BWD, PW_CFG_SCALAR, &a, a.count);
 }
+
+cnn_status cuda_tree_sum(cnn_backend *be, int shards, int64_t count, const float *parts, int64_t stride, float *out) {
+    CNN_ASSERT(shards >= 1 && shards <= 8 && (shards & (shards - 1)) == 0 && count >= 0 && stride >= count);
+    pw_args a = {.count = count, .a = parts, .out = out, .n = shards, .stride = stride};
+    return run(be, PW_TREE_SUM, PW_CFG_SCALAR, &a, count);
+}

@@ -759,11 +759,20 @@ static void g_bn(ctx *t) {
         int c;
         float offset;
         bool sync, three;
-    } cases[] = {{3 * 5 * 7, 13, 0, false, false}, {2, 3, 0, false, false} /* M = 2: dx cancels almost completely */,
-                 {2 * 16 * 16, 64, 0.5f, false, false}, {2 * 16 * 16, 64, 0.5f, false, true},
-                 {5 * 6, 24, 1.0f, true, false}, {4096, 7, 10.0f, false, false}, {1 * 7 * 7, 136, -3, false, false},
-                 {1 * 7 * 7, 136, -3, false, true}, {9 * 11, 2056, 0.25f, false, false} /* two groups of vectors */,
-                 {3 * 5 * 7, 13, 0, true, false}};
+        int shards; /* cnn_backend.batch_shards: --deterministic's slices (core/shards.h) */
+    } cases[] = {{8 * 4 * 3, 24, 0.5f, false, false, 4},
+                 {4 * 5 * 6, 16, 1.0f, true, false, 2},
+                 {3 * 5 * 7, 13, 0, false, false, 0},
+                 {2, 3, 0, false, false, 0} /* M = 2: dx cancels almost completely */,
+                 {2 * 16 * 16, 64, 0.5f, false, false, 0},
+                 {2 * 16 * 16, 64, 0.5f, false, true, 0},
+                 {5 * 6, 24, 1.0f, true, false, 0},
+                 {4096, 7, 10.0f, false, false, 0},
+                 {1 * 7 * 7, 136, -3, false, false, 0},
+                 {1 * 7 * 7, 136, -3, false, true, 0},
+                 {9 * 11, 2056, 0.25f, false, false, 0} /* two groups of vectors */,
+                 {3 * 5 * 7, 13, 0, true, false, 0},
+                 {4 * 5 * 7, 13, 0, false, false, 4} /* slices, scalar kernels */};
     const replica_hooks saved = replica_install(t);
     /* mask: the GPU keeps the ReLU's bits (cnn_bn.relu_mask, poisoned to all ones before the forward); they must be
      * y > 0 of the forward's y, and the backward must read them: its y is a poison that would mask every gradient */
@@ -774,13 +783,17 @@ static void g_bn(ctx *t) {
                  {true, true, false, ".residual_relu"}, {false, true, false, ".relu"},
                  {true, false, false, ".residual"},  {true, true, true, ".residual_relu.mask"}};
     static int sync_token; /* the communicator replica_allreduce is handed */
-    for (size_t k = 0; k < (quick ? 5 : sizeof cases / sizeof cases[0]); k++)
+    for (size_t k = 0; k < (quick ? 7 : sizeof cases / sizeof cases[0]); k++)
         for (size_t f = 0; f < (quick ? 3 : sizeof fused / sizeof fused[0]); f++) {
             const bool use_res = fused[f].residual, relu = fused[f].relu, sync = cases[k].sync, masked = fused[f].mask;
             int64_t m = cases[k].m;
             int c = cases[k].c;
-            /* one launch per pass: the vector path (every operand of the arenas is 16-byte aligned), one rank */
-            const long one_launch = c % 8 == 0 && !sync && !cases[k].three && cnn_cuda_coop_ok(t->gpu) ? 1 : 0;
+            t->gpu->batch_shards = cases[k].shards;
+            if (t->cpu) t->cpu->batch_shards = cases[k].shards;
+            /* one launch per pass: the vector path (every operand of the arenas is 16-byte aligned), one rank, no
+             * slices */
+            const long one_launch =
+                c % 8 == 0 && !sync && !cases[k].three && !cases[k].shards && cnn_cuda_coop_ok(t->gpu) ? 1 : 0;
             cnn_cuda_bn_force_fused(t->gpu, cases[k].three ? 0 : -1);
             cnn_cuda_stats st0, st1;
             const int64_t mm = sync ? m * SYNC_WORLD : m; /* the running variance's count */
@@ -799,8 +812,9 @@ static void g_bn(ctx *t) {
             arr sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0), y = arr_out(t, m * c, true, 0);
             bn_ref ref = bn_forward_ref(x.h, use_res ? res.h : NULL, relu, m, c, mm, &gamma, &beta, &rm, &rv);
             double *mean = ref.mean, *inv = ref.inv, *ry = ref.y;
-            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s%s%s", t->dts, (long long)m, c,
-                     (double)cases[k].offset, fused[f].tag, sync ? ".sync" : "", cases[k].three ? ".three_launches" : "");
+            snprintf(name, sizeof name, "bn_forward_train.%s.m%lld_c%d_offset%g%s%s%s%s", t->dts, (long long)m, c,
+                     (double)cases[k].offset, fused[f].tag, sync ? ".sync" : "", cases[k].three ? ".three_launches" : "",
+                     cases[k].shards ? (cases[k].shards == 4 ? ".slices4" : ".slices2") : "");
             int64_t sums0 = replica_sums;
             cnn_cuda_stats_get(t->gpu, &st0);
             expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, x.g.p, gamma.g.p, beta.g.p, rm.g.p, rv.g.p, sm.g.p, si.g.p,
@@ -904,9 +918,24 @@ static void g_bn(ctx *t) {
             bn_ref_free(&ref);
             arr_free(t, &x), arr_free(t, &gamma), arr_free(t, &beta), arr_free(t, &rm), arr_free(t, &rv);
             arr_free(t, &res), arr_free(t, &sm), arr_free(t, &si), arr_free(t, &y);
+            t->gpu->batch_shards = 0;
+            if (t->cpu) t->cpu->batch_shards = 0;
         }
     cnn_cuda_bn_force_fused(t->gpu, -1);
     replica_restore(t, saved);
+    /* tree_sum: the same additions in the same order as the CPU's, so bitwise equal (8 slices of an odd count at a
+     * stride past it) */
+    enum { TS = 8, TN = 1003, TSTRIDE = 1011 };
+    arr parts = arr_in(t, TS * TSTRIDE, false, 1399, -2.0f, 2.0f, 0), out = arr_out(t, TN, false, 0);
+    expect_ok(t->gpu->tree_sum(t->gpu, TS, TN, parts.g.p, TSTRIDE, out.g.p), "tree_sum");
+    float *cpu_out = malloc(TN * sizeof *cpu_out);
+    float *gpu_out = arr_gpu(t, &out);
+    if (t->cpu) cpu_ok(t, t->cpu->tree_sum(t->cpu, TS, TN, parts.c, TSTRIDE, cpu_out), "tree_sum");
+    int64_t differ = 0;
+    for (int i = 0; i < TN && t->cpu; i++) differ += memcmp(&cpu_out[i], &gpu_out[i], sizeof(float)) != 0;
+    check(!t->cpu || differ == 0, "tree_sum.s8", "%lld of %d sums differ from the CPU's bitwise", (long long)differ, TN);
+    free(cpu_out);
+    arr_free(t, &parts), arr_free(t, &out);
 }
 
 /* ---- scale_shift ---------------------------------------------------------------------------------------- */

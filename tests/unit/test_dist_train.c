@@ -7,16 +7,19 @@
 #include "test.h"
 #include "cnn/train.h"
 #include "core/model.h"
+#include "core/shards.h"
 
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- the test double of the collectives: ranks are threads of this process ---- */
-#define WORLD 2
+#define WORLD 2     /* the ranks of most runs here */
+#define MAX_WORLD 4 /* the --deterministic runs' largest */
 typedef struct shared {
     pthread_barrier_t bar;
-    void *slot[WORLD];
+    int world;          /* ranks of the run in progress (the barrier's count) */
+    void *slot[MAX_WORLD];
     int64_t calls;              /* allreduce calls of rank 0, F32 */
     int64_t covered;            /* F32 elements rank 0 summed in its calls */
 } shared;
@@ -33,19 +36,24 @@ static cnn_status fake_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
     CNN_ASSERT(tmp);
     sh->slot[c->rank] = x;
     pthread_barrier_wait(&sh->bar);
-    for (int64_t i = 0; i < count; i++) { /* in rank order, as a fixed-order reduction */
+    const int w = sh->world;
+    for (int64_t i = 0; i < count; i++) { /* the pairwise tree over the ranks in rank order (backend.h) */
         if (op == CNN_COMM_SUM_F32) {
-            float s = 0;
-            for (int r = 0; r < WORLD; r++) s += ((float *)sh->slot[r])[i];
-            ((float *)tmp)[i] = s;
+            float t[MAX_WORLD];
+            for (int r = 0; r < w; r++) t[r] = ((float *)sh->slot[r])[i];
+            for (int step = 1; step < w; step *= 2)
+                for (int r = 0; r + step < w; r += 2 * step) t[r] += t[r + step];
+            ((float *)tmp)[i] = t[0];
         } else if (op == CNN_COMM_SUM_F64) {
-            double s = 0;
-            for (int r = 0; r < WORLD; r++) s += ((double *)sh->slot[r])[i];
-            ((double *)tmp)[i] = s;
+            double t[MAX_WORLD];
+            for (int r = 0; r < w; r++) t[r] = ((double *)sh->slot[r])[i];
+            for (int step = 1; step < w; step *= 2)
+                for (int r = 0; r + step < w; r += 2 * step) t[r] += t[r + step];
+            ((double *)tmp)[i] = t[0];
         } else {
-            uint32_t s = 0;
-            for (int r = 0; r < WORLD; r++) s = ((uint32_t *)sh->slot[r])[i] > s ? ((uint32_t *)sh->slot[r])[i] : s;
-            ((uint32_t *)tmp)[i] = s;
+            uint32_t m = 0;
+            for (int r = 0; r < w; r++) m = ((uint32_t *)sh->slot[r])[i] > m ? ((uint32_t *)sh->slot[r])[i] : m;
+            ((uint32_t *)tmp)[i] = m;
         }
     }
     pthread_barrier_wait(&sh->bar);
@@ -88,7 +96,7 @@ static cnn_status fake_allreduce_bf16(cnn_backend *be, void *comm, float *x, voi
     pthread_barrier_wait(&sh->bar);
     for (int64_t i = 0; i < count; i++) {
         float s = bf16_round(((float *)sh->slot[0])[i]);
-        for (int r = 1; r < WORLD; r++) s = bf16_round(s + bf16_round(((float *)sh->slot[r])[i]));
+        for (int r = 1; r < sh->world; r++) s = bf16_round(s + bf16_round(((float *)sh->slot[r])[i]));
         tmp[i] = s;
     }
     pthread_barrier_wait(&sh->bar);
@@ -116,7 +124,7 @@ typedef struct rank_run {
     int64_t steps, stop_after;
     bool resume;
     size_t bucket_bytes;
-    bool sync_bn, bf16_sums;
+    bool sync_bn, bf16_sums, deterministic;
     float lr;           /* 0: the default */
     const char *dir;    /* the run's output directory; NULL: out_dir */
     cnn_status st;
@@ -135,7 +143,7 @@ static cnn_model_opts r18_opts(void) {
 }
 
 static void remove_dir(const char *dir) {
-    char cmd[400];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
@@ -170,6 +178,7 @@ static void *run_rank(void *arg) {
     o.seed = 3;
     if (r->lr > 0) o.lr = r->lr;
     o.dist = r->world > 1 ? &d : NULL;
+    o.deterministic = r->deterministic;
     if (st == CNN_OK) st = cnn_train(m, &mo, &train_ds, &test_ds, &o);
     r->st = st;
     snprintf(r->err, sizeof r->err, "%s", st == CNN_OK ? "" : cnn_error_msg());
@@ -233,15 +242,22 @@ static int read_losses(const char *dir, double *loss, int cap) {
  * stay rounding-sized for the test's few steps (they grow with steps and rate: --trajectory shows how). */
 static float run_lr = 0.01f;
 
-/* A run of `world` ranks (threads) of `batch` images each into dir; the ranks' statuses and errors joined. */
-static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, bool bf16_sums, const char *dir,
-                            char *err, size_t cap) {
-    rank_run rr[WORLD];
-    pthread_t th[WORLD];
+/* A run of `world` ranks (threads) of `batch` images each into dir; the ranks' statuses and errors joined; rank
+ * 0's weights after it into *params when params is not NULL (the caller frees them). */
+static cnn_status run_ranks_ex(int world, int batch, int64_t steps, bool sync_bn, bool bf16_sums, bool deterministic,
+                               const char *dir, char *err, size_t cap, float **params, int64_t *n_params) {
+    rank_run rr[MAX_WORLD];
+    pthread_t th[MAX_WORLD];
     remove_dir(dir);
+    CNN_ASSERT(world >= 1 && world <= MAX_WORLD);
+    if (world > 1 && world != WORLD) { /* the barrier counts this run's ranks, then WORLD again */
+        pthread_barrier_destroy(&sh.bar);
+        pthread_barrier_init(&sh.bar, NULL, (unsigned)world);
+    }
+    sh.world = world > 1 ? world : WORLD;
     for (int r = 0; r < world; r++) {
         rr[r] = (rank_run){.rank = r, .world = world, .batch = batch, .steps = steps, .bucket_bytes = 256 << 10,
-                           .sync_bn = sync_bn, .bf16_sums = bf16_sums, .dir = dir,
+                           .sync_bn = sync_bn, .bf16_sums = bf16_sums, .deterministic = deterministic, .dir = dir,
                            .lr = run_lr};
         if (world > 1) pthread_create(&th[r], NULL, run_rank, &rr[r]);
         else run_rank(&rr[r]);
@@ -251,9 +267,77 @@ static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, b
     for (int r = 0; r < world; r++) {
         if (world > 1) pthread_join(th[r], NULL);
         if (rr[r].st != CNN_OK) st = rr[r].st, snprintf(err, cap, "rank %d: %s", r, rr[r].err);
-        free(rr[r].params);
+        if (r == 0 && params) *params = rr[r].params, *n_params = rr[r].n;
+        else free(rr[r].params);
     }
+    if (world > 1 && world != WORLD) {
+        pthread_barrier_destroy(&sh.bar);
+        pthread_barrier_init(&sh.bar, NULL, WORLD);
+    }
+    sh.world = WORLD;
     return st;
+}
+
+static cnn_status run_ranks(int world, int batch, int64_t steps, bool sync_bn, bool bf16_sums, const char *dir,
+                            char *err, size_t cap) {
+    return run_ranks_ex(world, batch, steps, sync_bn, bf16_sums, false, dir, err, cap, NULL, NULL);
+}
+
+/* how many slices a global batch is cut into, and a rank's share */
+static void test_shard_counts(void) {
+    const struct {
+        int batch, world, global, local;
+    } c[] = {{64, 1, 8, 8}, {64, 2, 8, 4}, {64, 4, 8, 2}, {64, 8, 8, 1}, {64, 16, 8, 0}, {100, 1, 4, 4},
+             {100, 4, 4, 1}, {100, 8, 4, 0}, {96, 3, 8, 0}, {7, 1, 1, 1}, {2, 2, 2, 1}, {1, 1, 1, 1}};
+    int bad = 0;
+    char first[160] = "";
+    for (int i = 0; i < (int)(sizeof c / sizeof c[0]); i++) {
+        const int g = cnn_shards_global(c[i].batch), l = cnn_shards_local(c[i].batch, c[i].world);
+        if ((g != c[i].global || l != c[i].local) && bad++ == 0)
+            snprintf(first, sizeof first, "; first: batch %d on %d ranks gave %d slices, %d a rank (want %d, %d)",
+                     c[i].batch, c[i].world, g, l, c[i].global, c[i].local);
+    }
+    check(bad == 0, "shard_counts", "%d of %d cases wrong%s", bad, (int)(sizeof c / sizeof c[0]), first);
+}
+
+/* --deterministic (issue 29's equivalence): 2 ranks of 4 and 4 ranks of 2 images with --sync-bn train bit for bit
+ * as 1 rank of 8 does: every weight after the run, and every step's logged loss to its rounding (the batch's 8 slices summed in one tree,
+ * src/core/shards.h); without --deterministic the 2 ranks' weights differ from the 1's (so the check can fail). */
+static void test_deterministic_ranks(void) {
+    enum { STEPS = 4 };
+    const float lr0 = run_lr;
+    run_lr = 0.05f; /* a rate at which the orders' rounding grows fast (perf-log step 66) */
+    char d[3][300], dn[300], e[4][512];
+    float *p[3] = {0}, *pn = NULL;
+    int64_t n[3] = {0}, nn = 0;
+    const int worlds[3] = {1, 2, 4};
+    cnn_status st[3];
+    double l[3][STEPS];
+    int nl[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(d[i], sizeof d[i], "%s_det%d", out_dir, worlds[i]);
+        st[i] = run_ranks_ex(worlds[i], 8 / worlds[i], STEPS, true, false, true, d[i], e[i], sizeof e[i], &p[i], &n[i]);
+        nl[i] = read_losses(d[i], l[i], STEPS);
+    }
+    snprintf(dn, sizeof dn, "%s_nodet2", out_dir);
+    cnn_status sn = run_ranks_ex(2, 4, STEPS, true, false, false, dn, e[3], sizeof e[3], &pn, &nn);
+    for (int i = 1; i < 3; i++) {
+        int same_loss = 0; /* the logged loss: the ranks' means summed, so within float rounding of the 1's */
+        for (int k = 0; k < STEPS && nl[0] == STEPS && nl[i] == STEPS; k++)
+            same_loss += fabs(l[i][k] - l[0][k]) <= 1e-6 * fabs(l[0][k]);
+        const bool same = p[0] && p[i] && n[0] == n[i] && memcmp(p[0], p[i], (size_t)n[0] * sizeof(float)) == 0;
+        check(st[0] == CNN_OK && st[i] == CNN_OK && same_loss == STEPS && same, i == 1 ? "deterministic_2_ranks_bitwise"
+                                                                                    : "deterministic_4_ranks_bitwise",
+              "%s%s; %d ranks x %d: %d of %d step losses within 1e-6, weights %s", e[0], e[i], worlds[i], 8 / worlds[i],
+              same_loss, STEPS, same ? "bitwise equal" : "differ");
+    }
+    const bool differ = p[0] && pn && n[0] == nn && memcmp(p[0], pn, (size_t)nn * sizeof(float)) != 0;
+    check(sn == CNN_OK && differ, "nondeterministic_2_ranks_differ", "%s; without --deterministic the weights %s", e[3],
+          differ ? "differ (the check above can fail)" : "are equal");
+    for (int i = 0; i < 3; i++) free(p[i]), remove_dir(d[i]);
+    free(pn);
+    remove_dir(dn);
+    run_lr = lr0;
 }
 
 /* --sync-bn: two ranks of 4 images follow one rank of 8 step for step (the BatchNorm statistics and the backward's
@@ -335,10 +419,12 @@ static int trajectory(int steps, int batch, float lr, int images) {
 int main(int argc, char **argv) {
     cnn_log_set_level(0);
     pthread_barrier_init(&sh.bar, NULL, WORLD);
+    sh.world = WORLD;
     snprintf(out_dir, sizeof out_dir, "/tmp/cnn_test_dist_train_%d", (int)getpid());
     if (argc == 6 && strcmp(argv[1], "--trajectory") == 0)
         return trajectory(atoi(argv[2]), atoi(argv[3]), (float)atof(argv[4]), atoi(argv[5]));
     test_buckets();
+    test_shard_counts();
     cnn_data_opts dopt = {.source = "synthetic", .split = CNN_SPLIT_TRAIN, .limit = 64, .seed = 3};
     cnn_status st = cnn_dataset_load(&dopt, &train_ds);
     dopt.split = CNN_SPLIT_TEST;
@@ -347,6 +433,7 @@ int main(int argc, char **argv) {
     check(st == CNN_OK, "data", "%s", st == CNN_OK ? "" : cnn_error_msg());
 
     test_sync_bn_and_bf16();
+    test_deterministic_ranks();
     sh.calls = sh.covered = 0; /* the runs above summed too */
 
     /* two ranks of 4 images each, small buckets: the sums happen during the backward */

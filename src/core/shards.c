@@ -1,0 +1,333 @@
+/* shards.c — the ops of a backend wrapped to run a batch slice by slice (shards.h says why).
+ *
+ * Every wrapped op takes (N, ...) tensors with images outermost, so slice j of a batch of N = S * n images is the
+ * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. An op that sums over the
+ * batch writes slice j's sum into row j of the scratch and tree_sum adds the rows into its output. A call whose
+ * batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over the batch in a
+ * way the training step reads. A wrapped op calls the table itself only through its own backend's functions;
+ * `depth` keeps a call from inside a wrapper (an unfused fallback) whole, so no slice is sliced again. BatchNorm is
+ * sliced by the backends themselves (cnn_backend.batch_shards): its sums are inside one op.
+ */
+#include "shards.h"
+
+#include "cnn/tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cnn_shards {
+    cnn_backend saved; /* the table as it was: the wrappers call these */
+    int n;             /* slices */
+    int depth;         /* > 0 inside a wrapper */
+    float *scratch;    /* n rows of cap floats */
+    int64_t cap;
+} cnn_shards;
+
+int cnn_shards_global(int global_batch) {
+    int s = 1;
+    while (global_batch >= 1 && s < CNN_SHARDS_MAX && global_batch % (2 * s) == 0) s *= 2;
+    return s;
+}
+
+int cnn_shards_local(int global_batch, int world) {
+    const int g = cnn_shards_global(global_batch);
+    return world >= 1 && g % world == 0 ? g / world : 0;
+}
+
+/* bytes of n images of (h, w, c) activations */
+static int64_t imgs(const cnn_backend *be, int n, int h, int w, int c) {
+    return (int64_t)n * h * w * c * (int64_t)cnn_dtype_size(be->act_dtype);
+}
+static const void *at(const void *p, int64_t bytes) { return p ? (const char *)p + bytes : NULL; }
+static void *at_w(void *p, int64_t bytes) { return p ? (char *)p + bytes : NULL; }
+
+/* whether a call of batch n runs whole: inside a wrapper, or a batch the slices do not divide */
+static bool whole(const cnn_shards *sh, int n) { return sh->depth > 0 || n % sh->n != 0; }
+
+/* Rows of a sum of count floats in the scratch: 64 floats apart at least, so that row j is as aligned as row 0 and
+ * every slice's op takes the same kernels (a rank holding only slice j writes into its row 0). */
+static int64_t stride(int64_t count) { return (count + 63) / 64 * 64; }
+static float *row(cnn_shards *sh, int64_t count, int j) {
+    CNN_ASSERT(count <= sh->cap);
+    return sh->scratch + (int64_t)j * stride(count);
+}
+static cnn_status tree(cnn_backend *be, cnn_shards *sh, int64_t count, const float *rows, float *out) {
+    return be->tree_sum(be, sh->n, count, rows, stride(count), out);
+}
+
+/* a conv's problem on a slice's images, and the bytes between slices of x (dx) and of y (dy) */
+static cnn_conv2d conv_slice(const cnn_backend *be, const cnn_shards *sh, const cnn_conv2d *cv, int64_t *xs,
+                             int64_t *ys) {
+    cnn_conv2d c = *cv;
+    c.n = cv->n / sh->n;
+    *xs = imgs(be, c.n, c.h, c.w, c.c), *ys = imgs(be, c.n, c.p, c.q, c.k);
+    return c;
+}
+
+static cnn_status w_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
+                          void *y) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, cv->n)) return sh->saved.conv2d_fprop(be, cv, ep, x, w, y);
+    int64_t xs, ys;
+    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
+    cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
+    e.stats = NULL; /* BatchNorm sums its slices itself */
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
+        e.residual = at(ep ? ep->residual : NULL, j * ys);
+        st = sh->saved.conv2d_fprop(be, &c, ep ? &e : NULL, at(x, j * xs), w, at_w(y, j * ys));
+    }
+    sh->depth--;
+    return st;
+}
+
+static cnn_status w_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
+                               const void *x, const void *w, void *y) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, cv->n)) return sh->saved.conv2d_fprop_pool(be, cv, ep, pl, x, w, y);
+    cnn_conv2d c = *cv;
+    cnn_pool2d p = *pl;
+    c.n = p.n = cv->n / sh->n;
+    const int64_t xs = imgs(be, c.n, c.h, c.w, c.c), ys = imgs(be, c.n, p.p, p.q, p.c);
+    const int64_t rs = imgs(be, c.n, c.p, c.q, c.k), as = (int64_t)c.n * p.p * p.q * p.c;
+    cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
+    e.stats = NULL;
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
+        e.residual = at(ep ? ep->residual : NULL, j * rs);
+        p.argmax = at_w(pl->argmax, j * as);
+        st = sh->saved.conv2d_fprop_pool(be, &c, ep ? &e : NULL, &p, at(x, j * xs), w, at_w(y, j * ys));
+    }
+    sh->depth--;
+    return st;
+}
+
+static cnn_status w_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2, const cnn_epilogue *ep,
+                               const void *x, const void *w, const void *x2, const void *w2, void *y) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, cv->n)) return sh->saved.conv2d_fprop_pair(be, cv, cv2, ep, x, w, x2, w2, y);
+    cnn_conv2d c = *cv, c2 = *cv2;
+    c.n = c2.n = cv->n / sh->n;
+    const int64_t xs = imgs(be, c.n, c.h, c.w, c.c), x2s = imgs(be, c.n, c2.h, c2.w, c2.c),
+                  ys = imgs(be, c.n, c.p, c.q, c.k);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++)
+        st = sh->saved.conv2d_fprop_pair(be, &c, &c2, ep, at(x, j * xs), w, at(x2, j * x2s), w2, at_w(y, j * ys));
+    sh->depth--;
+    return st;
+}
+
+static cnn_status w_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
+                          bool accumulate) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, cv->n)) return sh->saved.conv2d_dgrad(be, cv, dy, w, dx, accumulate);
+    int64_t xs, ys;
+    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++)
+        st = sh->saved.conv2d_dgrad(be, &c, at(dy, j * ys), w, at_w(dx, j * xs), accumulate);
+    sh->depth--;
+    return st;
+}
+
+static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
+                               const void *relu_y, void *dx, float *dx_sum) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, cv->n)) return sh->saved.conv2d_dgrad_relu(be, cv, dy, w, relu_y, dx, dx_sum);
+    int64_t xs, ys;
+    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++)
+        st = sh->saved.conv2d_dgrad_relu(be, &c, at(dy, j * ys), w, at(relu_y, j * xs), at_w(dx, j * xs),
+                                         dx_sum ? row(sh, c.c, j) : NULL);
+    sh->depth--;
+    return st == CNN_OK && dx_sum ? tree(be, sh, c.c, sh->scratch, dx_sum) : st;
+}
+
+static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
+    int64_t xs, ys;
+    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
+    const int64_t count = (int64_t)c.k * c.r * c.s * c.c;
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++)
+        st = sh->saved.conv2d_wgrad(be, &c, at(x, j * xs), at(dy, j * ys), row(sh, count, j));
+    sh->depth--;
+    return st == CNN_OK ? tree(be, sh, count, sh->scratch, dw) : st;
+}
+
+/* rows m of an (M, C) view: slices of m / S rows (M = N * H * W, images outermost) */
+static cnn_status w_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out) {
+    cnn_shards *sh = be->shards;
+    if (sh->depth > 0 || m % sh->n != 0) return sh->saved.channel_sum(be, m, c, dy, out);
+    const int64_t rows = m / sh->n, bytes = rows * c * (int64_t)cnn_dtype_size(be->act_dtype);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++) st = sh->saved.channel_sum(be, rows, c, at(dy, j * bytes), row(sh, c, j));
+    sh->depth--;
+    return st == CNN_OK ? tree(be, sh, c, sh->scratch, out) : st;
+}
+
+/* a pool's problem on a slice's images, and the bytes between slices of x, of y and dy, and of the argmax */
+static cnn_pool2d pool_slice(const cnn_backend *be, const cnn_shards *sh, const cnn_pool2d *pl, int64_t *xs,
+                             int64_t *ys, int64_t *as) {
+    cnn_pool2d p = *pl;
+    p.n = pl->n / sh->n;
+    *xs = imgs(be, p.n, p.h, p.w, p.c), *ys = imgs(be, p.n, p.p, p.q, p.c), *as = (int64_t)p.n * p.p * p.q * p.c;
+    return p;
+}
+
+static cnn_status w_pool_forward(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, pl->n)) return sh->saved.pool2d_forward(be, pl, x, y);
+    int64_t xs, ys, as;
+    cnn_pool2d p = pool_slice(be, sh, pl, &xs, &ys, &as);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
+        p.argmax = at_w(pl->argmax, j * as);
+        st = sh->saved.pool2d_forward(be, &p, at(x, j * xs), at_w(y, j * ys));
+    }
+    sh->depth--;
+    return st;
+}
+
+static cnn_status w_pool_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y,
+                                  const void *dy, void *dx, bool accumulate) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, pl->n)) return sh->saved.pool2d_backward(be, pl, x, y, dy, dx, accumulate);
+    int64_t xs, ys, as;
+    cnn_pool2d p = pool_slice(be, sh, pl, &xs, &ys, &as);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
+        p.argmax = at_w(pl->argmax, j * as);
+        p.dx_sum = pl->dx_sum ? row(sh, p.c, j) : NULL;
+        st = sh->saved.pool2d_backward(be, &p, at(x, j * xs), at(y, j * ys), at(dy, j * ys), at_w(dx, j * xs),
+                                       accumulate);
+    }
+    sh->depth--;
+    return st == CNN_OK && pl->dx_sum ? tree(be, sh, p.c, sh->scratch, pl->dx_sum) : st;
+}
+
+static cnn_status w_linear_forward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                                   const float *bias, void *y) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, ln->n)) return sh->saved.linear_forward(be, ln, x, w, bias, y);
+    cnn_linear l = *ln;
+    l.n = ln->n / sh->n;
+    const int64_t xs = imgs(be, l.n, 1, 1, l.in), ys = imgs(be, l.n, 1, 1, l.out);
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++)
+        st = sh->saved.linear_forward(be, &l, at(x, j * xs), w, bias, at_w(y, j * ys));
+    sh->depth--;
+    return st;
+}
+
+/* dw's slices in rows of out * in floats, then dbias's in rows of out after all of them */
+static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                                    const void *dy, void *dx, bool accumulate, float *dw, float *dbias) {
+    cnn_shards *sh = be->shards;
+    if (whole(sh, ln->n)) return sh->saved.linear_backward(be, ln, x, w, dy, dx, accumulate, dw, dbias);
+    cnn_linear l = *ln;
+    l.n = ln->n / sh->n;
+    const int64_t xs = imgs(be, l.n, 1, 1, l.in), ys = imgs(be, l.n, 1, 1, l.out);
+    const int64_t nw = dw ? (int64_t)l.out * l.in : 0, nb = dbias ? l.out : 0;
+    CNN_ASSERT(stride(nw) + stride(nb) <= sh->cap);
+    float *bias_rows = sh->scratch + sh->n * stride(nw); /* rows of stride(nb) after dw's */
+    cnn_status st = CNN_OK;
+    sh->depth++;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++)
+        st = sh->saved.linear_backward(be, &l, at(x, j * xs), w, at(dy, j * ys), at_w(dx, j * xs), accumulate,
+                                       dw ? row(sh, nw, j) : NULL, dbias ? bias_rows + j * stride(nb) : NULL);
+    sh->depth--;
+    if (st == CNN_OK && dw) st = tree(be, sh, nw, sh->scratch, dw);
+    if (st == CNN_OK && dbias) st = tree(be, sh, nb, bias_rows, dbias);
+    return st;
+}
+
+/* the stem's BatchNorm backward with its max-pool's inside (bn_backward_pool) sums over the pool's tiles: not
+ * sliced by the backends, so the train plan keeps the two apart */
+static bool w_bn_pool_fusable(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl) {
+    (void)be, (void)bn, (void)pl;
+    return false;
+}
+
+/* the floats of the largest sum one op makes: net's widest parameter (a filter or a linear weight) and its
+ * widest vector (a bias) */
+static int64_t widest_sum(const cnn_net *net) {
+    int64_t widest = 0, widest_1d = 0;
+    for (int i = 0; i < net->n_params; i++) {
+        int64_t numel = 1;
+        for (int d = 0; d < net->params[i].ndim; d++) numel *= net->params[i].shape[d];
+        widest = numel > widest ? numel : widest;
+        if (net->params[i].ndim == 1) widest_1d = numel > widest_1d ? numel : widest_1d;
+    }
+    return widest + widest_1d;
+}
+
+cnn_status cnn_shards_begin(cnn_backend *be, int shards, const cnn_net *net) {
+    CNN_ASSERT(!be->shards && shards >= 0 && shards <= CNN_SHARDS_MAX && (shards & (shards - 1)) == 0);
+    be->batch_shards = shards;
+    if (shards < 1) return CNN_OK;
+    if (shards > 1 && !be->tree_sum)
+        return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend cannot sum a batch by slices", be->name);
+    cnn_shards *sh = calloc(1, sizeof *sh);
+    if (!sh) return cnn_fail(CNN_E_OOM, "out of host memory for the batch's slices");
+    sh->saved = *be;
+    sh->n = shards;
+    sh->cap = shards > 1 ? stride(widest_sum(net)) + 128 : 0; /* a linear layer's two sums, in rows of their strides */
+    cnn_status st = shards > 1 ? be->alloc(be, (size_t)shards * (size_t)sh->cap * sizeof(float),
+                                           "the batch slices' sums", (void **)&sh->scratch)
+                               : CNN_OK;
+    if (st != CNN_OK) {
+        free(sh);
+        be->batch_shards = 0;
+        return st;
+    }
+    be->shards = sh;
+    if (be->bn_pool_fusable) be->bn_pool_fusable = w_bn_pool_fusable;
+    if (shards == 1) return CNN_OK; /* a rank of one slice runs its batch whole, as a slice */
+    be->conv2d_fprop = w_fprop;
+    if (be->conv2d_fprop_pool) be->conv2d_fprop_pool = w_fprop_pool;
+    if (be->conv2d_fprop_pair) be->conv2d_fprop_pair = w_fprop_pair;
+    be->conv2d_dgrad = w_dgrad;
+    if (be->conv2d_dgrad_relu) be->conv2d_dgrad_relu = w_dgrad_relu;
+    be->conv2d_wgrad = w_wgrad;
+    be->channel_sum = w_channel_sum;
+    be->pool2d_forward = w_pool_forward;
+    be->pool2d_backward = w_pool_backward;
+    be->linear_forward = w_linear_forward;
+    be->linear_backward = w_linear_backward;
+    return CNN_OK;
+}
+
+void cnn_shards_end(cnn_backend *be) {
+    cnn_shards *sh = be->shards;
+    be->batch_shards = 0;
+    if (!sh) return;
+    const cnn_backend *o = &sh->saved; /* the ops begin replaced; the rest of the table has moved on (counters) */
+    be->conv2d_fprop = o->conv2d_fprop;
+    be->conv2d_fprop_pool = o->conv2d_fprop_pool;
+    be->conv2d_fprop_pair = o->conv2d_fprop_pair;
+    be->conv2d_dgrad = o->conv2d_dgrad;
+    be->conv2d_dgrad_relu = o->conv2d_dgrad_relu;
+    be->conv2d_wgrad = o->conv2d_wgrad;
+    be->channel_sum = o->channel_sum;
+    be->pool2d_forward = o->pool2d_forward;
+    be->pool2d_backward = o->pool2d_backward;
+    be->linear_forward = o->linear_forward;
+    be->linear_backward = o->linear_backward;
+    be->bn_pool_fusable = o->bn_pool_fusable;
+    be->shards = NULL;
+    if (sh->scratch) be->free(be, sh->scratch);
+    free(sh);
+}
