@@ -44,8 +44,9 @@ static void *at_w(void *p, int64_t bytes) { return p ? (char *)p + bytes : NULL;
 /* whether a call of batch n runs whole: inside a wrapper, or a batch the slices do not divide */
 static bool whole(const cnn_shards *sh, int n) { return sh->depth > 0 || n % sh->n != 0; }
 
-/* Rows of a sum of count floats in the scratch: 64 floats apart at least, so that row j is as aligned as row 0 and
- * every slice's op takes the same kernels (a rank holding only slice j writes into its row 0). */
+/* Rows of a sum of count floats in the scratch: 64 floats apart at least, so that every row is as aligned as the
+ * gradient arena's tensors and every slice's op takes the same kernels as on a rank of one slice, which writes
+ * straight into its arena. */
 static int64_t stride(int64_t count) { return (count + 63) / 64 * 64; }
 static float *row(cnn_shards *sh, int64_t count, int j) {
     CNN_ASSERT(count <= sh->cap);

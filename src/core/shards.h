@@ -8,7 +8,8 @@
  * as a rank holding only that slice computes it, and the slices' sums are added in a pairwise tree over the
  * slices in batch order. A rank holds an aligned block of the slices, a subtree; its sums go on up the tree
  * through comm_allreduce (backend.h: a pairwise tree over the ranks). The ops that do not sum over the batch run
- * slice by slice as well, so that each slice's kernels are those of a rank of that many images.
+ * slice by slice as well, so that each slice's kernels are those of a rank of that many images. Not covered:
+ * dropout, whose mask is drawn by each rank's own element index (VGG's classifier: --dropout 0 for equal runs).
  */
 #ifndef CNN_CORE_SHARDS_H
 #define CNN_CORE_SHARDS_H
