@@ -45,6 +45,11 @@ cifar10-synth)
     HOW="ours: README's recipe with CIFAR's padding, $EPOCHS epochs, one epoch of warm-up" ;;
 *) echo "whole_run.sh: unknown set '$SET' (fashion-mnist, fashion-mnist-50k or cifar10-synth)" >&2; exit 2 ;;
 esac
+# CUDA_CACHE_DISABLE=1 changes nothing for us (our kernels are NVRTC cubins, kept in CNN_CACHE_DIR) but makes the
+# twin's driver compile PTX again in every process (perf-log step 108: its training loop 26-39 s against 11-17 s): for
+# a cold start of both, point CUDA_CACHE_PATH at an empty directory and CNN_CACHE_DIR at another instead
+[ -n "${CUDA_CACHE_DISABLE:-}" ] && echo "whole_run.sh: CUDA_CACHE_DISABLE is set: it slows the PyTorch twin, not us;" \
+    "for matched cold starts use empty CUDA_CACHE_PATH and CNN_CACHE_DIR directories" >&2
 BATCH=${BATCH:-512} LR=${LR:-0.2} OUT=${RUN_OUT:-runs/$SET}
 SIZE_ARGS=()
 [ -n "${TRAIN_SIZE:-}" ] && SIZE_ARGS=(--train-size "$TRAIN_SIZE")
