@@ -255,6 +255,13 @@ static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const
     return st;
 }
 
+/* the ops wrapped to run slice by slice, each beside its wrapper (an optional op the backend lacks stays NULL) */
+#define SLICED_OPS(X)                                                                                                  \
+    X(conv2d_fprop, w_fprop) X(conv2d_fprop_pool, w_fprop_pool) X(conv2d_fprop_pair, w_fprop_pair)                     \
+    X(conv2d_dgrad, w_dgrad) X(conv2d_dgrad_relu, w_dgrad_relu) X(conv2d_wgrad, w_wgrad) X(channel_sum, w_channel_sum) \
+    X(pool2d_forward, w_pool_forward) X(pool2d_backward, w_pool_backward) X(linear_forward, w_linear_forward)          \
+    X(linear_backward, w_linear_backward)
+
 /* the stem's BatchNorm backward with its max-pool's inside (bn_backward_pool) sums over the pool's tiles: not
  * sliced by the backends, so the train plan keeps the two apart */
 static bool w_bn_pool_fusable(cnn_backend *be, const cnn_bn *bn, const cnn_pool2d *pl) {
@@ -297,17 +304,10 @@ cnn_status cnn_shards_begin(cnn_backend *be, int shards, const cnn_net *net) {
     be->shards = sh;
     if (be->bn_pool_fusable) be->bn_pool_fusable = w_bn_pool_fusable;
     if (shards == 1) return CNN_OK; /* a rank of one slice runs its batch whole, as a slice */
-    be->conv2d_fprop = w_fprop;
-    if (be->conv2d_fprop_pool) be->conv2d_fprop_pool = w_fprop_pool;
-    if (be->conv2d_fprop_pair) be->conv2d_fprop_pair = w_fprop_pair;
-    be->conv2d_dgrad = w_dgrad;
-    if (be->conv2d_dgrad_relu) be->conv2d_dgrad_relu = w_dgrad_relu;
-    be->conv2d_wgrad = w_wgrad;
-    be->channel_sum = w_channel_sum;
-    be->pool2d_forward = w_pool_forward;
-    be->pool2d_backward = w_pool_backward;
-    be->linear_forward = w_linear_forward;
-    be->linear_backward = w_linear_backward;
+#define WRAP(op, fn) \
+    if (be->op) be->op = fn;
+    SLICED_OPS(WRAP)
+#undef WRAP
     return CNN_OK;
 }
 
@@ -316,17 +316,9 @@ void cnn_shards_end(cnn_backend *be) {
     be->batch_shards = 0;
     if (!sh) return;
     const cnn_backend *o = &sh->saved; /* the ops begin replaced; the rest of the table has moved on (counters) */
-    be->conv2d_fprop = o->conv2d_fprop;
-    be->conv2d_fprop_pool = o->conv2d_fprop_pool;
-    be->conv2d_fprop_pair = o->conv2d_fprop_pair;
-    be->conv2d_dgrad = o->conv2d_dgrad;
-    be->conv2d_dgrad_relu = o->conv2d_dgrad_relu;
-    be->conv2d_wgrad = o->conv2d_wgrad;
-    be->channel_sum = o->channel_sum;
-    be->pool2d_forward = o->pool2d_forward;
-    be->pool2d_backward = o->pool2d_backward;
-    be->linear_forward = o->linear_forward;
-    be->linear_backward = o->linear_backward;
+#define UNWRAP(op, fn) be->op = o->op;
+    SLICED_OPS(UNWRAP)
+#undef UNWRAP
     be->bn_pool_fusable = o->bn_pool_fusable;
     be->shards = NULL;
     if (sh->scratch) be->free(be, sh->scratch);

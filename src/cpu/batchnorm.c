@@ -42,18 +42,6 @@ static int64_t chunk_hi(const chunking *k, int64_t ch) {
     return hi < end ? hi : end;
 }
 
-/* t[0] = ((t0 + t1) + (t2 + t3)) + ...: the pairwise tree over n (a power of two) slices' values */
-static double tree_d(double *t, int n) {
-    for (int step = 1; step < n; step *= 2)
-        for (int j = 0; j + step < n; j += 2 * step) t[j] += t[j + step];
-    return t[0];
-}
-static float tree_f(float *t, int n) {
-    for (int step = 1; step < n; step *= 2)
-        for (int j = 0; j + step < n; j += 2 * step) t[j] += t[j + step];
-    return t[0];
-}
-
 /* slice s's sum of part[ch * ld + j] over its chunks, in order */
 static double slice_sum(const double *part, int64_t ld, const chunking *k, int s, int j) {
     double t = 0;
@@ -67,7 +55,7 @@ static void reduce_chunks(int threads, const double *part, const chunking *k, in
     for (int j = 0; j < c; j++) {
         double t[8] = {0};
         for (int s = 0; s < k->shards; s++) t[s] = slice_sum(part, c, k, s, j);
-        total[j] = tree_d(t, k->shards);
+        total[j] = cnn_cpu_tree_d(t, k->shards);
     }
 }
 
@@ -312,10 +300,10 @@ cnn_status cnn_cpu_op_bn_backward(cnn_backend *be, const cnn_bn *bn, const void 
             t0[sl] = slice_sum(part, 2 * C, &kc, sl, j), t1[sl] = slice_sum(part, 2 * C, &kc, sl, C + j);
             f0[sl] = (float)t0[sl], f1[sl] = (float)t1[sl];
         }
-        sum_dy[j] = tree_d(t0, kc.shards);
-        sum_dyx[j] = tree_d(t1, kc.shards);
-        if (dbeta) dbeta[j] = tree_f(f0, kc.shards);
-        if (dgamma) dgamma[j] = tree_f(f1, kc.shards);
+        sum_dy[j] = cnn_cpu_tree_d(t0, kc.shards);
+        sum_dyx[j] = cnn_cpu_tree_d(t1, kc.shards);
+        if (dbeta) dbeta[j] = cnn_cpu_tree_f(f0, kc.shards);
+        if (dgamma) dgamma[j] = cnn_cpu_tree_f(f1, kc.shards);
     }
     /* dgamma, dbeta are this rank's sums; dx takes the group's (sum_dy and sum_dyx are adjacent) */
     cnn_status st = group_sum(be, bn, sum_dy, 2 * C);

@@ -28,6 +28,19 @@ typedef struct cnn_cpu {
 
 static inline int cnn_cpu_threads(const cnn_backend *be) { return ((const cnn_cpu *)be->impl)->threads; }
 
+/* t[0] = ((t0 + t1) + (t2 + t3)) + ...: the pairwise tree over n (a power of two <= 8) slices' values (backend.h,
+ * tree_sum; core/shards.h) */
+static inline float cnn_cpu_tree_f(float *t, int n) {
+    for (int step = 1; step < n; step *= 2)
+        for (int j = 0; j + step < n; j += 2 * step) t[j] += t[j + step];
+    return t[0];
+}
+static inline double cnn_cpu_tree_d(double *t, int n) {
+    for (int step = 1; step < n; step *= 2)
+        for (int j = 0; j + step < n; j += 2 * step) t[j] += t[j + step];
+    return t[0];
+}
+
 /* ---- the GEMM ------------------------------------------------------------------------------------------- */
 
 /* An implicit im2col matrix over an NHWC source x (N, HS, WS, CS). Row m = (n, i, j) on a (gh, gw) grid;

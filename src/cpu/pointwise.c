@@ -139,9 +139,7 @@ cnn_status cnn_cpu_op_tree_sum(cnn_backend *be, int shards, int64_t count, const
     for (int64_t i = 0; i < count; i++) {
         float t[8] = {0};
         for (int j = 0; j < shards; j++) t[j] = parts[j * stride + i];
-        for (int step = 1; step < shards; step *= 2) /* level by level: ((t0 + t1) + (t2 + t3)) + ... */
-            for (int j = 0; j + step < shards; j += 2 * step) t[j] += t[j + step];
-        out[i] = t[0];
+        out[i] = cnn_cpu_tree_f(t, shards);
     }
     return CNN_OK;
 }
