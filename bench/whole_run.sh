@@ -56,25 +56,32 @@ SIZE_ARGS=()
 make -j"$(nproc)" >/tmp/whole-run-build.log 2>&1 || { tail -20 /tmp/whole-run-build.log; exit 1; }
 echo "== ours: $(git rev-parse --short HEAD 2>/dev/null), data $DATA"
 ls /usr/local/cuda/lib64 2>/dev/null | grep -i nvjpeg | head -n 3 | sed 's/^/   nvjpeg present: /'
-t0=$(date +%s)
+t0=$(date +%s.%N)
 build/cnn train --model resnet18 --stem cifar --data "$SOURCE" --epochs "$EPOCHS" --batch "$BATCH" \
     --lr "$LR" --nesterov --weight-decay 5e-4 --label-smoothing 0.1 --warmup "$WARMUP" --schedule cosine --pad "$PAD" \
     --dtype bf16 --device cuda --out "$OUT" --no-progress "${SIZE_ARGS[@]}"
 rc=$?
-t1=$(date +%s)
+t1=$(date +%s.%N)
+ours_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 ours_top1=$(sed -n 's/.*"eval_top1":\([0-9.]*\).*/\1/p' "$OUT/metrics.jsonl" | tail -n1)
-ours_line=$(awk -v a="${ours_top1:-0}" -v s=$((t1 - t0)) -v e="$EPOCHS" -v rc=$rc \
-            'BEGIN { printf "RESULT ours  top1 %.2f%% total_s %d epochs %s (exit %d)", 100 * a, s, e, rc }')
+ours_line=$(awk -v a="${ours_top1:-0}" -v s="$ours_s" -v e="$EPOCHS" -v rc=$rc \
+            'BEGIN { printf "RESULT ours  top1 %.2f%% total_s %s epochs %s (exit %d)", 100 * a, s, e, rc }')
 torch_line="RESULT torch skipped (SKIP_TORCH=1)"
 if [ -z "${SKIP_TORCH:-}" ]; then
     echo "== PyTorch twin ($PYTHON)"
+    t2=$(date +%s.%N)
     "$PYTHON" bench/train_twin.py --data "$DATA" --format "$FORMAT" --epochs "$EPOCHS" --batch "$BATCH" --lr "$LR" \
         --warmup "$WARMUP" --pad "$PAD" "${SIZE_ARGS[@]}" | tee /tmp/whole-run-torch.log
+    torch_s=$(awk -v a="$t2" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     torch_line=$(grep '^RESULT torch' /tmp/whole-run-torch.log || echo "RESULT torch failed: $(tail -n 3 /tmp/whole-run-torch.log)")
+    # the twin's total_s starts after Python has imported torch; the process's wall time, as ours, is the ratio's
+    case $torch_line in "RESULT torch top1"*)
+        torch_line="$torch_line, process wall_s $torch_s; ours/torch wall $(awk -v a="$ours_s" -v b="$torch_s" 'BEGIN { printf "%.2f", a / b }')x" ;;
+    esac
 fi
 echo
 echo "== summary (ResNet-18 CIFAR stem, $WHAT, bf16, batch $BATCH, $EPOCHS epochs)"
-echo "$ours_line   (wall time of the whole cnn train command: compilation, tuning and per-epoch evaluation included)"
+echo "$ours_line   (wall time of the whole cnn train process: compilation, tuning and per-epoch evaluation included)"
 echo "$torch_line"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 MACHINE=${MACHINE:-$( [ -n "$gpu" ] && echo "$gpu" | tr ' ' '-' || echo "cpu-$(nproc)c")}

@@ -17,10 +17,15 @@
  *   - scalar (any C): 32 channels x 8 rows per block; mean, then the centred variance, then apply.
  * The stem's backward (a BN -> ReLU that only a 3x3/2 max-pool reads) takes in the pool's: bn_bwd_pool_*, and VGG's
  * tiling max-pool backward sums the bias gradient it writes (pool_bwd_tile_sum_vec): both in batchnorm_pool.cuh.
- * Specialisation: ACT.
+ * Specialisation: ACT, and BN_PART: 0 the forward's, channel_sum's and eval's kernels, 1 the backward's (two
+ * programs that compile side by side, the one program the longest compilation of a cold start: perf-log step 109).
  */
 #include "common.cuh"
 #include "params.cuh"
+
+#if !defined(BN_PART) || (BN_PART != 0 && BN_PART != 1)
+#error "batchnorm.cu needs -DBN_PART=0 or 1"
+#endif
 
 #define RED_TX 32 /* channels per block */
 #define RED_TY 8  /* row lanes per block */
@@ -47,6 +52,7 @@ __device__ __forceinline__ void chunk_rows(const red_args &a, long long chunk, l
 }
 
 /* mode 0: P0 = sum x;  mode 1: P0 = sum (x - mean)^2;  mode 2: P0 = sum dy, P1 = sum dy * (x - mean) * invstd */
+#if BN_PART == 0
 extern "C" __global__ void chan_partial(const red_args a) {
     pdl_enter();
     __shared__ double sh0[RED_TY][RED_TX + 1], sh1[RED_TY][RED_TX + 1];
@@ -89,6 +95,7 @@ extern "C" __global__ void chan_partial(const red_args a) {
         if (a.mode == 2) a.partial[((long long)a.chunks + blockIdx.y) * a.c + c] = t1;
     }
 }
+#endif
 
 /* The finalize kernels: blocks of RED_TX channels x FIN_TY lanes (grid C / RED_TX). chunk_sums adds channel c's
  * partial sums over the chunks for W arrays at once (first, first + 1, ..): lane ty takes chunks ty, ty + FIN_TY,
@@ -131,15 +138,18 @@ __device__ __forceinline__ double chunk_sum(const red_args &a, int which, int c)
 #define FIN_WRITES(c) (threadIdx.y == 0 && (c) < a.c)
 
 /* channel_sum: fout[c] = sum of the chunks (mode 0 partials) */
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) chan_sum_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
     const double t = chunk_sum(a, 0, c);
     if (FIN_WRITES(c)) a.fout[c] = (float)t;
 }
+#endif
 
 /* Synchronised BatchNorm: totals[w][c] = the sum of array w's chunks (w < sums). The launcher sums them over the
  * group's ranks, then a finalize kernel reads them as one chunk of all the ranks' rows. */
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_chunk_totals(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
@@ -148,11 +158,13 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_chunk_totals(const 
         if (FIN_WRITES(c)) a.totals[(long long)w * a.c + c] = t;
     }
 }
+#endif
 
 /* --deterministic across rank counts (core/shards.h): totals[w][c] = the pairwise tree over the a.shards slices (a
  * power of two <= 8) of each slice's sum of its a.slice_chunks chunks, partial[w][j][k][c], added as chunk_sums adds
  * a batch's; with dbeta and dgamma (the backward's sums, w = 0 and 1) also the float tree of each slice's sum rounded
  * to float, as the ranks holding the slices make their gradients and sum them. Blocks as the finalize kernels'. */
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
@@ -181,17 +193,21 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const re
         if (w == 1 && a.dgamma) a.dgamma[c] = f[0];
     }
 }
+#endif
 
 /* mean[c] = sum x / M (mode 0 partials) */
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_mean_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
     const double t = chunk_sum(a, 0, c);
     if (FIN_WRITES(c)) a.mean[c] = (float)(t / (double)a.m);
 }
+#endif
 
 /* From the mode 1 partials: biased variance for normalisation, invstd = 1/sqrt(var + eps); running statistics
  * (1-momentum)*old + momentum*batch with the unbiased variance var*M/(M-1). */
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_var_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
@@ -203,6 +219,7 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_var_finalize(const 
     a.running_mean[c] = (float)(mom * (double)a.mean[c] + (1.0 - mom) * (double)a.running_mean[c]);
     a.running_var[c] = (float)(mom * unbiased + (1.0 - mom) * (double)a.running_var[c]);
 }
+#endif
 
 /* From the mode 2 sums of channel c: dbeta = sum dy, dgamma = sum dy*xhat, and the coefficients of dx in double. */
 __device__ __forceinline__ void bwd_coef_store(const red_args &a, int c, double sdy, double sdyx) {
@@ -212,6 +229,7 @@ __device__ __forceinline__ void bwd_coef_store(const red_args &a, int c, double 
     if (a.dbeta) a.dbeta[c] = (float)sdy;
     if (a.dgamma) a.dgamma[c] = (float)sdyx;
 }
+#if BN_PART == 1
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_bwd_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
@@ -219,6 +237,7 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_bwd_finalize(const 
     chunk_sums<2>(a, 0, c, t);
     if (FIN_WRITES(c)) bwd_coef_store(a, c, t[0], t[1]);
 }
+#endif
 
 /* Elementwise over (M, C): each thread takes 4 consecutive elements per grid-stride step, channel = i % C. */
 #define FOR_MC(a, i, c)                                                                                      \
@@ -226,6 +245,7 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_bwd_finalize(const 
         for (int j_ = 0, c = (int)(i % (a).c); j_ < 4 && i + j_ < total_; j_++, c = c + 1 == (a).c ? 0 : c + 1)
 
 /* y = relu?((x - mean) * invstd * gamma + beta + residual) */
+#if BN_PART == 0
 extern "C" __global__ void bn_apply(const red_args a) {
     pdl_enter();
     const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
@@ -238,9 +258,11 @@ extern "C" __global__ void bn_apply(const red_args a) {
         act_store(y, e, v);
     }
 }
+#endif
 
 /* The scalar path's mask: byte b of mask = the bits of y[8b .. 8b+7] > 0, from the output bn_apply wrote (its
  * threads take 4 elements each, half a byte). */
+#if BN_PART == 0
 extern "C" __global__ void bn_mask_of_y(const red_args a) {
     pdl_enter();
     const act_t *y = (const act_t *)a.out;
@@ -251,10 +273,12 @@ extern "C" __global__ void bn_mask_of_y(const red_args a) {
         a.mask[b] = (unsigned char)bits;
     }
 }
+#endif
 
 /* dx (+)= gamma*invstd * (g - mean g - xhat * mean g*xhat), in double: for small M the bracket cancels almost
  * completely and float32 would lose the result's leading digits (the CPU backend computes the same way); dres (+)= g.
  * g = dy, or 0 where the ReLU after the BN did not pass (y <= 0). dx or dres may be NULL. */
+#if BN_PART == 1
 extern "C" __global__ void bn_bwd_apply(const red_args a) {
     pdl_enter();
     const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
@@ -271,6 +295,7 @@ extern "C" __global__ void bn_bwd_apply(const red_args a) {
         if (dres) act_store(dres, e, (float)(a.dres_accumulate ? g + (double)act_load(dres, e) : g));
     }
 }
+#endif
 
 /* ---- the vector path (C % 8 == 0, 16-byte aligned tensors) ---------------------------------------------------
  * A block of 256 threads: CVT = min(C/8, 256) channel vectors of 8 x RT = 256 / CVT row lanes; blockIdx.x counts the
@@ -402,14 +427,18 @@ template <int MODE> __device__ __forceinline__ void partial_vec(const red_args &
     }
     partials_reduce(a, sh, chunk);
 }
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(VEC_T) bn_partial_vec(const red_args a) {
     pdl_enter();
     partial_vec<0>(a);
 }
+#endif
+#if BN_PART == 1
 extern "C" __global__ void __launch_bounds__(VEC_T, 2) bn_bwd_partial_vec(const red_args a) {
     pdl_enter();
     partial_vec<2>(a);
 }
+#endif
 
 /* From the vector path's sums of channel c, sum x and sum x^2: the mean, the biased variance E[x^2] - mean^2 in
  * double (normalises), invstd; running statistics as bn_var_finalize. */
@@ -430,6 +459,7 @@ __device__ __forceinline__ void stats_store(const red_args &a, int c, double sx,
  * of RED_TY taking fchunks ty, ty + RED_TY, .. of both arrays in order, the lanes then added in order. Replaces
  * bn_partial_vec's read of x (perf-log step 87). Lanes, not one thread per channel of 256 as before step 90: no
  * faster by itself (the fold's time is its launch, or the conv's partials read), but every thread has work at C = 64. */
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(RED_TX * RED_TY) bn_fold_stats(const red_args a) {
     pdl_enter();
     __shared__ double sh[2][RED_TY][RED_TX + 1];
@@ -454,7 +484,9 @@ extern "C" __global__ void __launch_bounds__(RED_TX * RED_TY) bn_fold_stats(cons
         a.partial[((long long)ty * a.chunks + blockIdx.x) * a.c + c] = t;
     }
 }
+#endif
 
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_stats_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
@@ -462,6 +494,7 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_stats_finalize(cons
     chunk_sums<2>(a, 0, c, t);
     if (FIN_WRITES(c)) stats_store(a, c, t[0], t[1]);
 }
+#endif
 
 /* the per-channel factors of a thread's 8 channels, reloaded only when its channel group changes: with a grid
  * whose thread count is a multiple of C / 8 (the launcher's, where C / 8 divides 256) never after the first */
@@ -525,10 +558,12 @@ template <int U> __device__ __forceinline__ void apply_vec(const red_args &a, lo
         if (cg >= cvs) cg -= cvs;
     }
 }
+#if BN_PART == 0
 extern "C" __global__ void bn_apply_vec(const red_args a) {
     pdl_enter();
     apply_vec<1>(a, GRID_TID, GRID_STRIDE);
 }
+#endif
 
 /* bn_bwd_apply over 8 channels per thread and step. With 16-bit activations the arithmetic is float (the result is
  * rounded to 8 bits of mantissa; float's error is 2^-24 of g); f32 keeps double as bn_bwd_apply. */
@@ -636,13 +671,17 @@ template <int U> __device__ __forceinline__ void bwd_apply_vec(const red_args &a
         bwd_apply8(a, p, rg, rx, pass, v);
     }
 }
+#if BN_PART == 1
 extern "C" __global__ void bn_bwd_apply_vec(const red_args a) {
     pdl_enter();
     bwd_apply_vec<1>(a, GRID_TID, GRID_STRIDE);
 }
+#endif
 
 /* the kernels that take in a max-pool's backward (the stem's BatchNorm, VGG's tiling pool with its sums) */
+#if BN_PART == 1
 #include "batchnorm_pool.cuh"
+#endif
 
 /* ---- the fused kernels: a whole BatchNorm pass in one cooperative launch -------------------------------------
  * The vector path's three kernels (partial sums, finalize, apply) as the phases of one kernel whose CTAs are all
@@ -680,16 +719,21 @@ template <int MODE> __device__ __forceinline__ void fused_vec(const red_args &a)
     if (MODE == 0) apply_vec<4>(a, v, stride);
     else bwd_apply_vec<BWD_U>(a, v, stride);
 }
+#if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(VEC_T) bn_fused_vec(const red_args a) {
     pdl_enter();
     fused_vec<0>(a);
 }
+#endif
+#if BN_PART == 1
 extern "C" __global__ void __launch_bounds__(VEC_T, 2) bn_bwd_fused_vec(const red_args a) {
     pdl_enter();
     fused_vec<2>(a);
 }
+#endif
 
 /* y = relu?(x * scale + shift + residual); scale NULL = 1, shift NULL = 0, residual NULL = none */
+#if BN_PART == 0
 extern "C" __global__ void scale_shift(const red_args a) {
     pdl_enter();
     const act_t *x = (const act_t *)a.x, *res = (const act_t *)a.residual;
@@ -704,3 +748,4 @@ extern "C" __global__ void scale_shift(const red_args a) {
         act_store(y, e, v);
     }
 }
+#endif

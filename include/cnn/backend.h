@@ -437,7 +437,7 @@ struct cnn_backend {
     /* A dry run: between begin and end, calls run on the host only. Kernels are not launched and collectives not
      * made, and the autotuner times nothing: the programs those kernels and every candidate of a tuning would
      * use are noted. Allocations and copies happen as usual. end compiles the noted programs side by side (one
-     * batch on the compile threads, where a real run would compile each when first launched or tuned) and
+     * batch on the compile workers, where a real run would compile each when first launched or tuned) and
      * leaves the state as before begin but for them. Run ahead of a pass's first real run (model.c), it turns
      * a cold start's chain of compilations into one parallel batch. Outside graph recording only. NULL where
      * the backend compiles nothing. */

@@ -75,7 +75,7 @@ typedef struct cnn_env {
     char xdg_cache_home[1024]; /* XDG_CACHE_HOME, HOME: where the default cache directory is                     */
     char home[1024];
     char cuda_home[1024];      /* CUDA_HOME: where else to look for libnvrtc                                     */
-    int compile_threads;       /* CNN_COMPILE_THREADS: threads compiling programs side by side (0: the default) */
+    int compile_threads;       /* CNN_COMPILE_THREADS: compile worker processes (0: the default) */
     bool sync_debug;           /* CNN_SYNC_DEBUG: synchronise and check after every GPU launch                   */
     char conv_skip[128];       /* CNN_CONV_SKIP=a,b: the A/B mechanism, conv rows whose names contain a or b are
                                 * left out of every choice                                                        */

@@ -156,7 +156,8 @@ cnn_status cnn_model_load(cnn_model *m, const char *path);
 void cnn_model_set_allow_nonfinite(cnn_model *m, bool allow);
 cnn_status cnn_model_save(cnn_model *m, const char *path);
 
-/* Host access to one parameter in torchvision layout (float32; num_batches_tracked as a float count). */
+/* Host access to one parameter in torchvision layout (float32; num_batches_tracked as a float count). Setting a
+ * weight also writes its act_dtype copy (rounded on the host, as the device rounds). */
 cnn_status cnn_model_get_param(cnn_model *m, int index, float *out);
 cnn_status cnn_model_set_param(cnn_model *m, int index, const float *in);
 /* Gradient of a trainable parameter after cnn_model_backward, in torchvision layout. */
@@ -233,7 +234,7 @@ cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o);
 float *cnn_model_params(cnn_model *m);      /* (n_trainable) */
 float *cnn_model_grads(cnn_model *m);       /* (n_trainable) */
 float *cnn_model_buffers(cnn_model *m);     /* (n_buffer)    */
-/* After the master weights changed: refresh act_dtype copies and invalidate folded BN. */
+/* After the master weights changed on the device: refresh act_dtype copies and invalidate folded BN. */
 cnn_status cnn_model_params_changed(cnn_model *m);
 /* The act_dtype copies of the weights, laid out as the trainable arena (n_trainable elements; cnn_param.act_copy
  * says which slices are read), or NULL when the backend reads the float32 masters. An optimizer that writes them

@@ -448,8 +448,9 @@ static cnn_status backward_ops(cnn_model *m, int n, float eps);
  * Before a pass (kind, n) first runs, a dry run of it (backend.h dry_run_begin) notes every program it and its
  * autotuning will use, and the backend compiles them side by side: a cold start waits for one parallel batch, not
  * for a chain of compilations one launch or one tuned layer at a time (perf-log step 104). A train forward's dry
- * run takes in the backward, so that both compile in one batch. Best effort: where a dry run fails, the real pass
- * compiles what is missing as it goes and reports any error in context. */
+ * run takes in the backward and the eval passes the loop will run (cnn_model_set_dry_eval, step 109), so that all
+ * compile in one batch. Best effort: where a dry run fails, the real pass compiles what is missing as it goes and
+ * reports any error in context. */
 static bool dry_done(const cnn_model *m, int kind, int n) {
     for (int i = 0; i < m->n_dry; i++)
         if (m->dry[i].kind == kind && m->dry[i].n == n) return true;
@@ -475,6 +476,9 @@ static void compile_ahead(cnn_model *m, int kind, int n, float eps) {
                                                                                      : backward_ops(m, n, eps);
         if (st == CNN_OK && with_backward) st = backward_ops(m, n, eps);
         if (st == CNN_OK && with_backward && m->dry_step) st = m->dry_step(m->dry_step_ctx);
+        for (int i = 0; st == CNN_OK && with_backward && i < m->n_dry_eval; i++) /* no fold: nothing launches */
+            if (!dry_done(m, CNN_GRAPH_EVAL, m->dry_eval[i]))
+                dry_mark(m, CNN_GRAPH_EVAL, m->dry_eval[i]), st = forward_eval(m, m->dry_eval[i]);
         cnn_status end = be->dry_run_end(be); /* compiles what was noted, after a failure too */
         if (st == CNN_OK) st = end;
     }
@@ -725,38 +729,6 @@ static cnn_status backward_ops(cnn_model *m, int n, float label_smoothing) {
         }
     }
     if (m->comm && m->n_buckets > 0) CNN_TRY(be->comm_join(be, m->comm));
-    return CNN_OK;
-}
-
-/* The gradient buckets: cnn_plan_buckets. */
-cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o) {
-    free(m->buckets);
-    m->buckets = NULL;
-    m->n_buckets = 0;
-    m->comm = NULL;
-    m->dp = (cnn_dp_opts){.world = 1};
-    if (m->sum_scratch) m->be->free(m->be, m->sum_scratch);
-    m->sum_scratch = NULL;
-    cnn_model_set_graphs(m, m->use_graphs); /* recorded passes hold the sums or not: record them again */
-    if (!comm) return CNN_OK;
-    if (!m->train) return cnn_fail(CNN_E_INVALID, "data-parallel gradients on a model created for inference");
-    if (!m->be->comm_allreduce) return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no collectives", m->be->name);
-    if (o->world < 1) return cnn_fail(CNN_E_INVALID, "data parallel over %d ranks", o->world);
-    if (o->bf16_sums && !m->be->comm_allreduce_bf16)
-        return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no bfloat16 gradient sums", m->be->name);
-    if (o->bf16_sums)
-        CNN_TRY(m->be->alloc(m->be, (size_t)(m->net->n_trainable > 0 ? m->net->n_trainable : 1) * 2,
-                             "bf16 gradient sums", &m->sum_scratch));
-    m->comm = comm;
-    m->dp = *o;
-    if (o->bucket_bytes == 0) return CNN_OK;
-    m->buckets = cnn_calloc((size_t)m->net->n_params + 1, sizeof *m->buckets, "bucket plan");
-    m->n_buckets = m->buckets ? cnn_plan_buckets(m->net, &m->plan, o->bucket_bytes, m->buckets) : -1;
-    if (m->n_buckets < 0) {
-        free(m->buckets);
-        m->buckets = NULL, m->n_buckets = 0, m->comm = NULL;
-        return CNN_E_OOM;
-    }
     return CNN_OK;
 }
 

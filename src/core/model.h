@@ -73,6 +73,7 @@ struct cnn_model {
     int n_dry;
     cnn_status (*dry_step)(void *ctx); /* the rest of a training step, run in its forward's dry run (model.c) */
     void *dry_step_ctx;
+    int dry_eval[2], n_dry_eval; /* cnn_model_set_dry_eval */
     /* the train forward's conv whose output only the next step's BatchNorm reads: its epilogue's sums of y for that
      * BatchNorm (cnn_conv_stats), and the conv's node (-1: none pending) */
     cnn_conv_stats conv_sums;
@@ -139,6 +140,19 @@ void cnn_model_set_node_check(cnn_model *m, cnn_node_check_fn fn, void *ctx);
  * (perf-log step 107; every launch of a dry run is skipped, so fn changes nothing). fn NULL removes it. */
 static inline void cnn_model_set_dry_step(cnn_model *m, cnn_status (*fn)(void *ctx), void *ctx) {
     m->dry_step = fn, m->dry_step_ctx = ctx;
+}
+/* The eval batch sizes the loop will run (its batch and the test set's remainder; count 0: none): their eval
+ * passes are dry-run with the first train forward's, so that they compile in its batch and not alone at the
+ * first evaluation (perf-log step 109). */
+struct cnn_dist_ctx;
+/* evaluate.c: the batch sizes (at most 2, their count returned) cnn_evaluate_dist(m, a set of ds_n images, n,
+ * batch, dist) runs */
+int cnn_eval_batch_sizes(const cnn_model *m, int64_t ds_n, int n, int batch, const struct cnn_dist_ctx *dist,
+                         int out[2]);
+static inline void cnn_model_set_dry_eval(cnn_model *m, const int *ns, int count) {
+    m->n_dry_eval = 0;
+    for (int i = 0; i < count && m->n_dry_eval < 2; i++)
+        if (ns[i] > 0 && ns[i] <= m->max_batch) m->dry_eval[m->n_dry_eval++] = ns[i];
 }
 
 #endif

@@ -6,6 +6,7 @@
 #include "plan.h"
 
 #include "cnn/cnn.h"
+#include "model.h"
 
 #include <stdlib.h>
 
@@ -261,4 +262,36 @@ int cnn_plan_buckets(const cnn_net *net, const cnn_plan *p, size_t bucket_bytes,
     }
     free(done);
     return n;
+}
+
+/* The model's gradient buckets (cnn_plan_buckets) and communicator. */
+cnn_status cnn_model_set_comm(cnn_model *m, void *comm, const cnn_dp_opts *o) {
+    free(m->buckets);
+    m->buckets = NULL;
+    m->n_buckets = 0;
+    m->comm = NULL;
+    m->dp = (cnn_dp_opts){.world = 1};
+    if (m->sum_scratch) m->be->free(m->be, m->sum_scratch);
+    m->sum_scratch = NULL;
+    cnn_model_set_graphs(m, m->use_graphs); /* recorded passes hold the sums or not: record them again */
+    if (!comm) return CNN_OK;
+    if (!m->train) return cnn_fail(CNN_E_INVALID, "data-parallel gradients on a model created for inference");
+    if (!m->be->comm_allreduce) return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no collectives", m->be->name);
+    if (o->world < 1) return cnn_fail(CNN_E_INVALID, "data parallel over %d ranks", o->world);
+    if (o->bf16_sums && !m->be->comm_allreduce_bf16)
+        return cnn_fail(CNN_E_UNSUPPORTED, "the %s backend has no bfloat16 gradient sums", m->be->name);
+    if (o->bf16_sums)
+        CNN_TRY(m->be->alloc(m->be, (size_t)(m->net->n_trainable > 0 ? m->net->n_trainable : 1) * 2,
+                             "bf16 gradient sums", &m->sum_scratch));
+    m->comm = comm;
+    m->dp = *o;
+    if (o->bucket_bytes == 0) return CNN_OK;
+    m->buckets = cnn_calloc((size_t)m->net->n_params + 1, sizeof *m->buckets, "bucket plan");
+    m->n_buckets = m->buckets ? cnn_plan_buckets(m->net, &m->plan, o->bucket_bytes, m->buckets) : -1;
+    if (m->n_buckets < 0) {
+        free(m->buckets);
+        m->buckets = NULL, m->n_buckets = 0, m->comm = NULL;
+        return CNN_E_OOM;
+    }
+    return CNN_OK;
 }

@@ -1,5 +1,5 @@
 /* train.c — the training loop: batches, forward/backward, the non-finite guard, optimizer, schedules,
- * evaluation, metrics, progress and checkpoints (atomic; exact resume; never one holding a NaN). */
+ * evaluation (evaluate.c's), metrics, progress and checkpoints (atomic; exact resume; never one holding a NaN). */
 #include "cnn/train.h"
 #include "cnn/io.h"
 #include "cnn/safetensors.h"
@@ -45,67 +45,6 @@ float cnn_lr_at(const cnn_train_opts *o, int64_t s, int64_t total, int64_t steps
     }
     }
     return o->lr;
-}
-
-/* ---- evaluation --------------------------------------------------------------------------------------- */
-
-cnn_status cnn_evaluate(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_eval_result *out) {
-    return cnn_evaluate_dist(m, ds, n, batch, NULL, out);
-}
-
-cnn_status cnn_evaluate_dist(cnn_model *m, const cnn_dataset *ds, int n, int batch, cnn_dist_ctx *dist,
-                             cnn_eval_result *out) {
-    memset(out, 0, sizeof *out);
-    if (n <= 0 || n > ds->n) n = ds->n;
-    int64_t first = 0, mine = n; /* this rank's images: [first, first + mine) */
-    if (dist) cnn_dist_split(n, dist->rank, dist->world, &first, &mine);
-    if (batch > cnn_model_max_batch(m)) batch = cnn_model_max_batch(m);
-    int classes = cnn_model_net(m)->num_classes;
-    cnn_loader l;
-    CNN_TRY(cnn_loader_init(&l, ds, cnn_model_backend(m), batch, false, false, 0));
-    float *logits = malloc((size_t)batch * classes * sizeof *logits);
-    int64_t *labels = malloc((size_t)batch * sizeof *labels);
-    cnn_status st = logits && labels ? CNN_OK : cnn_fail(CNN_E_OOM, "out of host memory evaluating");
-    double loss_sum = 0;
-    int64_t c1 = 0, c5 = 0, bad = 0;
-    for (int64_t start = first; start < first + mine && st == CNN_OK; start += batch) {
-        int b = first + mine - start < batch ? (int)(first + mine - start) : batch;
-        float loss;
-        st = cnn_loader_batch(&l, m, 0, start, b, labels);
-        if (st == CNN_OK) st = cnn_model_forward(m, b, CNN_MODE_EVAL, 0);
-        if (st == CNN_OK) st = cnn_model_loss(m, b, labels, 0.0f, &loss);
-        if (st == CNN_OK) st = cnn_model_download_logits(m, b, logits);
-        if (st != CNN_OK) break;
-        loss_sum += (double)loss * b;
-        for (int i = 0; i < b; i++) {
-            const float *z = logits + (size_t)i * classes;
-            /* a NaN compares false with everything: such a row would rank its label first. It is wrong. */
-            if (cnn_first_nonfinite(z, classes) >= 0) {
-                bad++;
-                continue;
-            }
-            float t = z[labels[i]];
-            int above = 0;
-            for (int j = 0; j < classes; j++) above += z[j] > t || (z[j] == t && j < labels[i]);
-            c1 += above < 1;
-            c5 += above < 5;
-        }
-    }
-    free(logits);
-    free(labels);
-    out->skipped = cnn_loader_skipped(&l);
-    cnn_loader_free(&l);
-    CNN_TRY(st);
-    double sums[5] = {loss_sum, (double)c1, (double)c5, (double)bad, (double)out->skipped};
-    CNN_TRY(cnn_dist_sum(dist, sums, 5));
-    loss_sum = sums[0], c1 = (int64_t)sums[1], c5 = (int64_t)sums[2], bad = (int64_t)sums[3];
-    out->skipped = (int64_t)sums[4];
-    out->n = n;
-    out->loss = loss_sum / n;
-    out->top1 = (double)c1 / n;
-    out->top5 = (double)c5 / n;
-    out->nonfinite = (int)bad;
-    return CNN_OK;
 }
 
 /* ---- checkpoints -------------------------------------------------------------------------------------- */
@@ -448,6 +387,8 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
                        .n_stats = net->n_buffer, .halt_on_bad = o->on_nonfinite == CNN_NONFINITE_STOP};
     dry_step_ctx dry = {.ts = &ts, .o = o, .guard = &guard};
     cnn_model_set_dry_step(m, dry_step, &dry);
+    int ev_n[2], n_ev = test && o->eval_size > 0 ? cnn_eval_batch_sizes(m, test->n, o->eval_size, o->batch, dist, ev_n) : 0;
+    cnn_model_set_dry_eval(m, ev_n, n_ev);
 
     /* --deterministic: every sum over the batch by slices in a tree (shards.h), the same on any number of ranks;
      * graphs recorded before (or during) the slicing hold the other ops, so they go (again at the end) */
@@ -705,6 +646,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     if (ring_gs_dev) be->free(be, ring_gs_dev);
     cnn_loader_free(&loader);
     cnn_model_set_dry_step(m, NULL, NULL);
+    cnn_model_set_dry_eval(m, NULL, 0);
     if (shards > 0) cnn_model_set_graphs(m, m->use_graphs);
     cnn_shards_end(be);
     cnn_state_free(&ts.state); /* the writer is done with it (waited above) */

@@ -32,7 +32,8 @@
 #define VEC_T 256 /* = kernels/batchnorm.cu: threads of bn_partial_vec */
 
 static cnn_status kern(cuda_be *cb, int entry, CUfunction *f) {
-    return cuda_kernel(cb, &cuda_family_batchnorm, cb->pub.act_dtype, 0, entry, f);
+    return cuda_kernel(cb, &cuda_family_batchnorm, cb->pub.act_dtype, cuda_family_batchnorm.entry_config(entry), entry,
+                       f);
 }
 
 /* chunks of rows for the partial pass: ~8 CTAs per SM in all, at least 64 rows per chunk */

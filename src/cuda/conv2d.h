@@ -229,6 +229,8 @@ typedef struct conv_operands {
     const conv_phase_out *po; /* a strided dgrad's phase written in place (conv2d_dgrad.c), or NULL */
     const conv_ft *ft;      /* a stride-1 dgrad reading the forward's filter (conv2d_dgrad.c; w: it), or NULL */
     const void *x, *w;
+    bool untimed;           /* the heuristic's choice (or a cached winner), never timed: a strided dgrad's phase
+                             * under --tune fast (conv_fast_fprop_phase) */
 } conv_operands;
 /* The launch the tuner times: candidate c of the problem into the scratch output y. */
 typedef cnn_status (*conv_launch_fn)(const conv_operands *op, conv_cand c, void *y);
@@ -286,10 +288,11 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
  * problem's output size is the original's) */
 cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                            void *y);
-/* the choice (tuned as its own OUT_PHASE programs, key "dgrad_phase ...") and launch of a forward problem whose
- * output is one phase of a strided dgrad, written into dx in place (conv_fast_eligible holds) */
+/* the choice and launch of a forward problem whose output is one phase of a strided dgrad (conv_fast_eligible
+ * holds): written into dx in place (po; its own OUT_PHASE programs, key "dgrad_phase ..."), or into its block (po
+ * NULL; key "fprop ..."); tuned under --tune full only (conv2d_fast.c) */
 cnn_status conv_fast_fprop_phase(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                                 const void *w, void *dx, const conv_phase_out *po);
+                                 const void *w, void *y, const conv_phase_out *po);
 /* the same, checked: what winograd.c runs its GEMMs with */
 cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                               const void *w, void *y);

@@ -14,10 +14,10 @@
  *   Winograd (F32 3x3/1)               key "fprop_algo ...": Winograd against the direct kernels, each with its own
  *                                      tuned tile, where the batch has 1024 2x2 tiles or more; else a heuristic
  *   strided dgrad (conv2d_dgrad.c)     key "dgrad_phases ...": the phases through blocks and the interleave, the
- *                                      phases written in place (each phase with its own tuned tile, keys "fprop
- *                                      ..." and "dgrad_phase ..."), and all phases in one grouped launch on each
- *                                      group row (step 86); else in place unless accumulating over more than one
- *                                      phase with taps (perf-log step 75)
+ *                                      phases written in place (each phase on the heuristic's tile; --tune full:
+ *                                      its own tuned tile, keys "fprop ..." and "dgrad_phase ...", step 109), and
+ *                                      all phases in one grouped launch on each group row (step 86); else in place
+ *                                      unless accumulating over more than one phase with taps (perf-log step 75)
  *   stride-1 dgrad (conv2d_dgrad.c)    key "dgrad_ft ...": the filter rewritten, then the forward's choice (the
  *                                      heuristic's, --tune none), against every TMA row's FILT_T program reading the
  *                                      forward's filter as it is (fast: those that keep their consumers busy) (step 88)
@@ -309,7 +309,7 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
             CNN_ASSERT(nc > 0);
             if (po) nc = phase_rows_only(cand, nc);
             *out = cand[0];
-            if (nc == 1) return CNN_OK;
+            if (nc == 1 || op->untimed) return CNN_OK;
             size_t ybytes = (size_t)cv->n * (po ? (size_t)po->h * po->w : (size_t)cv->p * cv->q) * cv->k * act_size(cb);
             return time_candidates(op, key, cand, nc, ybytes, launch, out);
         }

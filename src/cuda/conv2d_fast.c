@@ -207,16 +207,21 @@ cnn_status conv_fast_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epil
     return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL, NULL, NULL);
 }
 
+/* a strided dgrad's phase (conv2d_dgrad.c): written into dx in place (po), or into its block of the staging
+ * workspace (po NULL: a plain forward program). Untimed under --tune fast, on the heuristic's tile: tuning each
+ * phase's tile compiled a third of a cold start's programs, for the two ways the grouped launch mostly beats, and
+ * the ways are still timed against each other (conv_choose_dgrad_phases; perf-log step 109) */
 cnn_status conv_fast_fprop_phase(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
-                                 const void *w, void *dx, const conv_phase_out *po) {
-    CNN_ASSERT(conv_fast_eligible(cuda_impl(be), cv, ep, x, w, dx));
+                                 const void *w, void *y, const conv_phase_out *po) {
+    CNN_ASSERT(conv_fast_eligible(cuda_impl(be), cv, ep, x, w, y));
     CNN_TRY(conv_check_problem(cv, PASS_FPROP));
-    /* the candidates are the phase programs themselves, timed into the tuner's scratch shaped as dx (the residual,
-     * when accumulating, read from dx itself) */
-    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w, .po = po};
+    /* in place, the candidates are the phase programs themselves, timed into the tuner's scratch shaped as dx (the
+     * residual, when accumulating, read from dx itself) */
+    const conv_operands op = {.be = be, .cv = cv, .ep = ep, .x = x, .w = w, .po = po,
+                              .untimed = cuda_impl(be)->tune == CNN_TUNE_FAST};
     conv_cand c;
     CNN_TRY(conv_choose_fast(&op, fast_timed, &c));
-    return conv_fast_launch(be, cv, ep, x, w, dx, c.row, c.splits, NULL, po, NULL);
+    return conv_fast_launch(be, cv, ep, x, w, y, c.row, c.splits, NULL, po, NULL);
 }
 
 cnn_status conv_fast_fprop_checked(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,

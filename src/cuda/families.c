@@ -31,9 +31,22 @@ static const char *const batchnorm_entries[BN_N] = {"chan_partial",     "chan_su
                                                     "bn_bwd_partial_vec", "bn_fused_vec",    "bn_bwd_fused_vec",
                                                     "bn_fold_stats",    "bn_bwd_pool_partial_vec",
                                                     "bn_bwd_pool_apply_vec", "pool_bwd_tile_sum_vec", "bn_shard_tree"};
+static void batchnorm_defines(int cfg, char *buf, size_t cap) { snprintf(buf, cap, "-DBN_PART=%d", cfg); }
+/* the backward's kernels in one program, the rest (forward, channel_sum, eval) in the other (batchnorm.cu) */
+static int batchnorm_entry_config(int entry) {
+    static const unsigned char cfg[BN_N] = {
+        [BN_BWD_FIN] = BN_CFG_BACKWARD,         [BN_BWD_APPLY] = BN_CFG_BACKWARD,
+        [BN_BWD_APPLY_VEC] = BN_CFG_BACKWARD,   [BN_BWD_PARTIAL_VEC] = BN_CFG_BACKWARD,
+        [BN_BWD_FUSED_VEC] = BN_CFG_BACKWARD,   [BN_BWD_POOL_PARTIAL_VEC] = BN_CFG_BACKWARD,
+        [BN_BWD_POOL_APPLY_VEC] = BN_CFG_BACKWARD, [POOL_BWD_TILE_SUM_VEC] = BN_CFG_BACKWARD,
+    }; /* the others BN_CFG_FORWARD (0) */
+    return cfg[entry];
+}
+static const char *batchnorm_config_name(int cfg) { return cfg == BN_CFG_BACKWARD ? "backward" : "forward"; }
 const cuda_family cuda_family_batchnorm = {.name = "batchnorm", .file = "batchnorm.cu", .entries = batchnorm_entries,
-                                           .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = 1,
-                                           .defines = no_defines};
+                                           .n_entries = BN_N, .dtypes = CUDA_DT_ALL, .n_configs = BN_N_CFG,
+                                           .defines = batchnorm_defines, .config_name = batchnorm_config_name,
+                                           .entry_config = batchnorm_entry_config};
 
 /* the filter gradient over few input channels (conv2d_wgrad.c): WGRAD_MAIN, WGRAD_REDUCE; a config per width of
  * dW's tile (cuda_wgrad_few_cols) */

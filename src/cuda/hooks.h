@@ -22,8 +22,9 @@ typedef struct cnn_cuda_program_info {
     const char *file;         /* "conv2d.cu" */
     char label[96];           /* "conv2d_fprop[bf16 128x128x8/8x8]" */
     char defines[256];        /* "-DACT=2 -DPASS=0 -DBM=128 ..." */
-    const char *const *entries; /* kernel names in the program */
+    const char *const *entries; /* kernel names of the family */
     int n_entries;
+    uint64_t held;            /* bit e: the program holds entries[e] (a family may split them over its configs) */
     bool sm90a;               /* built for sm_90a alone (wgmma): no other arch runs it */
 } cnn_cuda_program_info;
 

@@ -150,6 +150,7 @@ cnn_status cuda_pick_arch(int major, int minor, char *arch, size_t cap);
 /* ---- the kernel registry (registry.c) ------------------------------------------------------------------- */
 
 #define CUDA_MAX_ENTRIES 24
+#define CUDA_MAX_BEHIND 4 /* programs compiling in the background at once (cuda_compile_behind) */
 
 /* A family: one kernel file compiled with one set of -D defines per (dtype, config). The configs (the
  * search space) are declared next to their launcher; `defines` writes config cfg's options. */
@@ -169,6 +170,8 @@ typedef struct cuda_family {
     void (*defines)(int cfg, char *buf, size_t cap);
     const char *(*config_name)(int cfg);
     bool sm90a;                   /* wgmma programs: built for sm_90a alone (the only arch their rows run on) */
+    int (*entry_config)(int entry); /* the config whose program holds the entry, where each holds a part of them
+                                     * (batchnorm.cu's BN_PART); NULL: every program holds every entry */
 } cuda_family;
 
 /* The families of the ops but the convolution's (families.c; the convolution's are conv2d.h's), and each one's
@@ -186,6 +189,8 @@ enum {
     BN_FUSED_VEC, BN_BWD_FUSED_VEC, BN_FOLD_STATS, BN_BWD_POOL_PARTIAL_VEC, BN_BWD_POOL_APPLY_VEC,
     POOL_BWD_TILE_SUM_VEC, BN_SHARD_TREE, BN_N
 };
+/* batchnorm.cu's two programs (BN_PART): the forward's, channel_sum's and eval's kernels, and the backward's */
+enum { BN_CFG_FORWARD = 0, BN_CFG_BACKWARD = 1, BN_N_CFG };
 enum { POOL_FWD, POOL_BWD, POOL_FWD_VEC, POOL_BWD_VEC, POOL_BWD_QUAD, POOL_BWD_TILE, POOL_N };
 enum { XENT_ROWS, XENT_MEAN, XENT_N };
 enum { PREP_IMAGES, PREP_RESAMPLE, PREP_N };
@@ -299,6 +304,9 @@ typedef struct cuda_be {
     bool dry_run;
     int *dry_ids;
     int n_dry, cap_dry;
+    /* programs compiling behind on worker processes (nvrtc.c cuda_compile_behind): collected when first needed */
+    struct { int id, fd, pid; } behind[CUDA_MAX_BEHIND];
+    int n_behind;
     cnn_cuda_stats dry_stats; /* stats at dry_run_begin, restored at its end */
     cnn_cuda_stats stats;
 } cuda_be;
@@ -325,11 +333,18 @@ cnn_status cuda_tune_time(cuda_be *cb, const char *key, int n, size_t ybytes, cu
 /* The CUfunction of entry `entry` of (family, dtype, cfg): compiled (or loaded from the disk cache) on first
  * use, then served from the in-process table. */
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out);
-/* Build the programs ids (cuda_program_id) that are neither loaded nor in the disk cache on parallel threads and
- * load them all, so a tuner about to try n candidates waits for one compilation instead of n. Best effort: a
- * program that fails here is compiled again (and its error reported) by cuda_kernel. CNN_COMPILE_THREADS caps
- * the threads (1: off). In a dry run the ids are only noted (cuda_dry_run_end builds them). */
+/* Build the programs ids (cuda_program_id) that are neither loaded nor in the disk cache on worker processes side
+ * by side and load them all, so a tuner about to try n candidates waits for one compilation instead of n. Best
+ * effort: a program that fails here is compiled again (and its error reported) by cuda_kernel. CNN_COMPILE_THREADS
+ * caps the workers (1: off). In a dry run the ids are only noted (cuda_dry_run_end builds them). */
 void cuda_prepare_programs(cuda_be *cb, const int *ids, int n);
+/* Start compiling the programs ids (at most CUDA_MAX_BEHIND, those neither loaded nor in the disk cache) on worker
+ * processes and return: cuda_kernel collects one when it is first needed, cuda_prepare_programs and the backend's
+ * end whatever remains. For the programs nearly every run launches first, started before the backend's context is
+ * created (backend.c), whose creation then hides their compilation. */
+void cuda_compile_behind(cuda_be *cb, const int *ids, int n);
+/* collect every program compiling behind (loaded, or left to compile when first needed); abandon: kill them */
+void cuda_collect_behind(cuda_be *cb, bool abandon);
 /* backend.h dry_run_begin/end: end builds the noted programs (cuda_prepare_programs) */
 cnn_status cuda_dry_run_begin(cnn_backend *be);
 cnn_status cuda_dry_run_end(cnn_backend *be);

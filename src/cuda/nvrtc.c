@@ -22,12 +22,17 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 cuda_nvrtc nvrtc;
@@ -464,7 +469,11 @@ static cnn_status compile_one(const char *arch, int id, void **image, size_t *le
     return cuda_nvrtc_compile(info.label, info.file, opts, n, strncmp(arch, "compute_", 8) == 0, image, len, NULL);
 }
 
+static void collect_if_behind(cuda_be *cb, int id);
+
 static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
+    collect_if_behind(cb, id);
+    if (m->mod) return CNN_OK;
     void *image;
     size_t len;
     disk_lookup(cb, id, &image, &len);
@@ -481,34 +490,20 @@ static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
     return install_module(cb, id, m, image, from_disk);
 }
 
-/* ---- compiling several programs at once (the autotuner's candidates) -------------------------------------- */
+/* ---- compiling several programs at once (a dry run's batch, the autotuner's candidates) -------------------
+ * Each program on a worker process forked for the batch, its image sent back on the worker's pipe; this process
+ * loads the modules. Processes, not threads: NVRTC in the threads of one process stopped scaling at 4 threads on
+ * the 16-core H200 machine, where processes kept scaling (perf-log step 109). A worker makes no CUDA call (the
+ * driver does not survive fork; NVRTC needs none), only compiles, writes and _exits; it dies with this process
+ * (PR_SET_PDEATHSIG). A program whose worker failed, died or stalled is compiled again by cuda_kernel when
+ * first launched, which reports any error in context. */
 
 typedef struct prep_job {
     int id;
     void *image;
     size_t len;
-    double ms;
+    int ms; /* its compilation's wall time on its worker */
 } prep_job;
-
-typedef struct prep_pool {
-    const char *arch;
-    prep_job *jobs;
-    int n;
-    atomic_int next;
-} prep_pool;
-
-static void *prep_worker(void *arg) {
-    prep_pool *p = arg;
-    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
-        double t0 = cnn_now();
-        if (compile_one(p->arch, p->jobs[i].id, &p->jobs[i].image, &p->jobs[i].len) != CNN_OK) {
-            p->jobs[i].image = NULL; /* cuda_kernel compiles it again and reports the error in context */
-            cnn_error_clear();
-        }
-        p->jobs[i].ms = (cnn_now() - t0) * 1e3;
-    }
-    return NULL;
-}
 
 /* a program for a dry run's batch (each once) */
 static void dry_note(cuda_be *cb, int id) {
@@ -523,16 +518,209 @@ static void dry_note(cuda_be *cb, int id) {
     cb->dry_ids[cb->n_dry++] = id;
 }
 
-/* compile threads: CNN_COMPILE_THREADS (1 = compile each when first launched), else one per CPU online, at most
- * PREP_MAX_THREADS (each NVRTC compilation holds a few hundred MB at its peak) */
-#define PREP_MAX_THREADS 32
+static int program_entries(int id) {
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    return __builtin_popcountll(info.held);
+}
 
+/* a record on a worker's pipe: the job, then len bytes of image (len 0: the compilation failed) */
+typedef struct prep_record {
+    int32_t job;
+    int32_t ms;
+    uint64_t len;
+} prep_record;
+
+/* a worker's end of its pipe, as this process reads it */
+typedef struct prep_reader {
+    pid_t pid;
+    int fd;
+    prep_record rec;
+    size_t got;         /* bytes of the record, then of its image, read so far */
+    unsigned char *buf; /* the image being read */
+} prep_reader;
+
+/* no byte from any worker for this long: a worker hangs (fork of a process whose other threads held a lock NVRTC
+ * takes); the workers are killed and what they did not send compiles when first launched */
+#define PREP_STALL_MS (300 * 1000)
+#define PREP_MAX_WORKERS 32
+
+static bool write_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        c += w, n -= (size_t)w;
+    }
+    return true;
+}
+
+/* a worker: the jobs it claims (*next counts them out across the workers) compiled and written to fd */
+static _Noreturn void prep_worker(const char *arch, const prep_job *jobs, int n, atomic_int *next, int fd,
+                                  pid_t parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1); /* the parent died before prctl */
+    for (int i; (i = atomic_fetch_add(next, 1)) < n;) {
+        void *image = NULL;
+        size_t len = 0;
+        const double t0 = cnn_now();
+        if (compile_one(arch, jobs[i].id, &image, &len) != CNN_OK) len = 0;
+        prep_record r = {.job = i, .ms = (int32_t)((cnn_now() - t0) * 1e3), .len = image ? len : 0};
+        if (!write_all(fd, &r, sizeof r) || (r.len && !write_all(fd, image, len))) _exit(1);
+        free(image);
+    }
+    _exit(0);
+}
+
+/* read what is there on reader rd; false when its worker is done (end of file, or an error) */
+static bool prep_read(prep_reader *rd, prep_job *jobs, int n) {
+    const bool in_header = rd->got < sizeof rd->rec;
+    void *dst = in_header ? (void *)((char *)&rd->rec + rd->got) : (void *)(rd->buf + (rd->got - sizeof rd->rec));
+    size_t want = in_header ? sizeof rd->rec - rd->got : rd->rec.len - (rd->got - sizeof rd->rec);
+    ssize_t r = read(rd->fd, dst, want);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (r <= 0) return false;
+    rd->got += (size_t)r;
+    if (rd->got == sizeof rd->rec) { /* a header: check it, then the image (if any) */
+        if (rd->rec.job < 0 || rd->rec.job >= n || rd->rec.len > ((uint64_t)1 << 31)) return false;
+        if (rd->rec.len && !(rd->buf = malloc(rd->rec.len))) return false;
+    }
+    if (rd->got == sizeof rd->rec + rd->rec.len) { /* a whole record */
+        prep_job *j = &jobs[rd->rec.job];
+        if (rd->rec.len) j->image = rd->buf, j->len = rd->rec.len, j->ms = rd->rec.ms;
+        rd->buf = NULL, rd->got = 0;
+    }
+    return true;
+}
+
+/* fork a worker that compiles the jobs it claims through *next onto a pipe, *rd its read end; false where it could
+ * not be started */
+static bool spawn_worker(const char *arch, const prep_job *jobs, int n, atomic_int *next, prep_reader *rd) {
+    int p[2];
+    if (pipe(p) != 0) return false;
+    const pid_t self = getpid();
+    fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        prep_worker(arch, jobs, n, next, p[1], self);
+    }
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        return false;
+    }
+    *rd = (prep_reader){.pid = pid, .fd = p[0]};
+    return true;
+}
+
+/* compile the jobs on nw workers; false where none could be started (nothing compiled) */
+static bool prep_run(const char *arch, prep_job *jobs, int n, int nw) {
+    atomic_int *next = mmap(NULL, sizeof *next, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (next == MAP_FAILED) return false;
+    atomic_init(next, 0);
+    prep_reader rd[PREP_MAX_WORKERS];
+    int started = 0;
+    while (started < nw && spawn_worker(arch, jobs, n, next, &rd[started])) started++;
+    struct pollfd pf[PREP_MAX_WORKERS];
+    int open_n = started;
+    while (open_n > 0) {
+        int k = 0;
+        for (int w = 0; w < started; w++)
+            if (rd[w].fd >= 0) pf[k++] = (struct pollfd){.fd = rd[w].fd, .events = POLLIN};
+        int r = poll(pf, (nfds_t)k, PREP_STALL_MS);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { /* stalled (or poll failed): stop the workers */
+            cnn_log(1, "cnn: kernel compile workers sent nothing for %d s: stopped (the rest compile when first "
+                       "launched)", PREP_STALL_MS / 1000);
+            for (int w = 0; w < started; w++)
+                if (rd[w].fd >= 0) kill(rd[w].pid, SIGKILL);
+            break;
+        }
+        for (int i = 0, w = 0; i < k; i++) {
+            while (rd[w].fd != pf[i].fd) w++;
+            if (pf[i].revents && !prep_read(&rd[w], jobs, n)) {
+                close(rd[w].fd);
+                rd[w].fd = -1, open_n--;
+                free(rd[w].buf), rd[w].buf = NULL;
+            }
+        }
+    }
+    for (int w = 0; w < started; w++) {
+        if (rd[w].fd >= 0) close(rd[w].fd), free(rd[w].buf);
+        int status;
+        while (waitpid(rd[w].pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+    munmap(next, sizeof *next);
+    return started > 0;
+}
+
+/* ---- compiling behind ------------------------------------------------------------------------------------ */
+
+void cuda_compile_behind(cuda_be *cb, const int *ids, int n) {
+    if (cnn_env_get()->compile_threads == 1) return; /* each compiled when first launched */
+    for (int i = 0; i < n && cb->n_behind < CUDA_MAX_BEHIND; i++) {
+        void *image;
+        size_t len;
+        disk_lookup(cb, ids[i], &image, &len);
+        if (image) { /* built already: loaded when first needed */
+            free(image);
+            continue;
+        }
+        prep_job job = {.id = ids[i]}; /* the worker's copies of job and next are its own */
+        atomic_int next;
+        atomic_init(&next, 0);
+        prep_reader rd;
+        if (!spawn_worker(cb->arch, &job, 1, &next, &rd)) return;
+        cb->behind[cb->n_behind].id = ids[i], cb->behind[cb->n_behind].fd = rd.fd, cb->behind[cb->n_behind].pid = rd.pid;
+        cb->n_behind++;
+    }
+}
+
+/* behind[k]'s image read (blocking) and loaded; its worker reaped */
+static void collect_one(cuda_be *cb, int k, bool abandon) {
+    const int id = cb->behind[k].id;
+    prep_job job = {.id = id};
+    prep_reader rd = {.pid = cb->behind[k].pid, .fd = cb->behind[k].fd};
+    if (abandon) kill(rd.pid, SIGKILL);
+    while (!abandon && prep_read(&rd, &job, 1)) {
+    }
+    close(rd.fd);
+    free(rd.buf);
+    int status;
+    while (waitpid(rd.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    cb->behind[k] = cb->behind[--cb->n_behind];
+    if (!job.image) return; /* failed or abandoned: compiled when first needed, which reports an error in context */
+    cb->stats.compiles++;
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    cnn_log(2, "cnn: compiled %s for %s in %d ms (behind)", info.label, cb->arch, job.ms);
+    disk_store(cb, id, job.image, job.len);
+    if (install_module(cb, id, &cb->mods[id], job.image, false) != CNN_OK) cnn_error_clear(); /* retried later */
+}
+
+void cuda_collect_behind(cuda_be *cb, bool abandon) {
+    while (cb->n_behind) collect_one(cb, cb->n_behind - 1, abandon);
+}
+
+/* the program id if it compiles behind: collected (loaded where it compiled) */
+static void collect_if_behind(cuda_be *cb, int id) {
+    for (int k = 0; k < cb->n_behind; k++)
+        if (cb->behind[k].id == id) return collect_one(cb, k, false);
+}
+
+/* compile workers: CNN_COMPILE_THREADS (1 = compile each when first launched), else one per CPU online, at most
+ * PREP_MAX_WORKERS (each NVRTC compilation holds a few hundred MB at its peak) */
 void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
     if (cb->dry_run) {
         for (int i = 0; i < n; i++)
             if (!cb->mods[ids[i]].mod) dry_note(cb, ids[i]);
         return;
     }
+    cuda_collect_behind(cb, false); /* their workers' CPUs free, and none compiled twice */
     prep_job *jobs = malloc((size_t)(n > 0 ? n : 1) * sizeof *jobs);
     if (!jobs) return; /* each compiled when first launched */
     int nj = 0;
@@ -549,35 +737,38 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
             if (install_module(cb, id, &cb->mods[id], image, true) != CNN_OK) cnn_error_clear(); /* retried later */
             continue;
         }
-        jobs[nj++] = (prep_job){id, NULL, 0, 0.0};
+        jobs[nj++] = (prep_job){.id = id};
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const int want = cnn_env_get()->compile_threads;
-    int nt = want > 0 ? want : cpus > 0 ? (int)cpus : 1;
-    if (nt > PREP_MAX_THREADS) nt = PREP_MAX_THREADS;
-    if (nt > nj) nt = nj;
-    if (nj < 2 || nt < 2) { /* nothing to overlap: cuda_kernel compiles each when asked */
+    int nw = want > 0 ? want : cpus > 0 ? (int)cpus : 1;
+    if (nw > PREP_MAX_WORKERS) nw = PREP_MAX_WORKERS;
+    if (nw > nj) nw = nj;
+    if (nj < 2 || nw < 2) { /* nothing to overlap: cuda_kernel compiles each when asked */
         free(jobs);
         return;
     }
-    prep_pool pool = {cb->arch, jobs, nj, 0};
-    pthread_t th[PREP_MAX_THREADS];
-    int started = 0;
+    /* the programs of many kernels first (BatchNorm's, the pool's): the longest compilations, which should not be
+     * left to run alone at the end (a stable sort: otherwise in the order noted) */
+    for (int i = 1; i < nj; i++)
+        for (int j = i; j > 0 && program_entries(jobs[j].id) > program_entries(jobs[j - 1].id); j--) {
+            prep_job t = jobs[j];
+            jobs[j] = jobs[j - 1], jobs[j - 1] = t;
+        }
     double t0 = cnn_now();
-    for (int t = 0; t < nt; t++)
-        if (pthread_create(&th[t], NULL, prep_worker, &pool) == 0) started++;
-    if (started == 0) prep_worker(&pool); /* no threads: compile here, one after another */
-    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    if (!prep_run(cb->arch, jobs, nj, nw)) nw = 0;
+    int built = 0;
     for (int i = 0; i < nj; i++) {
         if (!jobs[i].image) continue;
-        cb->stats.compiles++;
+        cb->stats.compiles++, built++;
         cnn_cuda_program_info info;
         cnn_cuda_program_describe(jobs[i].id, &info);
-        cnn_log(2, "cnn: compiled %s for %s in %.0f ms (%d at once)", info.label, cb->arch, jobs[i].ms, nj);
+        cnn_log(2, "cnn: compiled %s for %s in %d ms (%d at once)", info.label, cb->arch, jobs[i].ms, nj);
         disk_store(cb, jobs[i].id, jobs[i].image, jobs[i].len);
         if (install_module(cb, jobs[i].id, &cb->mods[jobs[i].id], jobs[i].image, false) != CNN_OK) cnn_error_clear();
     }
-    cnn_log(2, "cnn: %d programs compiled on %d threads in %.0f ms", nj, started ? started : 1, (cnn_now() - t0) * 1e3);
+    cnn_log(2, "cnn: %d of %d programs compiled on %d worker processes in %.0f ms", built, nj, nw,
+            (cnn_now() - t0) * 1e3);
     free(jobs);
 }
 
@@ -605,6 +796,7 @@ cnn_status cuda_dry_run_end(cnn_backend *be) {
 cnn_status cuda_kernel(cuda_be *cb, const cuda_family *fam, cnn_dtype dt, int cfg, int entry, CUfunction *out) {
     CNN_ASSERT(entry >= 0 && entry < fam->n_entries && entry < CUDA_MAX_ENTRIES);
     CNN_ASSERT(cfg >= 0 && cfg < cuda_family_configs(fam) && cuda_family_has_dtype(fam, dt));
+    CNN_ASSERT(!fam->entry_config || fam->entry_config(entry) == cfg);
     int id = cuda_program_id(fam, dt, cfg);
     CNN_ASSERT(id >= 0 && id < cb->n_mods);
     cuda_module *m = &cb->mods[id];

@@ -110,6 +110,9 @@ void cnn_cuda_program_describe(int id, cnn_cuda_program_info *out) {
     out->file = f->file;
     out->entries = f->entries;
     out->n_entries = f->n_entries;
+    CNN_ASSERT(f->n_entries <= 64);
+    for (int e = 0; e < f->n_entries; e++)
+        if (!f->entry_config || f->entry_config(e) == cfg) out->held |= 1ULL << e;
     out->sm90a = f->sm90a;
     char defs[200];
     f->defines(cfg, defs, sizeof defs);

@@ -3553,6 +3553,54 @@ static void g_cache(ctx *t) {
     rm_dir(dir);
 }
 
+/* the tuning cache's keys in dir that start with prefix (tune.c: one line per tuned shape, its key first) */
+static int tune_keys(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "tune-", 5) != 0) continue;
+        char p[1200], line[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(p, "r");
+        while (f && fgets(line, sizeof line, f)) n += strncmp(line, prefix, strlen(prefix)) == 0;
+        if (f) fclose(f);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* Under --tune fast a strided dgrad times its ways (the phases in place, through blocks, grouped) with each phase
+ * on the heuristic's tile: the phases' own tuning compiled a third of a cold start's programs (perf-log step 109).
+ * The ways' key is tuned, no phase's ("dgrad_phase ..." in place, "fprop ..." of a phase's shape through blocks),
+ * and dx matches float64. */
+static void dry_run_strided_dgrad(ctx *t, cnn_backend *be, const char *dir) {
+    const conv_case cc = {3, 32, 11, 9, 64, 3, 3, 2, 2, 1, 1};
+    cnn_conv2d cv = conv_of(&cc);
+    int64_t nx = (int64_t)cv.n * cv.h * cv.w * cv.c, nw = (int64_t)cv.k * 9 * cv.c, ny = (int64_t)cv.n * cv.p * cv.q * cv.k;
+    arr dy = arr_in(t, ny, true, 7510, -1, 1, 0), w = arr_in(t, nw, true, 7511, -0.5f, 0.5f, 0);
+    arr dx = arr_in(t, nx, true, 7512, -1, 1, 0);
+    double *rdx = dalloc(nx);
+    for (int64_t i = 0; i < nx; i++) rdx[i] = dx.h[i];
+    conv_ref_dgrad(&cv, dy.h, w.h, rdx);
+    const int fprop0 = tune_keys(dir, "fprop "), ways0 = tune_keys(dir, "dgrad_phases ");
+    char name[96];
+    snprintf(name, sizeof name, "dry_run.strided_dgrad.%s", t->dts);
+    expect_ok(be->conv2d_dgrad(be, &cv, dy.g.p, w.g.p, dx.g.p, true), name);
+    if (t->cpu) cpu_ok(t, t->cpu->conv2d_dgrad(t->cpu, &cv, dy.c, w.c, dx.c, true), name);
+    const int fprop1 = tune_keys(dir, "fprop "), ways1 = tune_keys(dir, "dgrad_phases "),
+              phase1 = tune_keys(dir, "dgrad_phase ");
+    snprintf(name, sizeof name, "dry_run.strided_dgrad.ways_tuned_not_phases.%s", t->dts);
+    check(ways1 == ways0 + 1 && phase1 == 0 && fprop1 == fprop0, name,
+          "%d ways keys tuned, %d phase keys, %d forward keys", ways1 - ways0, phase1, fprop1 - fprop0);
+    layout ly = {"NHWC", {cv.n, cv.h, cv.w, cv.c}};
+    arr *in[] = {&dy, &w};
+    snprintf(name, sizeof name, "dry_run.strided_dgrad.dx.%s", t->dts);
+    verify(t, name, &dx, rdx, &ly, in, 2);
+    free(rdx);
+    arr_free(t, &dy), arr_free(t, &w), arr_free(t, &dx);
+}
+
 /* ---- dry runs (backend.h dry_run_begin, nvrtc.c) -----------------------------------------------------------
  * On an empty kernel cache, a tuned conv (the fast rows; residual and ReLU) and a ReLU issued in a dry run leave
  * their outputs poisoned and count no launch, and the dry run's end compiles their programs, the tuning's
@@ -3616,6 +3664,7 @@ static void g_dry_run(ctx *t) {
     verify(t, name, &r, rr, NULL, in, 1);
     free(ry), free(rr);
     arr_free(t, &x), arr_free(t, &w), arr_free(t, &res), arr_free(t, &y), arr_free(t, &r);
+    dry_run_strided_dgrad(t, be, dir);
     cnn_backend_destroy(be);
     t->gpu = saved;
     rm_dir(dir);

@@ -5,8 +5,10 @@
 
 #include "cnn/data.h"
 #include "cnn/net.h"
+#include "cnn/train.h"
 #include "core/checkpoint.h"
 #include "core/guard.h"
+#include "core/model.h"
 #include "core/plan.h"
 
 static void test_philox(void) {
@@ -290,6 +292,40 @@ static void test_messages(void) {
     cnn_error_clear();
 }
 
+/* The eval batch sizes the training loop compiles ahead (cnn_eval_batch_sizes, perf-log step 109) are those
+ * cnn_evaluate_dist runs: the batch (clipped to the model's) and the remainder of this rank's share, none twice. */
+static void test_eval_batch_sizes(cnn_backend *be) {
+    cnn_model_opts o = cnn_model_opts_default();
+    o.arch = "resnet18";
+    o.num_classes = 5;
+    cnn_model *m;
+    if (cnn_model_create(&o, be, 20, 18, 512, false, &m) != CNN_OK) {
+        check(false, "eval_batch_sizes", "create: %s", cnn_error_msg());
+        return;
+    }
+    const struct {
+        int64_t ds_n;
+        int n, batch, world, rank, k, b0, b1;
+    } cases[] = {
+        {10000, 0, 512, 1, 0, 2, 512, 272}, /* Fashion-MNIST's test set at batch 512: 19 x 512 + 272 */
+        {10000, 0, 1000, 1, 0, 2, 512, 272}, /* the batch clipped to the model's 512 */
+        {1024, 0, 512, 1, 0, 1, 512, 0},    /* no remainder */
+        {100, 0, 512, 1, 0, 1, 100, 0},     /* fewer images than a batch */
+        {300, 200, 32, 1, 0, 2, 32, 8},     /* --eval-size 200 of 300 */
+        {10000, 0, 512, 4, 3, 2, 512, 452}, /* rank 3 of 4: 2500 images, 4 x 512 + 452 */
+        {2, 0, 8, 4, 3, 0, 0, 0},           /* rank 3 of 4 has none of 2 images */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cnn_dist_ctx d = {.rank = cases[i].rank, .world = cases[i].world};
+        int out[2] = {-1, -1};
+        int k = cnn_eval_batch_sizes(m, cases[i].ds_n, cases[i].n, cases[i].batch, cases[i].world > 1 ? &d : NULL, out);
+        check(k == cases[i].k && (k < 1 || out[0] == cases[i].b0) && (k < 2 || out[1] == cases[i].b1),
+              "eval_batch_sizes", "case %zu: %d sizes %d %d, expected %d: %d %d", i, k, out[0], out[1], cases[i].k,
+              cases[i].b0, cases[i].b1);
+    }
+    cnn_model_free(m);
+}
+
 int main(void) {
     test_messages();
     test_philox();
@@ -301,6 +337,7 @@ int main(void) {
     if (cnn_cpu_backend_create(2, &be) == CNN_OK) {
         test_eval_batch_invariance(be);
         test_state_check(be);
+        test_eval_batch_sizes(be);
         cnn_backend_destroy(be);
     } else {
         check(false, "cpu_backend.create", "%s", cnn_error_msg());
