@@ -20,6 +20,7 @@ static void eval_share(const cnn_model *m, int64_t ds_n, int *n, int *batch, con
 int cnn_eval_batch_sizes(const cnn_model *m, int64_t ds_n, int n, int batch, const struct cnn_dist_ctx *dist,
                          int out[2]) {
     int64_t first, mine;
+    if (batch < 1) return 0;
     eval_share(m, ds_n, &n, &batch, dist, &first, &mine);
     int k = 0;
     if (mine >= batch) out[k++] = batch;

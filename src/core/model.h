@@ -141,14 +141,14 @@ void cnn_model_set_node_check(cnn_model *m, cnn_node_check_fn fn, void *ctx);
 static inline void cnn_model_set_dry_step(cnn_model *m, cnn_status (*fn)(void *ctx), void *ctx) {
     m->dry_step = fn, m->dry_step_ctx = ctx;
 }
-/* The eval batch sizes the loop will run (its batch and the test set's remainder; count 0: none): their eval
- * passes are dry-run with the first train forward's, so that they compile in its batch and not alone at the
- * first evaluation (perf-log step 109). */
 struct cnn_dist_ctx;
 /* evaluate.c: the batch sizes (at most 2, their count returned) cnn_evaluate_dist(m, a set of ds_n images, n,
  * batch, dist) runs */
 int cnn_eval_batch_sizes(const cnn_model *m, int64_t ds_n, int n, int batch, const struct cnn_dist_ctx *dist,
                          int out[2]);
+/* The eval batch sizes the loop will run (its batch and the test set's remainder; count 0: none): their eval
+ * passes are dry-run with the first train forward's, so that they compile in its batch and not alone at the
+ * first evaluation (perf-log step 109). */
 static inline void cnn_model_set_dry_eval(cnn_model *m, const int *ns, int count) {
     m->n_dry_eval = 0;
     for (int i = 0; i < count && m->n_dry_eval < 2; i++)

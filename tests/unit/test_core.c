@@ -314,6 +314,7 @@ static void test_eval_batch_sizes(cnn_backend *be) {
         {300, 200, 32, 1, 0, 2, 32, 8},     /* --eval-size 200 of 300 */
         {10000, 0, 512, 4, 3, 2, 512, 452}, /* rank 3 of 4: 2500 images, 4 x 512 + 452 */
         {2, 0, 8, 4, 3, 0, 0, 0},           /* rank 3 of 4 has none of 2 images */
+        {100, 0, 0, 1, 0, 0, 0, 0},         /* no batch: none */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cnn_dist_ctx d = {.rank = cases[i].rank, .world = cases[i].world};
