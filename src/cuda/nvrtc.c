@@ -503,6 +503,7 @@ typedef struct prep_job {
     void *image;
     size_t len;
     int ms; /* its compilation's wall time on its worker */
+    int kernels; /* the kernels the program holds: the batch's order */
 } prep_job;
 
 /* a program for a dry run's batch (each once) */
@@ -737,7 +738,7 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
             if (install_module(cb, id, &cb->mods[id], image, true) != CNN_OK) cnn_error_clear(); /* retried later */
             continue;
         }
-        jobs[nj++] = (prep_job){.id = id};
+        jobs[nj++] = (prep_job){.id = id, .kernels = program_entries(id)};
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const int want = cnn_env_get()->compile_threads;
@@ -751,7 +752,7 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
     /* the programs of many kernels first (BatchNorm's, the pool's): the longest compilations, which should not be
      * left to run alone at the end (a stable sort: otherwise in the order noted) */
     for (int i = 1; i < nj; i++)
-        for (int j = i; j > 0 && program_entries(jobs[j].id) > program_entries(jobs[j - 1].id); j--) {
+        for (int j = i; j > 0 && jobs[j].kernels > jobs[j - 1].kernels; j--) {
             prep_job t = jobs[j];
             jobs[j] = jobs[j - 1], jobs[j - 1] = t;
         }
