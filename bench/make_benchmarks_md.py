@@ -19,6 +19,7 @@ SUMMARIES = (
     ("cifar10-synth", "Whole run: CIFAR-10's format and shapes, synthetic images", "`bench/whole_run.sh cifar10-synth`"),
     ("fashion-mnist-50k", "Whole run on a real dataset: 10 epochs of 50,000 Fashion-MNIST images",
      "`bench/whole_run.sh fashion-mnist-50k`"),
+    ("fashion-mnist-50k-seeds", "The same whole run over several seeds", "`bench/whole_run_seeds.sh fashion-mnist-50k`"),
     ("input-pipeline", "Input pipeline", "`bench/data_pipeline.sh`"),
     ("multi-gpu", "Data parallel on several GPUs", "`tests/gpu/dist.sh scaling-r50 scaling-r18`"),
 )

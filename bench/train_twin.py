@@ -12,7 +12,10 @@ and the wall time of the training loop and of the whole process.
 
   python3 bench/train_twin.py --data DIR [--format idx|cifar10] [--epochs 36] [--batch 512] [--lr 0.2]
                               [--warmup 468] [--pad 2] [--label-smoothing 0.1] [--weight-decay 5e-4] [--seed 0]
-                              [--compile]
+                              [--compile] [--metrics PATH]
+
+--metrics writes every step's loss and lr and each epoch's evaluation as JSON lines in the form of cnn's
+metrics.jsonl (the steps' losses stay on the GPU until the end: no synchronisation per step).
 """
 import argparse
 import contextlib
@@ -44,6 +47,7 @@ ap.add_argument("--weight-decay", type=float, default=5e-4)
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--compile", action="store_true", help="torch.compile the model (slower start)")
 ap.add_argument("--device", default="cuda")
+ap.add_argument("--metrics", help="write per-step losses and per-epoch evaluations here (JSON lines)")
 ap.add_argument("--train-size", type=int, default=0, help="use the first N training and test images (a smoke test)")
 a = ap.parse_args()
 
@@ -125,14 +129,16 @@ def amp():
     return torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else contextlib.nullcontext()
 
 
-def evaluate():
+def evaluate():  # (top-1, mean cross-entropy without smoothing, as cnn's eval loss)
     model.eval()
-    correct = 0
+    correct, loss_sum = 0, 0.0
     with torch.no_grad(), amp():
         for s in range(0, xte.shape[0], 1000):
-            correct += (net(prep(xte[s:s + 1000])).argmax(1) == yte[s:s + 1000]).sum().item()
+            logits = net(prep(xte[s:s + 1000])).float()
+            correct += (logits.argmax(1) == yte[s:s + 1000]).sum().item()
+            loss_sum += F.cross_entropy(logits, yte[s:s + 1000], reduction="sum").item()
     model.train()
-    return correct / xte.shape[0]
+    return correct / xte.shape[0], loss_sum / xte.shape[0]
 
 
 g = torch.Generator(device=dev)
@@ -143,6 +149,7 @@ if dev.type == "cuda":
 t0 = time.time()
 step = 0
 acc = 0.0
+step_losses, evals = [], []
 for epoch in range(a.epochs):
     perm = torch.randperm(N, device=dev, generator=g)
     te = time.time()
@@ -157,12 +164,26 @@ for epoch in range(a.epochs):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    acc = evaluate()
-    print("torch epoch %d  loss %.4f  test top1 %.2f%%  %.1f s" % (epoch + 1, loss.item(), 100 * acc, time.time() - te),
+        if a.metrics:
+            step_losses.append(loss.detach().float())
+    acc, eval_loss = evaluate()
+    evals.append((step, epoch + 1, eval_loss, acc))
+    print("torch epoch %d  loss %.4f  eval loss %.4f  test top1 %.2f%%  %.1f s" % (
+          epoch + 1, loss.item(), eval_loss, 100 * acc, time.time() - te),
           flush=True)
 if dev.type == "cuda":
     torch.cuda.synchronize()
 train_s = time.time() - t0
+if a.metrics:
+    import json
+    with open(a.metrics, "w") as f:
+        losses = torch.stack(step_losses).cpu().tolist() if step_losses else []
+        ev = {s: (e, l, t) for s, e, l, t in evals}
+        for i, v in enumerate(losses):
+            f.write(json.dumps({"step": i + 1, "epoch": i // spe + 1, "loss": v, "lr": lr_at(i + 1)}) + "\n")
+            if i + 1 in ev:
+                e, l, t = ev[i + 1]
+                f.write(json.dumps({"step": i + 1, "epoch": e, "eval_loss": l, "eval_top1": t}) + "\n")
 print("RESULT torch top1 %.2f%% train_s %.1f total_s %.1f epochs %d (torch %s, %s)" % (
     100 * acc, train_s, time.time() - T_START, a.epochs, torch.__version__,
     torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"), flush=True)

@@ -11,11 +11,17 @@
 #   bash bench/whole_run.sh fashion-mnist-50k issue 27's whole run on a real dataset: 10 epochs of Fashion-MNIST's
 #                                             first 50,000 training images at batch 512, tested on its 10,000
 #
-# Builds first; ends with the two RESULT lines. Environment: DATA (fashion-mnist: the IDX files, default
-# /usr/share/datasets/fashion-mnist, else data/fashion-mnist in the tree; cifar10-synth: the batch files, made there
-# when absent, default /tmp/cifar10-synth), EPOCHS, BATCH (512), LR (0.2), WARMUP (steps), PAD, PYTHON (the Python
-# with torch + torchvision; default: the first that has them), SKIP_TORCH=1, RUN_OUT (the run directory; default
-# runs/SET). The summary also goes to bench/results/DATE-MACHINE-SET.md (BENCHMARKS.md's sections of that name).
+# Builds first; ends with the two RESULT lines. The twin's every step and evaluation go to RUN_OUT/twin-metrics.jsonl
+# beside our metrics.jsonl. One run of these recipes can end up to 3 points low on either side (a loss spike at the
+# end of the warm-up; perf-log step 110): bench/whole_run_seeds.sh compares the two over several seeds.
+#
+# Environment: DATA (fashion-mnist: the IDX files, default /usr/share/datasets/fashion-mnist, else data/fashion-mnist
+# in the tree; cifar10-synth: the batch files, made there when absent, default /tmp/cifar10-synth), EPOCHS, BATCH
+# (512), LR (0.2), WARMUP (steps; for fashion-mnist-50k EPOCHS_50K and WARMUP_50K instead), PAD, SEED (0: both
+# sides' weight initialisation, data order and augmentation, each side drawing them with its own generator),
+# SKIP_BUILD=1 (no make first), PYTHON (the Python with torch + torchvision; default: the first that has them),
+# SKIP_TORCH=1, RUN_OUT (the run directory; default runs/SET). The summary also goes to RESULT_FILE (default
+# bench/results/DATE-MACHINE-SET.md, BENCHMARKS.md's sections of that name).
 set -u
 cd "$(dirname "$0")/.."
 SET=${1:-fashion-mnist}
@@ -32,9 +38,9 @@ fashion-mnist | fashion-mnist-50k)
     WHAT="Fashion-MNIST's 10000 test images"
     HOW="ours: README's recipe"
     if [ "$SET" = fashion-mnist-50k ]; then
-        EPOCHS=${EPOCHS_50K:-10} WARMUP=97 TRAIN_SIZE=50000
+        EPOCHS=${EPOCHS_50K:-10} WARMUP=${WARMUP_50K:-97} TRAIN_SIZE=50000
         WHAT="Fashion-MNIST's first 50000 training images, its 10000 test images"
-        HOW="ours: README's recipe over $EPOCHS epochs of 50,000 images, one epoch of warm-up"
+        HOW="ours: README's recipe over $EPOCHS epochs of 50,000 images, $WARMUP steps of warm-up (97: one epoch)"
     fi ;;
 cifar10-synth)
     DATA=${DATA:-/tmp/cifar10-synth}
@@ -50,16 +56,16 @@ esac
 # a cold start of both, point CUDA_CACHE_PATH at an empty directory and CNN_CACHE_DIR at another instead
 [ -n "${CUDA_CACHE_DISABLE:-}" ] && echo "whole_run.sh: CUDA_CACHE_DISABLE is set: it slows the PyTorch twin, not us;" \
     "for matched cold starts use empty CUDA_CACHE_PATH and CNN_CACHE_DIR directories" >&2
-BATCH=${BATCH:-512} LR=${LR:-0.2} OUT=${RUN_OUT:-runs/$SET}
+BATCH=${BATCH:-512} LR=${LR:-0.2} SEED=${SEED:-0} OUT=${RUN_OUT:-runs/$SET}
 SIZE_ARGS=()
 [ -n "${TRAIN_SIZE:-}" ] && SIZE_ARGS=(--train-size "$TRAIN_SIZE")
-make -j"$(nproc)" >/tmp/whole-run-build.log 2>&1 || { tail -20 /tmp/whole-run-build.log; exit 1; }
+[ -n "${SKIP_BUILD:-}" ] || make -j"$(nproc)" >/tmp/whole-run-build.log 2>&1 || { tail -20 /tmp/whole-run-build.log; exit 1; }
 echo "== ours: $(git rev-parse --short HEAD 2>/dev/null), data $DATA"
 ls /usr/local/cuda/lib64 2>/dev/null | grep -i nvjpeg | head -n 3 | sed 's/^/   nvjpeg present: /'
 t0=$(date +%s.%N)
 build/cnn train --model resnet18 --stem cifar --data "$SOURCE" --epochs "$EPOCHS" --batch "$BATCH" \
     --lr "$LR" --nesterov --weight-decay 5e-4 --label-smoothing 0.1 --warmup "$WARMUP" --schedule cosine --pad "$PAD" \
-    --dtype bf16 --device cuda --out "$OUT" --no-progress "${SIZE_ARGS[@]}"
+    --dtype bf16 --device cuda --seed "$SEED" --out "$OUT" --no-progress "${SIZE_ARGS[@]}"
 rc=$?
 t1=$(date +%s.%N)
 ours_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
@@ -71,7 +77,7 @@ if [ -z "${SKIP_TORCH:-}" ]; then
     echo "== PyTorch twin ($PYTHON)"
     t2=$(date +%s.%N)
     "$PYTHON" bench/train_twin.py --data "$DATA" --format "$FORMAT" --epochs "$EPOCHS" --batch "$BATCH" --lr "$LR" \
-        --warmup "$WARMUP" --pad "$PAD" "${SIZE_ARGS[@]}" | tee /tmp/whole-run-torch.log
+        --warmup "$WARMUP" --pad "$PAD" --seed "$SEED" --metrics "$OUT/twin-metrics.jsonl" "${SIZE_ARGS[@]}" | tee /tmp/whole-run-torch.log
     torch_s=$(awk -v a="$t2" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     torch_line=$(grep '^RESULT torch' /tmp/whole-run-torch.log || echo "RESULT torch failed: $(tail -n 3 /tmp/whole-run-torch.log)")
     # the twin's total_s starts after Python has imported torch; the process's wall time, as ours, is the ratio's
@@ -80,7 +86,7 @@ if [ -z "${SKIP_TORCH:-}" ]; then
     esac
 fi
 echo
-echo "== summary (ResNet-18 CIFAR stem, $WHAT, bf16, batch $BATCH, $EPOCHS epochs)"
+echo "== summary (ResNet-18 CIFAR stem, $WHAT, bf16, batch $BATCH, $EPOCHS epochs, seed $SEED)"
 echo "$ours_line   (wall time of the whole cnn train process: compilation, tuning and per-epoch evaluation included)"
 echo "$torch_line"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
@@ -93,4 +99,5 @@ MACHINE=${MACHINE:-$( [ -n "$gpu" ] && echo "$gpu" | tr ' ' '-' || echo "cpu-$(n
     echo
     echo "- $ours_line"
     echo "- $torch_line"
-} > "bench/results/$(date -u +%F)-$MACHINE-$SET.md"
+} > "${RESULT_FILE:-bench/results/$(date -u +%F)-$MACHINE-$SET.md}"
+exit $rc  # ours' status: a failed run fails the benchmark
