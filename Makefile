@@ -7,13 +7,19 @@ CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O2
 CUDA_HOME ?= /usr/local/cuda
-# the first Python that imports torch + torchvision (Debian's on CI; a pip one on the GPU machine)
-PYTHON  ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch, torchvision' 2>/dev/null && { echo $$p; exit 0; }; done; echo /usr/bin/python3)
+# the first Python that imports torch + torchvision (Debian's on CI; a pip one on the GPU machine), found once:
+# importing torch takes seconds where it has CUDA (a recursive `?=` re-ran the search at every use)
+ifeq ($(origin PYTHON),undefined)
+  PYTHON := $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch, torchvision' 2>/dev/null && { echo $$p; exit 0; }; done)
+  HAVE_TORCH := $(if $(PYTHON),1)
+  PYTHON := $(or $(PYTHON),/usr/bin/python3)
+else
+  HAVE_TORCH := $(shell $(PYTHON) -c 'import torch, torchvision' 2>/dev/null && echo 1)
+endif
 
 # ---- what is there ------------------------------------------------------------------------------------
 HAVE_OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1)
 HAVE_CUDA   := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/nvrtc.h && echo 1)
-HAVE_TORCH  := $(shell $(PYTHON) -c 'import torch, torchvision' 2>/dev/null && echo 1)
 HAVE_CLANG  := $(shell command -v clang >/dev/null 2>&1 && echo 1)
 # image and compressed-dataset libraries, probed by compiling and linking a call into each
 probe = $(shell printf '#include <$(1)>\nint main(void){return !$(2);}' | $(CC) -x c - -o /dev/null $(3) 2>/dev/null && echo 1)
