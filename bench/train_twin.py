@@ -176,6 +176,7 @@ if dev.type == "cuda":
 train_s = time.time() - t0
 if a.metrics:
     import json
+    os.makedirs(os.path.dirname(os.path.abspath(a.metrics)), exist_ok=True)
     with open(a.metrics, "w") as f:
         losses = torch.stack(step_losses).cpu().tolist() if step_losses else []
         ev = {s: (e, l, t) for s, e, l, t in evals}

@@ -12,7 +12,7 @@
 #                                             first 50,000 training images at batch 512, tested on its 10,000
 #
 # Builds first; ends with the two RESULT lines. The twin's every step and evaluation go to RUN_OUT/twin-metrics.jsonl
-# beside our metrics.jsonl. One run of these recipes can end up to 3 points low on either side (a loss spike at the
+# beside our metrics.jsonl. One run of these recipes can end up to 3.5 points low on either side (a loss spike at the
 # end of the warm-up; perf-log step 110): bench/whole_run_seeds.sh compares the two over several seeds.
 #
 # Environment: DATA (fashion-mnist: the IDX files, default /usr/share/datasets/fashion-mnist, else data/fashion-mnist
@@ -69,7 +69,7 @@ build/cnn train --model resnet18 --stem cifar --data "$SOURCE" --epochs "$EPOCHS
 rc=$?
 t1=$(date +%s.%N)
 ours_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-ours_top1=$(sed -n 's/.*"eval_top1":\([0-9.]*\).*/\1/p' "$OUT/metrics.jsonl" | tail -n1)
+ours_top1=$(sed -n 's/.*"eval_top1":\([0-9.]*\).*/\1/p' "$OUT/metrics.jsonl" 2>/dev/null | tail -n1)
 ours_line=$(awk -v a="${ours_top1:-0}" -v s="$ours_s" -v e="$EPOCHS" -v rc=$rc \
             'BEGIN { printf "RESULT ours  top1 %.2f%% total_s %s epochs %s (exit %d)", 100 * a, s, e, rc }')
 torch_line="RESULT torch skipped (SKIP_TORCH=1)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/whole_run_seeds.sh — bench/whole_run.sh over several seeds, then each side's final test top-1 (mean, median,
-# min, max) and wall time. One run of the whole-run recipes ends up to 3 points low on either side when the loss
-# spikes at the end of the one-epoch warm-up (perf-log step 110), so a comparison of accuracies needs several seeds.
+# min, max) and wall time. One run of the whole-run recipes ends up to 3.5 points low on either side when the loss
+# spikes at the end of the warm-up (one epoch of it or two alike: perf-log step 110), so a comparison of accuracies
+# needs several seeds.
 #
 #   bash bench/whole_run_seeds.sh [SET]        SET as whole_run.sh's (default fashion-mnist-50k)
 #
