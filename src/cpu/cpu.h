@@ -109,9 +109,10 @@ const char *cnn_cpu_isa_name(cnn_cpu_isa isa);
 
 /* GEMM internals shared by gemm.c and gemm_kernels.c. A micro-kernel computes an (mr x NR) tile of
  * A-panel times B-panel (kc x NR, row-major) and merges it into C through the tile descriptor; one kernel per
- * mr in 1..MR so edge rows cost nothing. The A panel is row-major (row stride CNN_CPU_KC; table index 0) or
- * column-major (column stride MR; table index 1, for operands stored transposed). Every element is the same chain
- * of fused multiply-adds over k in order, whichever tile or thread computes it. */
+ * mr in 1..MR so edge rows cost nothing. The A panel is row-major (table index 0: a[i] points at row i's kc
+ * contiguous floats, in the operand itself or in a packing buffer) or column-major (table index 1: a[0] is the
+ * panel, column stride MR, for operands stored transposed). Every element is the same chain of fused
+ * multiply-adds over k in order, whichever tile or thread computes it and wherever its row was read from. */
 #define CNN_CPU_KC 256  /* reduction block: an A panel of 12 x 256 floats stays in L1 */
 
 typedef struct cnn_cpu_tile {
@@ -124,7 +125,7 @@ typedef struct cnn_cpu_tile {
     bool relu;
 } cnn_cpu_tile;
 
-typedef void (*cnn_cpu_ukr)(int64_t kc, const float *a, const float *b, const cnn_cpu_tile *t);
+typedef void (*cnn_cpu_ukr)(int64_t kc, const float *const *a, const float *b, const cnn_cpu_tile *t);
 
 /* Merge an (mr x nr) accumulator tile (leading dimension ld) into C: the scalar path every kernel uses for
  * edge tiles, in exactly the vector path's order of operations. */

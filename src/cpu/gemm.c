@@ -2,20 +2,23 @@
  *
  *     C (M, N) (+)= A (M, K) · B (K, N), then a per-column epilogue (cpu.h, cnn_cpu_out)
  *
- * Fast path (Goto/BLIS structure): A is packed into MR-row panels (row-major with row stride KC, or
- * column-major when A is stored transposed, e.g. dY^T), B into NR-column panels (kc x NR); a register-blocked
- * micro-kernel (gemm_kernels.c) computes an MR x NR tile per K block (<= CNN_CPU_KC) and merges it into C.
+ * Fast path (Goto/BLIS structure): A in MR-row panels (row-major: a row pointer each, into A itself where the
+ * row's K block is contiguous there, else into a packed copy; column-major when A is stored transposed, e.g.
+ * dY^T), B packed into NR-column panels (kc x NR); a register-blocked micro-kernel (gemm_kernels.c) computes an
+ * MR x NR tile per K block (<= CNN_CPU_KC) and merges it into C.
  * Two schedules:
  *   large M (convolutions):  per N block, pack B's whole K extent once (shared; the one barrier); then
- *                            tasks = A panels, dynamic: each packs its panel per K block (gathering im2col
- *                            rows on the fly) and sweeps the B panels, its C tiles staying in L1;
+ *                            tasks = A panels, dynamic: each takes its panel's rows per K block (an im2col
+ *                            row read in place inside the image, gathered at its borders) and sweeps the B
+ *                            panels, its C tiles staying in L1;
  *   small M (wgrad, linear): K is cut into fixed chunks; tasks = (K chunk, N range), fully independent with
  *                            private packing, each chunk into its own partial; partials summed in order.
  * The K blocking and chunking depend on the problem only, never on the thread count, and each C element is
  * one fixed chain of FMAs whichever thread computes it: results are bitwise identical for any thread count.
  *
- * Operands may be implicit im2col matrices (cnn_cpu_im2col): rows are gathered from the NHWC source while
- * packing, so a convolution never materialises its im2col matrix; scratch is the packing buffers only.
+ * Operands may be implicit im2col matrices (cnn_cpu_im2col): an A row is read from the NHWC source where its
+ * K block is one run of it, and gathered while packing elsewhere (B rows always), so a convolution never
+ * materialises its im2col matrix; scratch is the packing buffers only.
  */
 #include "cpu/cpu.h"
 
@@ -46,6 +49,7 @@ void cnn_cpu_sgemm_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
 /* ---- the portable micro-kernel --------------------------------------------------------------------------- */
 
 #define MRC 4
+#define MR_MAX (CNN_CPU_AVX512_MR > MRC ? CNN_CPU_AVX512_MR : MRC) /* rows of any kernel's tile */
 #define NRC 16
 
 void cnn_cpu_tile_store(const float *acc, int ld, int mr, const cnn_cpu_tile *t) {
@@ -65,20 +69,20 @@ void cnn_cpu_tile_store(const float *acc, int ld, int mr, const cnn_cpu_tile *t)
     }
 }
 
-static void ukr_c(int mr, bool acol, int64_t kc, const float *a, const float *b, const cnn_cpu_tile *t) {
+static void ukr_c(int mr, bool acol, int64_t kc, const float *const *a, const float *b, const cnn_cpu_tile *t) {
     float acc[MRC * NRC] = {0};
     for (int64_t k = 0; k < kc; k++)
         for (int i = 0; i < mr; i++) {
-            float ai = acol ? a[k * MRC + i] : a[i * CNN_CPU_KC + k];
+            float ai = acol ? a[0][k * MRC + i] : a[i][k];
             for (int j = 0; j < NRC; j++) acc[i * NRC + j] += ai * b[k * NRC + j];
         }
     cnn_cpu_tile_store(acc, NRC, mr, t);
 }
 #define UKRC(M)                                                                                                     \
-    static void ukr_c##M(int64_t kc, const float *a, const float *b, const cnn_cpu_tile *t) {                       \
+    static void ukr_c##M(int64_t kc, const float *const *a, const float *b, const cnn_cpu_tile *t) {                \
         ukr_c(M, false, kc, a, b, t);                                                                               \
     }                                                                                                               \
-    static void ukr_cc##M(int64_t kc, const float *a, const float *b, const cnn_cpu_tile *t) {                      \
+    static void ukr_cc##M(int64_t kc, const float *const *a, const float *b, const cnn_cpu_tile *t) {               \
         ukr_c(M, true, kc, a, b, t);                                                                                \
     }
 UKRC(1) UKRC(2) UKRC(3) UKRC(4)
@@ -177,6 +181,47 @@ static inline void put_run(float *dst, int64_t seg, int64_t seg_stride, int64_t 
     }
 }
 
+/* Where row m's im2col columns from k0 start: the image's first element, the row's place (gi, gj) in the output
+ * grid and its first source pixel (ih0, iw0), the tap (ti, tj) and the channel. */
+typedef struct im2col_at {
+    const float *xn;
+    int gi, gj, ih0, iw0, ti, tj;
+    int64_t ch;
+} im2col_at;
+static inline __attribute__((always_inline)) im2col_at im2col_locate(const cnn_cpu_im2col *g, int64_t m, int64_t k0) {
+    const int64_t grid = (int64_t)g->gh * g->gw;
+    const int64_t n = m / grid, rem = m - n * grid;
+    const int i = (int)(rem / g->gw), j = (int)(rem - (int64_t)i * g->gw);
+    const int64_t tap = k0 / g->cs;
+    const int ti = (int)(tap / g->tw);
+    return (im2col_at){.xn = g->x + n * (int64_t)g->hs * g->ws * g->cs, .gi = i, .gj = j, .ih0 = i * g->ah + g->oh,
+                       .iw0 = j * g->aw + g->ow, .ti = ti, .tj = (int)(tap - (int64_t)ti * g->tw),
+                       .ch = k0 - tap * g->cs};
+}
+/* `at` moved on to the next row (m + 1) at the same columns: no division */
+static inline __attribute__((always_inline)) void im2col_next_row(const cnn_cpu_im2col *g, im2col_at *at) {
+    at->iw0 += g->aw;
+    if (++at->gj < g->gw) return;
+    at->gj = 0, at->iw0 = g->ow, at->ih0 += g->ah;
+    if (++at->gi < g->gh) return;
+    at->gi = 0, at->ih0 = g->oh, at->xn += (int64_t)g->hs * g->ws * g->cs;
+}
+/* The run of columns at `at`, at most `limit` long: its source, or NULL where it is padding. Taps along a source
+ * row are contiguous pixels, so a run extends across them. */
+static inline __attribute__((always_inline)) const float *im2col_run(const cnn_cpu_im2col *g, const im2col_at *at,
+                                                                      int64_t limit, int64_t *run) {
+    const int ih = at->ih0 + at->ti * g->bh, iw = at->iw0 + at->tj * g->bw;
+    int64_t r = g->cs - at->ch;
+    const float *src = NULL;
+    if (ih >= 0 && ih < g->hs && iw >= 0 && iw < g->ws) {
+        if (g->bw == 1)
+            for (int t2 = at->tj + 1; t2 < g->tw && iw + (t2 - at->tj) < g->ws && r < limit; t2++) r += g->cs;
+        src = at->xn + ((int64_t)ih * g->ws + iw) * g->cs + at->ch;
+    }
+    *run = r < limit ? r : limit;
+    return src;
+}
+
 /* Row m, columns [k0, k0 + len) of the im2col matrix of g, into dst (segmented as in put_run). The column's tap
  * (ti, tj) and channel advance with each run instead of being divided out of it: integer divisions were most of
  * this function's time (perf-log step 70). */
@@ -184,38 +229,25 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) /* the short copies
 static void gather_row(const cnn_cpu_im2col *g, int64_t m, int64_t k0, int64_t len, float *dst, int64_t seg,
                        int64_t seg_stride) {
     if (len <= 0) return; /* e.g. a dgrad phase without taps (tw = 0) */
-    const int64_t grid = (int64_t)g->gh * g->gw;
-    const int64_t n = m / grid, rem = m - n * grid;
-    const int i = (int)(rem / g->gw), j = (int)(rem - (int64_t)i * g->gw);
-    const int ih0 = i * g->ah + g->oh, iw0 = j * g->aw + g->ow;
-    const float *xn = g->x + n * (int64_t)g->hs * g->ws * g->cs;
-    const int64_t tap = k0 / g->cs;
-    int64_t ch = k0 - tap * g->cs, pos = 0;
-    int ti = (int)(tap / g->tw), tj = (int)(tap - (int64_t)ti * g->tw);
-    while (pos < len) {
-        int ih = ih0 + ti * g->bh, iw = iw0 + tj * g->bw;
-        int64_t run = g->cs - ch;
-        const float *src = NULL;
-        if (ih >= 0 && ih < g->hs && iw >= 0 && iw < g->ws) {
-            /* taps along a source row are contiguous pixels: extend the run across them */
-            if (g->bw == 1)
-                for (int t2 = tj + 1; t2 < g->tw && iw + (t2 - tj) < g->ws && run < len - pos; t2++) run += g->cs;
-            src = xn + ((int64_t)ih * g->ws + iw) * g->cs + ch;
-        }
-        if (run > len - pos) run = len - pos;
+    im2col_at at = im2col_locate(g, m, k0);
+    for (int64_t pos = 0; pos < len;) {
+        int64_t run;
+        const float *src = im2col_run(g, &at, len - pos, &run);
         put_run(dst, seg, seg_stride, pos, src, run);
         pos += run;
-        for (ch += run; ch >= g->cs; ch -= g->cs)
-            if (++tj == g->tw) tj = 0, ti++;
+        for (at.ch += run; at.ch >= g->cs; at.ch -= g->cs)
+            if (++at.tj == g->tw) at.tj = 0, at.ti++;
     }
 }
 
 /* An operand stored transposed (a column of A contiguous) packs column-major; everything else row-major. */
 static inline bool a_colmajor(const cnn_cpu_mat *a) { return !a->g && a->rs == 1 && a->cs != 1; }
 
-/* A panel: rows [m0, m0 + mr), columns [k0, k0 + kc) -> ap[i * KC + kk] (row-major) or ap[kk * MR + i]
- * (column-major, when a_colmajor(a)). */
-static void pack_a(const cnn_cpu_mat *a, int MR, int64_t m0, int mr, int64_t k0, int64_t kc, float *ap) {
+/* A panel: rows [m0, m0 + mr), columns [k0, k0 + kc), as the kernels read it. Column-major (a_colmajor(a)):
+ * packed into ap[kk * MR + i], rows[0] = ap. Row-major: rows[i] points at row i's kc floats, in the operand itself
+ * where they are contiguous there (a dense A; an im2col row inside the image), else packed into ap + i * KC. */
+static void a_rows(const cnn_cpu_mat *a, int MR, int64_t m0, int mr, int64_t k0, int64_t kc, float *ap,
+                   const float **rows) {
     if (a_colmajor(a)) {
         const float *src = a->p + k0 * a->cs + m0;
         /* constant-size copies inline to a few vector moves; a libc call per 12 floats would dominate */
@@ -226,14 +258,30 @@ static void pack_a(const cnn_cpu_mat *a, int MR, int64_t m0, int mr, int64_t k0,
         else
             for (int64_t kk = 0; kk < kc; kk++)
                 for (int i = 0; i < mr; i++) ap[kk * MR + i] = src[kk * a->cs + i];
-    } else if (a->g) {
-        for (int i = 0; i < mr; i++) gather_row(a->g, m0 + i, k0, kc, ap + (int64_t)i * CNN_CPU_KC, kc > 0 ? kc : 1, 0);
-    } else if (a->cs == 1) {
-        for (int i = 0; i < mr; i++)
-            memcpy(ap + (int64_t)i * CNN_CPU_KC, a->p + (m0 + i) * a->rs + k0, (size_t)kc * sizeof(float));
-    } else {
-        for (int i = 0; i < mr; i++)
-            for (int64_t kk = 0; kk < kc; kk++) ap[(int64_t)i * CNN_CPU_KC + kk] = a->p[(m0 + i) * a->rs + (k0 + kk) * a->cs];
+        rows[0] = ap;
+        return;
+    }
+    const cnn_cpu_im2col *g = a->g;
+    im2col_at at = g && kc > 0 ? im2col_locate(g, m0, k0) : (im2col_at){0};
+    for (int i = 0; i < mr; i++) {
+        float *dst = ap + (int64_t)i * CNN_CPU_KC;
+        const float *in_place = NULL;
+        if (g && kc > 0) { /* one run of the source (inside the image, the taps side by side) */
+            int64_t run;
+            const float *src = im2col_run(g, &at, kc, &run);
+            if (run == kc) in_place = src;
+            im2col_next_row(g, &at);
+        } else if (!g && a->cs == 1) {
+            in_place = a->p + (m0 + i) * a->rs + k0;
+        }
+        if (in_place) {
+            rows[i] = in_place;
+            continue;
+        }
+        if (g) gather_row(g, m0 + i, k0, kc, dst, kc > 0 ? kc : 1, 0);
+        else
+            for (int64_t kk = 0; kk < kc; kk++) dst[kk] = a->p[(m0 + i) * a->rs + (k0 + kk) * a->cs];
+        rows[i] = dst;
     }
 }
 
@@ -299,14 +347,14 @@ static void k_blocking(int64_t len, int64_t *nkb, int64_t *kc_max) {
     *kc_max = len > 0 ? ceil_div(len, *nkb) : 0;
 }
 
-/* The tiles of one A panel (rows m0 .. m0+mr) against B panels [jp0, jp1) of a packed B block whose first
- * column is jc, for one K block. */
+/* The tiles of one A panel (rows m0 .. m0+mr, as a_rows gives them) against B panels [jp0, jp1) of a packed B
+ * block whose first column is jc, for one K block. */
 static void run_tile_row(const kernel_set *ks, bool acol, const cnn_cpu_out *C, int64_t N, int64_t m0, int mr,
-                         int64_t jc, int64_t jp0, int64_t jp1, int64_t kc, const float *apan, const float *bblk,
-                         bool beta, bool last) {
-    float *crow[CNN_CPU_AVX512_MR > MRC ? CNN_CPU_AVX512_MR : MRC];
-    const float *rrow[CNN_CPU_AVX512_MR > MRC ? CNN_CPU_AVX512_MR : MRC];
-    int64_t rowoff[CNN_CPU_AVX512_MR > MRC ? CNN_CPU_AVX512_MR : MRC];
+                         int64_t jc, int64_t jp0, int64_t jp1, int64_t kc, const float *const *arows,
+                         const float *bblk, bool beta, bool last) {
+    float *crow[MR_MAX];
+    const float *rrow[MR_MAX];
+    int64_t rowoff[MR_MAX];
     const int NR = ks->nr;
     for (int i = 0; i < mr; i++) rowoff[i] = out_row_offset(C, m0 + i);
     for (int64_t jp = jp0; jp < jp1; jp++) {
@@ -325,7 +373,7 @@ static void run_tile_row(const kernel_set *ks, bool acol, const cnn_cpu_out *C, 
             .last = last,
             .relu = C->relu,
         };
-        ks->ukr[acol][mr](kc, apan, bblk + (size_t)jp * kc * NR, &t);
+        ks->ukr[acol][mr](kc, arows, bblk + (size_t)jp * kc * NR, &t);
     }
 }
 
@@ -339,16 +387,19 @@ static void gemm_task_small(const kernel_set *ks, int64_t M, int64_t N, const cn
     int64_t nkb, kc_max;
     k_blocking(k1 - k0, &nkb, &kc_max);
     int64_t mpanels = ceil_div(M, MR);
+    const float *rows[SMALL_M + MR_MAX]; /* every panel's rows (a_rows) for one K block */
+    CNN_ASSERT(mpanels * MR <= SMALL_M + MR_MAX);
     for (int64_t jc = j0; jc < j1; jc += NC_MAX) {
         int64_t nc = j1 - jc < NC_MAX ? j1 - jc : NC_MAX, jpanels = ceil_div(nc, NR);
         for (int64_t kb = 0; kb < nkb; kb++) {
             int64_t pc = k0 + kb * kc_max, kc = k1 - pc < kc_max ? k1 - pc : kc_max;
             for (int64_t ip = 0; ip < mpanels; ip++)
-                pack_a(A, MR, ip * MR, (int)(M - ip * MR < MR ? M - ip * MR : MR), pc, kc, ap + (size_t)ip * MR * CNN_CPU_KC);
+                a_rows(A, MR, ip * MR, (int)(M - ip * MR < MR ? M - ip * MR : MR), pc, kc, ap + (size_t)ip * MR * CNN_CPU_KC,
+                       rows + ip * MR);
             pack_b_rows(B, pc, kc, jc, nc, NR, bp, 0, kc);
             for (int64_t ip = 0; ip < mpanels; ip++)
                 run_tile_row(ks, a_colmajor(A), out, N, ip * MR, (int)(M - ip * MR < MR ? M - ip * MR : MR), jc, 0, jpanels, kc,
-                             ap + (size_t)ip * MR * CNN_CPU_KC, bp, beta0 || kb > 0, final && kb == nkb - 1);
+                             rows + ip * MR, bp, beta0 || kb > 0, final && kb == nkb - 1);
         }
     }
 }
@@ -446,6 +497,7 @@ static cnn_status gemm_large_m(int threads, const kernel_set *ks, int64_t M, int
 #pragma omp parallel num_threads(threads)
     {
         float *ap_own = ap + (size_t)thread_id() * MR * CNN_CPU_KC;
+        const float *rows[MR_MAX];
         for (int64_t jc = 0; jc < N; jc += nc_max) {
             int64_t nc = N - jc < nc_max ? N - jc : nc_max, jpanels = ceil_div(nc, NR);
             /* B block kb lives at bp + kb * kc_max * nc_max, its panels kc apart */
@@ -463,9 +515,9 @@ static cnn_status gemm_large_m(int threads, const kernel_set *ks, int64_t M, int
                 int mr = (int)(M - m0 < MR ? M - m0 : MR);
                 for (int64_t kb = 0; kb < nkb; kb++) {
                     int64_t pc = kb * kc_max, kc = K - pc < kc_max ? K - pc : kc_max;
-                    pack_a(A, MR, m0, mr, pc, kc, ap_own);
+                    a_rows(A, MR, m0, mr, pc, kc, ap_own, rows);
                     if (ip + 1 < mpanels) prefetch_a(A, m0 + MR, (int)(M - m0 - MR < MR ? M - m0 - MR : MR), pc, kc);
-                    run_tile_row(ks, a_colmajor(A), C, N, m0, mr, jc, 0, jpanels, kc, ap_own, bp + (size_t)kb * kc_max * nc_max,
+                    run_tile_row(ks, a_colmajor(A), C, N, m0, mr, jc, 0, jpanels, kc, rows, bp + (size_t)kb * kc_max * nc_max,
                                  C->accumulate || kb > 0, kb == nkb - 1);
                 }
             }

@@ -1,12 +1,13 @@
 /* gemm_kernels.c — the SIMD micro-kernels of the packed SGEMM (gemm.c drives them).
  *
  * Contract (cpu.h, cnn_cpu_ukr): C tile (mr x NR) (+)= A panel times B panel (kc rows of NR floats), then the
- * epilogue on the last K block. The A panel is row-major (mr rows of kc floats, row stride CNN_CPU_KC: what an
- * im2col gather produces) or, in the `c` kernels, column-major (kc columns of MR floats: what a transposed
- * operand such as dY^T packs into with one short copy per column). Accumulators live in registers
- * for the whole K block; A values are broadcast, B rows are vector loads; one explicit FMA per (i, j, k) in
- * k order. Full tiles merge with vectors; edge tiles (nr < NR) spill the accumulators and use the scalar
- * merge, whose order of operations is the same.
+ * epilogue on the last K block. The A panel is row-major (mr row pointers, each to kc contiguous floats: a row of
+ * the operand itself where it is contiguous, else a row the driver gathered) or, in the `c` kernels,
+ * column-major (kc columns of MR floats: what a transposed operand such as dY^T packs into with one short copy
+ * per column). Accumulators live in registers for the whole K block; A values are broadcast (a row pointer
+ * each, held in a register), B rows are vector loads; one explicit FMA per (i, j, k) in k order. Full tiles
+ * merge with vectors; edge tiles (nr < NR) spill the accumulators and use the scalar merge, whose order of
+ * operations is the same.
  *
  * Each function carries its own target attribute, so this file builds with plain flags and the driver
  * picks a kernel at run time with __builtin_cpu_supports. One kernel per mr (1..MR) is generated from an
@@ -23,18 +24,19 @@
 #define NR5 CNN_CPU_AVX512_NR
 
 static inline __attribute__((always_inline, target("avx512f"))) void
-ukr512_body(const int mr, const bool acol, int64_t kc, const float *a, const float *b, const cnn_cpu_tile *t) {
+ukr512_body(const int mr, const bool acol, int64_t kc, const float *const *a, const float *b, const cnn_cpu_tile *t) {
     __m512 c0[MR5], c1[MR5];
+    const float *ar[MR5]; /* row-major: the rows, each in a register through the loop */
 #pragma GCC unroll 12
     for (int i = 0; i < MR5; i++) {
-        if (i < mr) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+        if (i < mr) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps(), ar[i] = acol ? a[0] : a[i];
     }
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(b + NR5 * k), b1 = _mm512_load_ps(b + NR5 * k + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < MR5; i++) {
             if (i < mr) {
-                __m512 ai = _mm512_set1_ps(acol ? a[k * MR5 + i] : a[i * CNN_CPU_KC + k]);
+                __m512 ai = _mm512_set1_ps(acol ? ar[0][k * MR5 + i] : ar[i][k]);
                 c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
                 c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
             }
@@ -72,12 +74,12 @@ ukr512_body(const int mr, const bool acol, int64_t kc, const float *a, const flo
 }
 
 #define UKR512(M)                                                                                                   \
-    static __attribute__((target("avx512f"))) void ukr512_##M(int64_t kc, const float *a, const float *b,          \
-                                                              const cnn_cpu_tile *t) {                             \
+    static __attribute__((target("avx512f"))) void ukr512_##M(int64_t kc, const float *const *a,                    \
+                                        const float *b, const cnn_cpu_tile *t) {                                    \
         ukr512_body(M, false, kc, a, b, t);                                                                         \
     }                                                                                                               \
-    static __attribute__((target("avx512f"))) void ukr512c_##M(int64_t kc, const float *a, const float *b,         \
-                                                               const cnn_cpu_tile *t) {                            \
+    static __attribute__((target("avx512f"))) void ukr512c_##M(int64_t kc, const float *const *a,                   \
+                                         const float *b, const cnn_cpu_tile *t) {                                   \
         ukr512_body(M, true, kc, a, b, t);                                                                          \
     }
 UKR512(1) UKR512(2) UKR512(3) UKR512(4) UKR512(5) UKR512(6)
@@ -96,18 +98,19 @@ const cnn_cpu_ukr cnn_cpu_ukr_avx512[2][MR5 + 1] = {
 #define NR2 CNN_CPU_AVX2_NR
 
 static inline __attribute__((always_inline, target("avx2,fma"))) void
-ukr256_body(const int mr, const bool acol, int64_t kc, const float *a, const float *b, const cnn_cpu_tile *t) {
+ukr256_body(const int mr, const bool acol, int64_t kc, const float *const *a, const float *b, const cnn_cpu_tile *t) {
     __m256 c0[MR2], c1[MR2];
+    const float *ar[MR2]; /* row-major: the rows */
 #pragma GCC unroll 6
     for (int i = 0; i < MR2; i++) {
-        if (i < mr) c0[i] = _mm256_setzero_ps(), c1[i] = _mm256_setzero_ps();
+        if (i < mr) c0[i] = _mm256_setzero_ps(), c1[i] = _mm256_setzero_ps(), ar[i] = acol ? a[0] : a[i];
     }
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(b + NR2 * k), b1 = _mm256_load_ps(b + NR2 * k + 8);
 #pragma GCC unroll 6
         for (int i = 0; i < MR2; i++) {
             if (i < mr) {
-                __m256 ai = _mm256_broadcast_ss(acol ? a + k * MR2 + i : a + i * CNN_CPU_KC + k);
+                __m256 ai = _mm256_broadcast_ss(acol ? ar[0] + k * MR2 + i : ar[i] + k);
                 c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
                 c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
             }
@@ -145,12 +148,12 @@ ukr256_body(const int mr, const bool acol, int64_t kc, const float *a, const flo
 }
 
 #define UKR256(M)                                                                                                   \
-    static __attribute__((target("avx2,fma"))) void ukr256_##M(int64_t kc, const float *a, const float *b,         \
-                                                               const cnn_cpu_tile *t) {                            \
+    static __attribute__((target("avx2,fma"))) void ukr256_##M(int64_t kc, const float *const *a,                   \
+                                        const float *b, const cnn_cpu_tile *t) {                                    \
         ukr256_body(M, false, kc, a, b, t);                                                                         \
     }                                                                                                               \
-    static __attribute__((target("avx2,fma"))) void ukr256c_##M(int64_t kc, const float *a, const float *b,        \
-                                                                const cnn_cpu_tile *t) {                           \
+    static __attribute__((target("avx2,fma"))) void ukr256c_##M(int64_t kc, const float *const *a,                  \
+                                         const float *b, const cnn_cpu_tile *t) {                                   \
         ukr256_body(M, true, kc, a, b, t);                                                                          \
     }
 UKR256(1) UKR256(2) UKR256(3) UKR256(4) UKR256(5) UKR256(6)

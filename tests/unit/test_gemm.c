@@ -1,8 +1,9 @@
 /* test_gemm.c — the CPU backend's packed SGEMM (src/cpu/gemm.c) against a float64 triple loop written here
  * and against src/cpu's reference GEMM, for every micro-kernel this machine runs (portable C, AVX2, AVX-512):
  * awkward sizes around the tile and block edges, all four operand layouts, accumulate, the epilogue
- * (scale/shift/residual/relu), an output scattered over a row grid, K = 0, and determinism across thread
- * counts. Outputs are poisoned with NaN; fp32 vs fp64 rel-L2 <= 1e-5. CNN_TEST_QUICK=1 trims the sizes.
+ * (scale/shift/residual/relu), an output scattered over a row grid, K = 0, an im2col operand read in place
+ * (bitwise the packed result), and determinism across thread counts. Outputs are poisoned with NaN; fp32 vs
+ * fp64 rel-L2 <= 1e-5. CNN_TEST_QUICK=1 trims the sizes.
  */
 #include "test.h"
 
@@ -102,6 +103,48 @@ static void test_k0(const char *isa) {
     check(good, name, NULL);
 }
 
+/* An im2col A (a 3x3 conv's forward, pad 1), whose rows the driver reads in place from x where a row's K block is
+ * one run of it (perf-log step 111) and gathers elsewhere, against the same matrix materialised column-major
+ * (always packed): bitwise equal, each element being one chain of FMAs in k order wherever its row was read
+ * from; and against float64. Shapes: the large-M path with K blocks on kernel-row boundaries (C = 64: every
+ * inner row in place) and some across them (C = 128), the small-M path with stride 2, and K blocks all across
+ * kernel rows (C = 50: every row gathered). */
+static void test_im2col_in_place(const char *isa) {
+    static const int shapes[][5] = {/* N, H, W, C, stride */ {4, 20, 20, 64, 1}, {4, 21, 19, 128, 1}, {2, 9, 13, 64, 2},
+                                    {1, 9, 13, 50, 1}};
+    for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
+        if (quick && si > 0) break;
+        const int N = shapes[si][0], H = shapes[si][1], W = shapes[si][2], C = shapes[si][3], st = shapes[si][4];
+        const int P = (H + 2 - 3) / st + 1, Q = (W + 2 - 3) / st + 1;
+        const int64_t m = (int64_t)N * P * Q, k = 9 * (int64_t)C, n = 40;
+        float *x = frand((int64_t)N * H * W * C, &seed_counter), *b = frand(k * n, &seed_counter);
+        float *acm = malloc((size_t)(m * k) * sizeof(float)); /* the im2col matrix, column-major: (i, l) at l*m + i */
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t img = i / ((int64_t)P * Q), pq = i % ((int64_t)P * Q);
+            const int p0 = (int)(pq / Q) * st - 1, q0 = (int)(pq % Q) * st - 1;
+            for (int64_t l = 0; l < k; l++) {
+                const int r = (int)(l / (3 * C)), s = (int)(l / C % 3), c = (int)(l % C), h = p0 + r, w = q0 + s;
+                acm[l * m + i] = h < 0 || h >= H || w < 0 || w >= W ? 0.0f : x[((img * H + h) * W + w) * C + c];
+            }
+        }
+        const cnn_cpu_im2col g = {.x = x, .hs = H, .ws = W, .cs = C, .gh = P, .gw = Q, .th = 3, .tw = 3,
+                                  .ah = st, .bh = 1, .oh = -1, .aw = st, .bw = 1, .ow = -1};
+        const cnn_cpu_mat A = {.g = &g}, Acm = {.p = acm, .rs = 1, .cs = m}, B = {.p = b, .rs = n, .cs = 1};
+        float *c = malloc((size_t)(m * n) * sizeof(float)), *ccm = malloc((size_t)(m * n) * sizeof(float));
+        double *want = malloc((size_t)(m * n) * sizeof(double));
+        poison(c, m * n), poison(ccm, m * n);
+        const cnn_cpu_out O = {.p = c, .gh = 1, .gw = 1, .sn = n}, Ocm = {.p = ccm, .gh = 1, .gw = 1, .sn = n};
+        cnn_status st1 = cnn_cpu_gemm(2, m, n, k, &A, &B, &O), st2 = cnn_cpu_gemm(2, m, n, k, &Acm, &B, &Ocm);
+        gemm64(m, n, k, acm, 1, m, b, n, 1, NULL, want);
+        double e = rel_l2(c, want, m * n);
+        char name[128];
+        snprintf(name, sizeof name, "gemm.%s.im2col_in_place[%dx%dx%dx%d/%d]", isa, N, H, W, C, st);
+        check(st1 == CNN_OK && st2 == CNN_OK && !memcmp(c, ccm, (size_t)(m * n) * sizeof(float)) && e <= 1e-5, name,
+              "bitwise %s, rel-L2 %.2e", memcmp(c, ccm, (size_t)(m * n) * sizeof(float)) ? "differs" : "equal", e);
+        free(x), free(b), free(acm), free(c), free(ccm), free(want);
+    }
+}
+
 static void test_determinism(void) {
     const int64_t m = 700, n = 300, k = 900;
     float *a = frand(m * k, &seed_counter), *b = frand(k * n, &seed_counter);
@@ -146,6 +189,7 @@ int main(void) {
         }
         test_epilogue(isa);
         test_k0(isa);
+        test_im2col_in_place(isa);
     }
     cnn_cpu_gemm_set_isa(CNN_CPU_ISA_AUTO);
     test_determinism();
