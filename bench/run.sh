@@ -12,6 +12,9 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
+if [ -z "${PYTHON:-}" ]; then # the first Python with torch (a pip one on the GPU machine, Debian's here), as make's
+    for p in python3 /usr/bin/python3; do "$p" -c 'import torch, torchvision' 2>/dev/null && { PYTHON=$p; break; }; done
+fi
 PYTHON=${PYTHON:-python3}
 CNN=$BUILD/cnn
 QUICK=0; MAXAT=0
