@@ -9,7 +9,8 @@
 # SEEDS (default "0 1 2 3 4"); every other variable goes to whole_run.sh. Seed after seed, ours and the twin in turn
 # on the same GPU; the first pair starts from the caches it finds (empty CNN_CACHE_DIR and CUDA_CACHE_PATH
 # directories for a cold start), the later ones reuse them (ours: the first run's tuning winners). Each seed's run
-# directory is RUN_OUT-seedS (default runs/SET-seedS). The summary also goes to bench/results/DATE-MACHINE-SET-seeds.md.
+# directory is RUN_OUT-seedS (default runs/SET-seedS). The summary also goes to
+# bench/results/DATE-MACHINE-SET-seeds.md.
 set -u
 cd "$(dirname "$0")/.."
 SET=${1:-fashion-mnist-50k}
@@ -20,6 +21,7 @@ if [ -z "${PYTHON:-}" ]; then  # found once here (each whole_run.sh would import
 fi
 export PYTHON=${PYTHON:-python3}
 LOG=$(mktemp)
+trap 'rm -f "$LOG" "$LOG".*' EXIT
 build=
 for s in $SEEDS; do
     echo "== seed $s"
@@ -66,4 +68,3 @@ MACHINE=${MACHINE:-$( [ -n "$gpu" ] && echo "$gpu" | tr ' ' '-' || echo "cpu-$(n
     echo
     echo "$summary" | sed 's/^/- /'
 } > "bench/results/$(date -u +%F)-$MACHINE-$SET-seeds.md"
-rm -f "$LOG" "$LOG".*
