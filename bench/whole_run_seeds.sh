@@ -22,12 +22,13 @@ fi
 export PYTHON=${PYTHON:-python3}
 LOG=$(mktemp)
 trap 'rm -f "$LOG" "$LOG".*' EXIT
-build=
+build= head=
 for s in $SEEDS; do
     echo "== seed $s"
     SEED=$s RUN_OUT=$BASE_OUT-seed$s RESULT_FILE=$LOG.$s.md SKIP_BUILD=$build bash bench/whole_run.sh "$SET" > "$LOG.$s" 2>&1
     rc=$?
     build=1  # built by the first seed's run
+    [ -n "$head" ] || head=$(head -n 1 "$LOG.$s.md" 2>/dev/null) # "### MACHINE (DATE, commit C)", as whole_run.sh names it
     sed -n '/^== summary/,$p' "$LOG.$s" | grep '^RESULT' | sed "s/^/seed $s: /" | tee -a "$LOG"
     [ $rc -eq 0 ] || { tail -n 20 "$LOG.$s"; exit 1; }
 done
@@ -57,10 +58,9 @@ PY
 echo
 echo "== summary over seeds $SEEDS ($SET)"
 echo "$summary"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-MACHINE=${MACHINE:-$( [ -n "$gpu" ] && echo "$gpu" | tr ' ' '-' || echo "cpu-$(nproc)c")}
+MACHINE=$(echo "$head" | cut -d' ' -f2)
 {
-    echo "### $MACHINE ($(date -u +%F), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}), seeds $SEEDS"
+    echo "$head, seeds $SEEDS"
     echo
     echo "\`SEEDS=\"$SEEDS\" bash bench/whole_run_seeds.sh $SET\`: bench/whole_run.sh once per seed."
     echo

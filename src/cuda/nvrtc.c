@@ -460,6 +460,17 @@ static cnn_status install_module(cuda_be *cb, int id, cuda_module *m, void *imag
     return CNN_OK;
 }
 
+/* a program compiled in this run (here, on a batch's worker or behind): counted, logged with its compile time and
+ * `how` it was compiled, stored in the disk cache and loaded; image freed */
+static cnn_status keep_compiled(cuda_be *cb, int id, void *image, size_t len, int ms, const char *how) {
+    cb->stats.compiles++;
+    cnn_cuda_program_info info;
+    cnn_cuda_program_describe(id, &info);
+    cnn_log(2, "cnn: compiled %s for %s in %d ms%s", info.label, cb->arch, ms, how);
+    disk_store(cb, id, image, len);
+    return install_module(cb, id, &cb->mods[id], image, false);
+}
+
 static cnn_status compile_one(const char *arch, int id, void **image, size_t *len) {
     cnn_cuda_program_info info;
     cnn_cuda_program_describe(id, &info);
@@ -477,17 +488,11 @@ static cnn_status load_module(cuda_be *cb, int id, cuda_module *m) {
     void *image;
     size_t len;
     disk_lookup(cb, id, &image, &len);
-    bool from_disk = image != NULL;
-    if (!image) {
-        double t0 = cnn_now();
-        CNN_TRY(compile_one(cb->arch, id, &image, &len));
-        cb->stats.compiles++, cb->stats.lazy_compiles++;
-        cnn_cuda_program_info info;
-        cnn_cuda_program_describe(id, &info);
-        cnn_log(2, "cnn: compiled %s for %s in %.0f ms", info.label, cb->arch, (cnn_now() - t0) * 1e3);
-        disk_store(cb, id, image, len);
-    }
-    return install_module(cb, id, m, image, from_disk);
+    if (image) return install_module(cb, id, m, image, true);
+    double t0 = cnn_now();
+    CNN_TRY(compile_one(cb->arch, id, &image, &len));
+    cb->stats.lazy_compiles++;
+    return keep_compiled(cb, id, image, len, (int)((cnn_now() - t0) * 1e3), "");
 }
 
 /* ---- compiling several programs at once (a dry run's batch, the autotuner's candidates) -------------------
@@ -695,12 +700,7 @@ static void collect_one(cuda_be *cb, int k, bool abandon) {
     }
     cb->behind[k] = cb->behind[--cb->n_behind];
     if (!job.image) return; /* failed or abandoned: compiled when first needed, which reports an error in context */
-    cb->stats.compiles++;
-    cnn_cuda_program_info info;
-    cnn_cuda_program_describe(id, &info);
-    cnn_log(2, "cnn: compiled %s for %s in %d ms (behind)", info.label, cb->arch, job.ms);
-    disk_store(cb, id, job.image, job.len);
-    if (install_module(cb, id, &cb->mods[id], job.image, false) != CNN_OK) cnn_error_clear(); /* retried later */
+    if (keep_compiled(cb, id, job.image, job.len, job.ms, " (behind)") != CNN_OK) cnn_error_clear(); /* retried later */
 }
 
 void cuda_collect_behind(cuda_be *cb, bool abandon) {
@@ -759,14 +759,12 @@ void cuda_prepare_programs(cuda_be *cb, const int *ids, int n) {
     double t0 = cnn_now();
     if (!prep_run(cb->arch, jobs, nj, nw)) nw = 0;
     int built = 0;
+    char how[32];
+    snprintf(how, sizeof how, " (%d at once)", nj);
     for (int i = 0; i < nj; i++) {
         if (!jobs[i].image) continue;
-        cb->stats.compiles++, built++;
-        cnn_cuda_program_info info;
-        cnn_cuda_program_describe(jobs[i].id, &info);
-        cnn_log(2, "cnn: compiled %s for %s in %d ms (%d at once)", info.label, cb->arch, jobs[i].ms, nj);
-        disk_store(cb, jobs[i].id, jobs[i].image, jobs[i].len);
-        if (install_module(cb, jobs[i].id, &cb->mods[jobs[i].id], jobs[i].image, false) != CNN_OK) cnn_error_clear();
+        built++;
+        if (keep_compiled(cb, jobs[i].id, jobs[i].image, jobs[i].len, jobs[i].ms, how) != CNN_OK) cnn_error_clear();
     }
     cnn_log(2, "cnn: %d of %d programs compiled on %d worker processes in %.0f ms", built, nj, nw,
             (cnn_now() - t0) * 1e3);
