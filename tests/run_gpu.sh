@@ -61,7 +61,7 @@ elif [ ! -x "$SAN_BIN" ]; then
 else
     # quick shapes, in-process (--no-fork: the sanitizer follows one process), the cache warmed by step 2;
     # the oom group is left out (an absurd allocation is the point there, and memcheck would report it)
-    SAN_GROUPS=${GROUPS_SEL:-"convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast linear xent prep optim nonfinite graph determinism"}
+    SAN_GROUPS=${GROUPS_SEL:-"convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast linear xent prep optim nonfinite graph determinism choose_n"}
     for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
         opts=""
         [ $tool = memcheck ] && opts="--leak-check full --padding 2048"

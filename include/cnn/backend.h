@@ -35,6 +35,9 @@ typedef struct cnn_conv2d {
     int stride_h, stride_w;
     int pad_h, pad_w;
     int p, q;             /* output (N, K, P, Q); set by cnn_conv2d_init */
+    int choose_n;         /* 0, or the batch whose kernel choice the backend takes (its heuristic's, untimed), so
+                           * that the n images get the kernel, and so the bits, of a launch over choose_n of them:
+                           * --deterministic runs a batch of slices in one launch (core/shards.h) */
 } cnn_conv2d;
 
 /* Fill a descriptor and derive P, Q. Returns false (and leaves p/q <= 0) when the output would be empty. */

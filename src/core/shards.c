@@ -1,8 +1,11 @@
-/* shards.c — the ops of a backend wrapped to run a batch slice by slice (shards.h says why).
+/* shards.c — the ops of a backend wrapped for a batch of slices (shards.h says why).
  *
  * Every wrapped op takes (N, ...) tensors with images outermost, so slice j of a batch of N = S * n images is the
- * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. An op that sums over the
- * batch writes slice j's sum into row j of the scratch and tree_sum adds the rows into its output. A call whose
+ * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. A pass that sums nothing over
+ * the batch (forward and dgrad convolutions, pooling) runs in one launch with the kernel of a slice
+ * (cnn_conv2d.choose_n), which gives each image the bits of its slice's own launch; the sums over the batch (dx's
+ * channel sums after it) are taken slice by slice. An op that sums over the batch (wgrad, linear) runs slice by
+ * slice: slice j's sum goes into row j of the scratch and tree_sum adds the rows into its output. A call whose
  * batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over the batch in a
  * way the training step reads. A wrapped op calls the table itself only through its own backend's functions;
  * `depth` keeps a call from inside a wrapper (an unfused fallback) whole, so no slice is sliced again. BatchNorm is
@@ -41,8 +44,8 @@ static int64_t imgs(const cnn_backend *be, int n, int h, int w, int c) {
 static const void *at(const void *p, int64_t bytes) { return p ? (const char *)p + bytes : NULL; }
 static void *at_w(void *p, int64_t bytes) { return p ? (char *)p + bytes : NULL; }
 
-/* whether a call of batch n runs whole: inside a wrapper, or a batch the slices do not divide */
-static bool whole(const cnn_shards *sh, int n) { return sh->depth > 0 || n % sh->n != 0; }
+/* whether a call of batch n runs as called: inside a wrapper, or a batch the slices do not divide */
+static bool as_called(const cnn_shards *sh, int n) { return sh->depth > 0 || n % sh->n != 0; }
 
 /* Rows of a sum of count floats in the scratch: 64 floats apart at least, so that every row is as aligned as the
  * gradient arena's tensors and every slice's op takes the same kernels as on a rank of one slice, which writes
@@ -65,94 +68,73 @@ static cnn_conv2d conv_slice(const cnn_backend *be, const cnn_shards *sh, const 
     return c;
 }
 
+/* A pass that sums nothing over the batch runs in one launch over every slice, with the kernel the backend would
+ * give one slice (cnn_conv2d.choose_n): each image's outputs are then those of that slice's own launch, bit for bit,
+ * at one launch's cost instead of S (perf-log step 112). */
+static cnn_conv2d conv_whole(const cnn_shards *sh, const cnn_conv2d *cv) {
+    cnn_conv2d c = *cv;
+    c.choose_n = cv->n / sh->n;
+    return c;
+}
+
+/* rows m of an (M, C) view summed by slices of m / S rows (M = N * H * W, images outermost) into out, through the
+ * scratch's rows and the tree */
+static cnn_status slice_sums(cnn_backend *be, cnn_shards *sh, int64_t m, int c, const void *x, float *out) {
+    const int64_t rows = m / sh->n, bytes = rows * c * (int64_t)cnn_dtype_size(be->act_dtype);
+    cnn_status st = CNN_OK;
+    for (int j = 0; j < sh->n && st == CNN_OK; j++) st = sh->saved.channel_sum(be, rows, c, at(x, j * bytes), row(sh, c, j));
+    return st == CNN_OK ? tree(be, sh, c, sh->scratch, out) : st;
+}
+
 static cnn_status w_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x, const void *w,
                           void *y) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, cv->n)) return sh->saved.conv2d_fprop(be, cv, ep, x, w, y);
-    int64_t xs, ys;
-    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
+    if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop(be, cv, ep, x, w, y);
+    const cnn_conv2d c = conv_whole(sh, cv);
     cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
     e.stats = NULL; /* BatchNorm sums its slices itself */
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
-        e.residual = at(ep ? ep->residual : NULL, j * ys);
-        st = sh->saved.conv2d_fprop(be, &c, ep ? &e : NULL, at(x, j * xs), w, at_w(y, j * ys));
-    }
-    sh->depth--;
-    return st;
+    return sh->saved.conv2d_fprop(be, &c, ep ? &e : NULL, x, w, y);
 }
 
 static cnn_status w_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
                                const void *x, const void *w, void *y) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, cv->n)) return sh->saved.conv2d_fprop_pool(be, cv, ep, pl, x, w, y);
-    cnn_conv2d c = *cv;
-    cnn_pool2d p = *pl;
-    c.n = p.n = cv->n / sh->n;
-    const int64_t xs = imgs(be, c.n, c.h, c.w, c.c), ys = imgs(be, c.n, p.p, p.q, p.c);
-    const int64_t rs = imgs(be, c.n, c.p, c.q, c.k), as = (int64_t)c.n * p.p * p.q * p.c;
+    if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop_pool(be, cv, ep, pl, x, w, y);
+    const cnn_conv2d c = conv_whole(sh, cv);
     cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
     e.stats = NULL;
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
-        e.residual = at(ep ? ep->residual : NULL, j * rs);
-        p.argmax = at_w(pl->argmax, j * as);
-        st = sh->saved.conv2d_fprop_pool(be, &c, ep ? &e : NULL, &p, at(x, j * xs), w, at_w(y, j * ys));
-    }
-    sh->depth--;
-    return st;
+    return sh->saved.conv2d_fprop_pool(be, &c, ep ? &e : NULL, pl, x, w, y);
 }
 
 static cnn_status w_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2, const cnn_epilogue *ep,
                                const void *x, const void *w, const void *x2, const void *w2, void *y) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, cv->n)) return sh->saved.conv2d_fprop_pair(be, cv, cv2, ep, x, w, x2, w2, y);
-    cnn_conv2d c = *cv, c2 = *cv2;
-    c.n = c2.n = cv->n / sh->n;
-    const int64_t xs = imgs(be, c.n, c.h, c.w, c.c), x2s = imgs(be, c.n, c2.h, c2.w, c2.c),
-                  ys = imgs(be, c.n, c.p, c.q, c.k);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++)
-        st = sh->saved.conv2d_fprop_pair(be, &c, &c2, ep, at(x, j * xs), w, at(x2, j * x2s), w2, at_w(y, j * ys));
-    sh->depth--;
-    return st;
+    if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop_pair(be, cv, cv2, ep, x, w, x2, w2, y);
+    const cnn_conv2d c = conv_whole(sh, cv), c2 = conv_whole(sh, cv2);
+    return sh->saved.conv2d_fprop_pair(be, &c, &c2, ep, x, w, x2, w2, y);
 }
 
 static cnn_status w_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                           bool accumulate) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, cv->n)) return sh->saved.conv2d_dgrad(be, cv, dy, w, dx, accumulate);
-    int64_t xs, ys;
-    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++)
-        st = sh->saved.conv2d_dgrad(be, &c, at(dy, j * ys), w, at_w(dx, j * xs), accumulate);
-    sh->depth--;
-    return st;
+    if (as_called(sh, cv->n)) return sh->saved.conv2d_dgrad(be, cv, dy, w, dx, accumulate);
+    const cnn_conv2d c = conv_whole(sh, cv);
+    return sh->saved.conv2d_dgrad(be, &c, dy, w, dx, accumulate);
 }
 
+/* dx's sums, where asked, by slices after the one launch (a pass over dx) */
 static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
                                const void *relu_y, void *dx, float *dx_sum) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, cv->n)) return sh->saved.conv2d_dgrad_relu(be, cv, dy, w, relu_y, dx, dx_sum);
-    int64_t xs, ys;
-    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++)
-        st = sh->saved.conv2d_dgrad_relu(be, &c, at(dy, j * ys), w, at(relu_y, j * xs), at_w(dx, j * xs),
-                                         dx_sum ? row(sh, c.c, j) : NULL);
-    sh->depth--;
-    return st == CNN_OK && dx_sum ? tree(be, sh, c.c, sh->scratch, dx_sum) : st;
+    if (as_called(sh, cv->n)) return sh->saved.conv2d_dgrad_relu(be, cv, dy, w, relu_y, dx, dx_sum);
+    const cnn_conv2d c = conv_whole(sh, cv);
+    cnn_status st = sh->saved.conv2d_dgrad_relu(be, &c, dy, w, relu_y, dx, NULL);
+    return st == CNN_OK && dx_sum ? slice_sums(be, sh, (int64_t)cv->n * cv->h * cv->w, cv->c, dx, dx_sum) : st;
 }
 
 static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
+    if (as_called(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
     int64_t xs, ys;
     cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
     const int64_t count = (int64_t)c.k * c.r * c.s * c.c;
@@ -164,64 +146,28 @@ static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     return st == CNN_OK ? tree(be, sh, count, sh->scratch, dw) : st;
 }
 
-/* rows m of an (M, C) view: slices of m / S rows (M = N * H * W, images outermost) */
 static cnn_status w_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out) {
     cnn_shards *sh = be->shards;
     if (sh->depth > 0 || m % sh->n != 0) return sh->saved.channel_sum(be, m, c, dy, out);
-    const int64_t rows = m / sh->n, bytes = rows * c * (int64_t)cnn_dtype_size(be->act_dtype);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++) st = sh->saved.channel_sum(be, rows, c, at(dy, j * bytes), row(sh, c, j));
-    sh->depth--;
-    return st == CNN_OK ? tree(be, sh, c, sh->scratch, out) : st;
+    return slice_sums(be, sh, m, c, dy, out);
 }
 
-/* a pool's problem on a slice's images, and the bytes between slices of x, of y and dy, and of the argmax */
-static cnn_pool2d pool_slice(const cnn_backend *be, const cnn_shards *sh, const cnn_pool2d *pl, int64_t *xs,
-                             int64_t *ys, int64_t *as) {
-    cnn_pool2d p = *pl;
-    p.n = pl->n / sh->n;
-    *xs = imgs(be, p.n, p.h, p.w, p.c), *ys = imgs(be, p.n, p.p, p.q, p.c), *as = (int64_t)p.n * p.p * p.q * p.c;
-    return p;
-}
-
-static cnn_status w_pool_forward(cnn_backend *be, const cnn_pool2d *pl, const void *x, void *y) {
-    cnn_shards *sh = be->shards;
-    if (whole(sh, pl->n)) return sh->saved.pool2d_forward(be, pl, x, y);
-    int64_t xs, ys, as;
-    cnn_pool2d p = pool_slice(be, sh, pl, &xs, &ys, &as);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
-        p.argmax = at_w(pl->argmax, j * as);
-        st = sh->saved.pool2d_forward(be, &p, at(x, j * xs), at_w(y, j * ys));
-    }
-    sh->depth--;
-    return st;
-}
-
+/* a pool computes each output from its own image's window: one launch over the batch gives every slice's bits;
+ * dx's sums, where asked, by slices after it */
 static cnn_status w_pool_backward(cnn_backend *be, const cnn_pool2d *pl, const void *x, const void *y,
                                   const void *dy, void *dx, bool accumulate) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, pl->n)) return sh->saved.pool2d_backward(be, pl, x, y, dy, dx, accumulate);
-    int64_t xs, ys, as;
-    cnn_pool2d p = pool_slice(be, sh, pl, &xs, &ys, &as);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++) {
-        p.argmax = at_w(pl->argmax, j * as);
-        p.dx_sum = pl->dx_sum ? row(sh, p.c, j) : NULL;
-        st = sh->saved.pool2d_backward(be, &p, at(x, j * xs), at(y, j * ys), at(dy, j * ys), at_w(dx, j * xs),
-                                       accumulate);
-    }
-    sh->depth--;
-    return st == CNN_OK && pl->dx_sum ? tree(be, sh, p.c, sh->scratch, pl->dx_sum) : st;
+    if (as_called(sh, pl->n) || !pl->dx_sum) return sh->saved.pool2d_backward(be, pl, x, y, dy, dx, accumulate);
+    cnn_pool2d p = *pl;
+    p.dx_sum = NULL;
+    cnn_status st = sh->saved.pool2d_backward(be, &p, x, y, dy, dx, accumulate);
+    return st == CNN_OK ? slice_sums(be, sh, (int64_t)pl->n * pl->h * pl->w, pl->c, dx, pl->dx_sum) : st;
 }
 
 static cnn_status w_linear_forward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
                                    const float *bias, void *y) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, ln->n)) return sh->saved.linear_forward(be, ln, x, w, bias, y);
+    if (as_called(sh, ln->n)) return sh->saved.linear_forward(be, ln, x, w, bias, y);
     cnn_linear l = *ln;
     l.n = ln->n / sh->n;
     const int64_t xs = imgs(be, l.n, 1, 1, l.in), ys = imgs(be, l.n, 1, 1, l.out);
@@ -237,7 +183,7 @@ static cnn_status w_linear_forward(cnn_backend *be, const cnn_linear *ln, const 
 static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
                                     const void *dy, void *dx, bool accumulate, float *dw, float *dbias) {
     cnn_shards *sh = be->shards;
-    if (whole(sh, ln->n)) return sh->saved.linear_backward(be, ln, x, w, dy, dx, accumulate, dw, dbias);
+    if (as_called(sh, ln->n)) return sh->saved.linear_backward(be, ln, x, w, dy, dx, accumulate, dw, dbias);
     cnn_linear l = *ln;
     l.n = ln->n / sh->n;
     const int64_t xs = imgs(be, l.n, 1, 1, l.in), ys = imgs(be, l.n, 1, 1, l.out);
@@ -259,8 +205,7 @@ static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const
 #define SLICED_OPS(X)                                                                                                  \
     X(conv2d_fprop, w_fprop) X(conv2d_fprop_pool, w_fprop_pool) X(conv2d_fprop_pair, w_fprop_pair)                     \
     X(conv2d_dgrad, w_dgrad) X(conv2d_dgrad_relu, w_dgrad_relu) X(conv2d_wgrad, w_wgrad) X(channel_sum, w_channel_sum) \
-    X(pool2d_forward, w_pool_forward) X(pool2d_backward, w_pool_backward) X(linear_forward, w_linear_forward)          \
-    X(linear_backward, w_linear_backward)
+    X(pool2d_backward, w_pool_backward) X(linear_forward, w_linear_forward) X(linear_backward, w_linear_backward)
 
 /* the stem's BatchNorm backward with its max-pool's inside (bn_backward_pool) sums over the pool's tiles: not
  * sliced by the backends, so the train plan keeps the two apart */

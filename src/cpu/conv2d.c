@@ -260,16 +260,47 @@ cnn_status cnn_cpu_channel_sum(int threads, int64_t m, int c, const float *v, fl
 
 /* ---- the table entries ----------------------------------------------------------------------------------- */
 
+/* A problem with choose_n (backend.h) runs as launches of choose_n images each, the kernels of that many: the
+ * GEMM's schedule depends on its row count (gemm.c: small M splits K), so one GEMM over the batch would not give
+ * a slice's bits. Returns the launches; *one is each one's problem. */
+static int launches_of(const cnn_conv2d *cv, cnn_conv2d *one) {
+    *one = *cv;
+    one->choose_n = 0;
+    if (cv->choose_n <= 0 || cv->choose_n >= cv->n) return 1;
+    CNN_ASSERT(cv->n % cv->choose_n == 0);
+    one->n = cv->choose_n;
+    return cv->n / cv->choose_n;
+}
+/* floats of one launch's n images of (h, w, c) */
+static int64_t imgs(const cnn_conv2d *one, int h, int w, int c) { return (int64_t)one->n * h * w * c; }
+
 cnn_status cnn_cpu_op_conv2d_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
                                    const void *w, void *y) {
     if (ep && ep->stats) ep->stats->chunks = 0; /* the oracle's BatchNorm sums x itself */
-    return cnn_cpu_conv2d_fprop(cnn_cpu_threads(be), cv, ep, x, w, y);
+    cnn_conv2d one;
+    const int runs = launches_of(cv, &one);
+    const int64_t xs = imgs(&one, one.h, one.w, one.c), ys = imgs(&one, one.p, one.q, one.k);
+    cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
+    for (int j = 0; j < runs; j++) {
+        if (ep && ep->residual) e.residual = (const float *)ep->residual + j * ys;
+        CNN_TRY(cnn_cpu_conv2d_fprop(cnn_cpu_threads(be), &one, ep ? &e : NULL, (const float *)x + j * xs, w,
+                                     (float *)y + j * ys));
+    }
+    return CNN_OK;
 }
 
 cnn_status cnn_cpu_op_conv2d_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2,
                                         const cnn_epilogue *ep, const void *x, const void *w, const void *x2,
                                         const void *w2, void *y) {
-    return cnn_cpu_conv2d_fprop_pair(cnn_cpu_threads(be), cv, cv2, ep, x, w, x2, w2, y);
+    cnn_conv2d one, one2;
+    const int runs = launches_of(cv, &one);
+    CNN_ASSERT(launches_of(cv2, &one2) == runs);
+    const int64_t xs = imgs(&one, one.h, one.w, one.c), x2s = imgs(&one2, one2.h, one2.w, one2.c),
+                  ys = imgs(&one, one.p, one.q, one.k);
+    for (int j = 0; j < runs; j++)
+        CNN_TRY(cnn_cpu_conv2d_fprop_pair(cnn_cpu_threads(be), &one, &one2, ep, (const float *)x + j * xs, w,
+                                          (const float *)x2 + j * x2s, w2, (float *)y + j * ys));
+    return CNN_OK;
 }
 
 bool cnn_cpu_op_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2) {
@@ -279,19 +310,26 @@ bool cnn_cpu_op_conv2d_pair_fusable(cnn_backend *be, const cnn_conv2d *cv, const
 
 cnn_status cnn_cpu_op_conv2d_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
                                    bool accumulate) {
-    return cnn_cpu_conv2d_dgrad(cnn_cpu_threads(be), cv, dy, w, dx, accumulate);
+    cnn_conv2d one;
+    const int runs = launches_of(cv, &one);
+    const int64_t xs = imgs(&one, one.h, one.w, one.c), ys = imgs(&one, one.p, one.q, one.k);
+    for (int j = 0; j < runs; j++)
+        CNN_TRY(cnn_cpu_conv2d_dgrad(cnn_cpu_threads(be), &one, (const float *)dy + j * ys, w, (float *)dx + j * xs,
+                                     accumulate));
+    return CNN_OK;
 }
 
 /* the dgrad, then the ReLU's mask in place, then dx's sums: the oracle of a fused kernel is the ops in order */
 cnn_status cnn_cpu_op_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
                                         const void *relu_y, void *dx, float *dx_sum) {
     const int64_t m = (int64_t)cv->n * cv->h * cv->w;
-    CNN_TRY(cnn_cpu_conv2d_dgrad(cnn_cpu_threads(be), cv, dy, w, dx, false));
+    CNN_TRY(cnn_cpu_op_conv2d_dgrad(be, cv, dy, w, dx, false));
     CNN_TRY(cnn_cpu_op_relu_backward(be, m * cv->c, relu_y, dx, dx, false));
     return dx_sum ? cnn_cpu_channel_sum(cnn_cpu_threads(be), m, cv->c, dx, dx_sum) : CNN_OK;
 }
 
 cnn_status cnn_cpu_op_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
+    CNN_ASSERT(!cv->choose_n); /* a sum over the batch: its bits are the whole GEMM's */
     return cnn_cpu_conv2d_wgrad(cnn_cpu_threads(be), cv, x, dy, dw);
 }
 

@@ -200,6 +200,19 @@ cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *r, const cnn_conv2d *
 
 /* ---- the choice policy (conv2d_choose.c) ---------------------------------------------------------------- */
 
+/* The problem a choice is made for: cv, or where cv->choose_n is set, cv over that many images, whose heuristic
+ * choice (never timed: conv_tune_level) the launch over cv's images takes; the sub-problems a path builds (dgrad
+ * phases, rewrites, Winograd's GEMMs) pass it on. */
+static inline cnn_conv2d conv_choice_view(const cnn_conv2d *cv) {
+    cnn_conv2d v = *cv;
+    if (cv->choose_n > 0) v.n = cv->choose_n;
+    v.choose_n = 0;
+    return v;
+}
+static inline cnn_tune conv_tune_level(const cuda_be *cb, const cnn_conv2d *cv) {
+    return cv->choose_n > 0 ? CNN_TUNE_NONE : cb->tune;
+}
+
 /* A candidate of a problem: a row (or CONV_PAIR_UNFUSED; a first_configs index for a first layer; 0 direct, 1
  * Winograd for conv_choose_winograd; a dgrad_way for conv_choose_dgrad_phases) and its split-K. */
 typedef struct conv_cand {

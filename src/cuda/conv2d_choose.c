@@ -44,8 +44,9 @@ int cuda_conv_candidates(const cuda_be *cb, const cnn_conv2d *cv, int pass, int 
     return n;
 }
 
-int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv, int pass) {
+int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv_in, int pass) {
     if (cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic()) return cb->conv_force_cfg;
+    const cnn_conv2d view = conv_choice_view(cv_in), *cv = &view;
     int64_t gm, gn, gk;
     conv_gemm_dims(cv, pass, &gm, &gn, &gk);
     int cand[CONV_MAX_ROWS];
@@ -110,9 +111,9 @@ static bool ws_busy(const cuda_be *cb, const conv_row *c, int64_t gm, int64_t gn
 }
 
 /* The candidates of a forward problem, best first by the heuristic's score (out[0]: its choice). */
-static int fast_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, conv_cand *out) {
+static int fast_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, cnn_tune tune, conv_cand *out) {
     const int g = conv_n_generic(), nt = conv_n_rows() - g;
-    const bool full = cb->tune == CNN_TUNE_FULL, fast = cb->tune == CNN_TUNE_FAST;
+    const bool full = tune == CNN_TUNE_FULL, fast = tune == CNN_TUNE_FAST;
     int64_t gm, gn, gk;
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
     int order[CONV_MAX_ROWS];
@@ -165,7 +166,8 @@ static int fast_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, co
  * (a pair adds none) or transposing the tile, those that fit the summed reduction; in a fast search only where
  * their consumers are kept busy (ws_busy), unless none is. Best first by the heuristic's score; when tuning, then
  * CONV_PAIR_UNFUSED. */
-static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_pair *pr, conv_cand *out) {
+static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_pair *pr, cnn_tune tune,
+                           conv_cand *out) {
     int64_t gm, gn, gk0;
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk0);
     const int64_t gk = conv_launch_gk(cv, pr);
@@ -177,7 +179,7 @@ static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_p
                 conv_is(c, CNN_CUDA_CONV_RESIDUAL_SMEM) || conv_is(c, CNN_CUDA_CONV_TRANSPOSED) ||
                 !conv_fast_usable(cb, v) || (conv_is(c, CNN_CUDA_CONV_FILTER_RESIDENT) && !conv_bres_fits(cb, c, gn, gk)))
                 continue;
-            if (pass == 0 && cb->tune == CNN_TUNE_FAST && !ws_busy(cb, c, gm, gn)) continue;
+            if (pass == 0 && tune == CNN_TUNE_FAST && !ws_busy(cb, c, gm, gn)) continue;
             out[n++] = (conv_cand){v, 1};
         }
     for (int i = 1; i < n; i++) /* insertion sort by score, best first */
@@ -186,7 +188,7 @@ static int pair_candidates(const cuda_be *cb, const cnn_conv2d *cv, const conv_p
             conv_cand t = out[j];
             out[j] = out[j - 1], out[j - 1] = t;
         }
-    if (cb->tune != CNN_TUNE_NONE) out[n++] = (conv_cand){CONV_PAIR_UNFUSED, 1}; /* fusing must pay to be chosen */
+    if (tune != CNN_TUNE_NONE) out[n++] = (conv_cand){CONV_PAIR_UNFUSED, 1}; /* fusing must pay to be chosen */
     return n;
 }
 
@@ -276,9 +278,10 @@ static int phase_rows_only(conv_cand *cand, int nc) {
 }
 
 cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv_cand *out) {
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view;
     const cnn_epilogue *ep = op->ep;
     cuda_be *cb = cuda_impl(op->be);
+    const cnn_tune tune = conv_tune_level(cb, op->cv);
     const int g = conv_n_generic();
     int64_t gm, gn, gk;
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
@@ -297,7 +300,7 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
     if (po)
         snprintf(key + kl, sizeof key - kl, " of %dx%d by %dx%d", po->h, po->w, po->sh, po->sw);
     conv_cand cand[3 * CONV_MAX_ROWS];
-    if (cb->tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
+    if (tune != CNN_TUNE_NONE && cb->conv_force_splitk < 0) {
         int v, sp;
         if (cuda_tune_get(cb, key, &v, &sp) && v >= g && v < conv_n_rows() && conv_fast_usable(cb, v) && sp >= 1 &&
             (sp == 1 || !conv_hopper(&conv_rows[v]))) {
@@ -305,7 +308,7 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
             return CNN_OK;
         }
         if (!cb->capturing) {
-            int nc = fast_candidates(cb, cv, res, cand);
+            int nc = fast_candidates(cb, cv, res, tune, cand);
             CNN_ASSERT(nc > 0);
             if (po) nc = phase_rows_only(cand, nc);
             *out = cand[0];
@@ -314,7 +317,7 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
             return time_candidates(op, key, cand, nc, ybytes, launch, out);
         }
     }
-    CNN_ASSERT(fast_candidates(cb, cv, res, cand) > 0); /* best first: the heuristic's choice */
+    CNN_ASSERT(fast_candidates(cb, cv, res, tune, cand) > 0); /* best first: the heuristic's choice */
     *out = cand[0];
     return CNN_OK;
 }
@@ -322,9 +325,10 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
 /* ---- pairs ------------------------------------------------------------------------------------------------- */
 
 cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void *y, int *row) {
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view;
     const conv_pair *pr = op->pr;
     cuda_be *cb = cuda_impl(op->be);
+    const cnn_tune tune = conv_tune_level(cb, op->cv);
     if (cb->conv_force_cfg >= conv_n_generic() && conv_is(&conv_rows[cb->conv_force_cfg], CNN_CUDA_CONV_TMA)) {
         *row = cb->conv_force_cfg;
         return CNN_OK;
@@ -335,7 +339,7 @@ cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void
              "pad%dx%d", conv_dtype_str(cb), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w,
              cv->pad_h, cv->pad_w, c2->c, c2->h, c2->w, c2->r, c2->s, c2->stride_h, c2->stride_w, c2->pad_h, c2->pad_w);
     conv_cand cand[CONV_MAX_ROWS + 1];
-    if (cb->tune != CNN_TUNE_NONE && cb->conv_force_cfg < 0) {
+    if (tune != CNN_TUNE_NONE && cb->conv_force_cfg < 0) {
         int v, splits;
         if (cuda_tune_get(cb, key, &v, &splits) && splits == 1 &&
             (v == CONV_PAIR_UNFUSED || (v >= conv_n_generic() && v < conv_n_rows() &&
@@ -345,7 +349,7 @@ cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void
         }
         if (!cb->capturing) { /* the unfused candidate's convolutions tune (and compile) first, outside the timing */
             CNN_TRY(launch(op, (conv_cand){CONV_PAIR_UNFUSED, 1}, y));
-            int nc = pair_candidates(cb, cv, pr, cand);
+            int nc = pair_candidates(cb, cv, pr, tune, cand);
             CNN_ASSERT(nc > 0);
             conv_cand best = cand[0];
             if (nc > 1) {
@@ -356,7 +360,7 @@ cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void
             return CNN_OK;
         }
     }
-    CNN_ASSERT(pair_candidates(cb, cv, pr, cand) > 0);
+    CNN_ASSERT(pair_candidates(cb, cv, pr, tune, cand) > 0);
     *row = cand[0].row;
     return CNN_OK;
 }
@@ -364,7 +368,7 @@ cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void
 /* ---- first layers ------------------------------------------------------------------------------------------ */
 
 cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int *cfg) {
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view;
     const cnn_pool2d *pl = op->pl;
     cuda_be *cb = cuda_impl(op->be);
     conv_cand cand[CONV_MAX_ROWS];
@@ -377,7 +381,7 @@ cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int
         return CNN_OK;
     }
     *cfg = cand[0].row;
-    if (cb->tune == CNN_TUNE_NONE || n == 1) return CNN_OK;
+    if (conv_tune_level(cb, op->cv) == CNN_TUNE_NONE || n == 1) return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "first %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", cuda_dtype_str(cb->pub.act_dtype),
              cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w,
@@ -571,7 +575,7 @@ static bool winograd_worth_timing(const cnn_conv2d *cv) {
 static const char *winograd_name(int algo) { return algo ? "winograd" : "direct"; }
 
 cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use) {
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view;
     const cnn_epilogue *ep = op->ep;
     cuda_be *cb = cuda_impl(op->be);
     *use = false;
@@ -579,7 +583,8 @@ cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, 
     if (cb->winograd == 1) return *use = true, CNN_OK;
     *use = winograd_heuristic(cv);
     /* a forced tile config or split (tests) is there to run the direct kernels: no timing against them */
-    if (cb->tune == CNN_TUNE_NONE || cb->conv_force_cfg >= 0 || cb->conv_force_splitk >= 0 || !winograd_worth_timing(cv))
+    if (conv_tune_level(cb, op->cv) == CNN_TUNE_NONE || cb->conv_force_cfg >= 0 || cb->conv_force_splitk >= 0 ||
+        !winograd_worth_timing(cv))
         return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "fprop_algo f32 n%d c%d h%d w%d k%d pad%dx%d%s", cv->n, cv->c, cv->h, cv->w, cv->k,
@@ -603,7 +608,7 @@ static const char *dgrad_way_name(int way) {
 cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool groupable, conv_launch_fn launch,
                                     int *way) {
     cuda_be *cb = cuda_impl(op->be);
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view;
     const bool acc = op->ep && op->ep->residual;
     /* the candidates: blocks, in place, and (groupable) every group row this backend runs */
     conv_cand algos[DGRAD_GROUPED + CONV_MAX_ROWS];
@@ -618,7 +623,8 @@ cnn_status conv_choose_dgrad_phases(const conv_operands *op, int heuristic, bool
         return CNN_OK;
     }
     /* a forced tile config or split (tests) is there to run those: no timing */
-    if (cb->tune == CNN_TUNE_NONE || cb->conv_force_cfg >= 0 || cb->conv_force_splitk >= 0) return CNN_OK;
+    if (conv_tune_level(cb, op->cv) == CNN_TUNE_NONE || cb->conv_force_cfg >= 0 || cb->conv_force_splitk >= 0)
+        return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "dgrad_phases %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d%s", conv_dtype_str(cb), cv->n,
              cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, acc ? " acc" : "");
@@ -637,7 +643,7 @@ static const char *dgrad_ft_name(int row) { return row == CONV_DGRAD_REWRITE ? "
 
 cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, int *row) {
     cuda_be *cb = cuda_impl(op->be);
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view;
     const bool res = op->ep && op->ep->residual;
     int64_t gm, gn, gk;
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
@@ -650,7 +656,8 @@ cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, 
         return CNN_OK;
     }
     /* no measured speed for the FILT_T programs without tuning: the rewrite, as before them */
-    if (cb->tune == CNN_TUNE_NONE || cb->conv_force_splitk >= 0) return CNN_OK;
+    const cnn_tune tune = conv_tune_level(cb, op->cv);
+    if (tune == CNN_TUNE_NONE || cb->conv_force_splitk >= 0) return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "dgrad_ft %s n%d c%d h%d w%d k%d r%d s%d pad%dx%d%s", conv_dtype_str(cb), cv->n, cv->c,
              cv->h, cv->w, cv->k, cv->r, cv->s, cv->pad_h, cv->pad_w,
@@ -662,7 +669,7 @@ cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, 
     algos[n++] = (conv_cand){CONV_DGRAD_REWRITE, 1};
     for (int v = conv_n_generic(); v < conv_n_rows(); v++)
         if (conv_ft_program(v) >= 0 && fast_fits(cb, v, cv, res, gn, gk) &&
-            (cb->tune == CNN_TUNE_FULL || ws_busy(cb, &conv_rows[v], gm, gn))) {
+            (tune == CNN_TUNE_FULL || ws_busy(cb, &conv_rows[v], gm, gn))) {
             algos[n++] = (conv_cand){v, 1};
             ids[nids++] = cuda_program_id(conv_ft_family(op->ft), op->be->act_dtype, conv_ft_program(v));
         }

@@ -4,7 +4,7 @@
  * on the pipelined rows' FFMA programs (conv_fast_fprop_checked: tuned and cached like any layer). 2.25x fewer
  * multiplies than the direct convolution, for 4x the input and the output in memory (V and M) and a little
  * rounding (every transform entry is 0, +-1 or +-1/2). Where it runs instead of the direct kernels is
- * conv2d_choose.c's (conv_choose_winograd). The batch is processed in slices so that V, U and M stay under
+ * conv2d_choose.c's (conv_choose_winograd). The batch is processed in chunks so that V, U and M stay under
  * WINO_WS_CAP bytes of workspace.
  */
 #include "cuda/conv2d.h"
@@ -17,8 +17,8 @@ cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
     cuda_be *cb = cuda_impl(be);
     const int tpn = (cv->p + 1) / 2, tqn = (cv->q + 1) / 2;
     const size_t ubytes = 16 * (size_t)cv->k * cv->c * 4, per_image = 16 * (size_t)tpn * tqn * (cv->c + cv->k) * 4;
-    int nb = (int)((WINO_WS_CAP - ubytes) / per_image); /* images per slice */
-    if (nb > cv->n) nb = cv->n;
+    const int nb0 = (int)((WINO_WS_CAP - ubytes) / per_image); /* images per chunk */
+    int nb = nb0 > cv->n ? cv->n : nb0;
     CNN_ASSERT(nb >= 1); /* conv_choose_winograd checked that one image fits */
     const size_t vbytes = 16 * (size_t)nb * tpn * tqn * cv->c * 4;
     void *buf;
@@ -47,6 +47,8 @@ cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
         /* the 16 GEMMs: a 1x1 convolution over `tiles` one-pixel images, no epilogue */
         cnn_conv2d g = {.n = (int)tiles, .c = cv->c, .h = 1, .w = 1, .k = cv->k, .r = 1, .s = 1, .stride_h = 1,
                         .stride_w = 1, .pad_h = 0, .pad_w = 0, .p = 1, .q = 1};
+        if (cv->choose_n > 0) /* the GEMM of a slice of choose_n images: chunked as this loop would chunk it */
+            g.choose_n = (cv->choose_n < nb0 ? cv->choose_n : nb0) * tpn * tqn;
         for (int e = 0; e < 16; e++)
             CNN_TRY(conv_fast_fprop_checked(be, &g, NULL, v + (size_t)e * tiles * cv->c, u + (size_t)e * cv->k * cv->c,
                                        m + (size_t)e * tiles * cv->k));

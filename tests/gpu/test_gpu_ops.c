@@ -3309,6 +3309,129 @@ static void g_determinism(ctx *t) {
     arr_free(t, &x), arr_free(t, &dy), arr_free(t, &dw1), arr_free(t, &dw2), arr_free(t, &s1), arr_free(t, &s2);
 }
 
+/* ---- one launch over a batch of slices (cnn_conv2d.choose_n) ------------------------------------------------
+ * --deterministic runs each forward and dgrad pass over its S slices of m images in one launch with choose_n = m
+ * (core/shards.h). Every image's output must be bit for bit what the slice's own launch of m images writes (that
+ * launch with choose_n = m too: the heuristic's untimed choice, as a rank of one slice takes under
+ * --deterministic). The outputs start NaN-poisoned: an image one launch leaves unwritten fails. */
+enum { CH_FPROP, CH_FPROP_POOL, CH_DGRAD, CH_DGRAD_ACC, CH_DGRAD_RELU, CH_PAIR };
+typedef struct choose_case {
+    int pass;
+    conv_case cv, cv2; /* one slice's problem (n = m); CH_PAIR: and its second convolution's */
+    int slices;
+    bool f32_only; /* Winograd's case: true fp32 alone, and not in a quick run */
+} choose_case;
+static const choose_case choose_cases[] = {
+    {.pass = CH_FPROP, .cv = {2, 64, 12, 10, 64, 3, 3, 1, 1, 1, 1}, .slices = 4},   /* 3x3/1, epilogue: BN, res, ReLU */
+    {.pass = CH_FPROP, .cv = {3, 64, 14, 14, 128, 1, 1, 2, 2, 0, 0}, .slices = 4},  /* 1x1/2, 3 images a slice */
+    {.pass = CH_FPROP, .cv = {2, 3, 32, 30, 64, 7, 7, 2, 2, 3, 3}, .slices = 4},    /* the stem */
+    {.pass = CH_FPROP, .cv = {2, 12, 9, 11, 24, 3, 3, 1, 1, 1, 1}, .slices = 4},    /* C = 12, K = 24 */
+    {.pass = CH_FPROP, .cv = {4, 256, 8, 8, 128, 3, 3, 1, 1, 1, 1}, .slices = 4},   /* a slice splits K, the batch not */
+    {.pass = CH_FPROP, .cv = {8, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}, .slices = 2, .f32_only = true}, /* Winograd */
+    {.pass = CH_FPROP_POOL, .cv = {2, 3, 32, 32, 64, 7, 7, 2, 2, 3, 3}, .slices = 4}, /* the stem + max-pool */
+    {.pass = CH_DGRAD, .cv = {2, 64, 12, 10, 64, 3, 3, 1, 1, 1, 1}, .slices = 4},   /* stride 1: one phase */
+    {.pass = CH_DGRAD, .cv = {3, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* 3x3/2: four phases */
+    {.pass = CH_DGRAD, .cv = {4, 128, 8, 8, 256, 3, 3, 1, 1, 1, 1}, .slices = 4},   /* split K as above */
+    {.pass = CH_DGRAD_ACC, .cv = {2, 64, 14, 14, 128, 1, 1, 2, 2, 0, 0}, .slices = 4}, /* 1x1/2 adding into dx */
+    {.pass = CH_DGRAD_RELU, .cv = {2, 64, 12, 10, 64, 3, 3, 1, 1, 1, 1}, .slices = 4}, /* gated by a ReLU's output */
+    {.pass = CH_PAIR, .cv = {2, 64, 7, 9, 72, 1, 1, 1, 1, 0, 0}, .cv2 = {2, 128, 13, 17, 72, 1, 1, 2, 2, 0, 0},
+     .slices = 4}, /* a block's last conv and its downsample conv */
+};
+
+static void *slice_at(void *p, int64_t elems, cnn_dtype dt) { return p ? (char *)p + elems * (int64_t)esize(dt) : NULL; }
+
+/* one pass of cc over the whole batch (whole = true) or slice by slice, into out */
+static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in, arr *w, arr *in2, arr *w2,
+                             const cnn_epilogue *ep, arr *relu_y, arr *out) {
+    cnn_backend *be = t->gpu;
+    const int S = cc->slices, runs = whole ? 1 : S;
+    cnn_conv2d c = conv_of(&cc->cv), c2 = cc->pass == CH_PAIR ? conv_of(&cc->cv2) : c;
+    c.choose_n = c.n, c2.choose_n = c2.n;
+    if (whole) c.n *= S, c2.n *= S;
+    const bool dgrad = cc->pass >= CH_DGRAD && cc->pass <= CH_DGRAD_RELU;
+    const int64_t xs = (int64_t)c.n * c.h * c.w * c.c, ys = (int64_t)c.n * c.p * c.q * c.k;
+    const int64_t x2s = (int64_t)c2.n * c2.h * c2.w * c2.c;
+    cnn_pool2d pl = {0};
+    if (cc->pass == CH_FPROP_POOL && !cnn_pool2d_init(&pl, CNN_POOL_MAX, c.n, c.k, c.p, c.q, 3, 2, 1)) fatal("pool");
+    const int64_t os = cc->pass == CH_FPROP_POOL ? (int64_t)pl.n * pl.p * pl.q * pl.c : dgrad ? xs : ys;
+    cnn_status st = CNN_OK;
+    for (int j = 0; j < runs && st == CNN_OK; j++) {
+        cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
+        e.residual = slice_at((void *)(ep ? ep->residual : NULL), j * ys, t->dt);
+        void *o = slice_at(out->g.p, j * os, t->dt);
+        switch (cc->pass) {
+        case CH_FPROP: st = be->conv2d_fprop(be, &c, ep ? &e : NULL, slice_at(in->g.p, j * xs, t->dt), w->g.p, o); break;
+        case CH_FPROP_POOL:
+            st = be->conv2d_fprop_pool(be, &c, ep ? &e : NULL, &pl, slice_at(in->g.p, j * xs, t->dt), w->g.p, o);
+            break;
+        case CH_DGRAD:
+        case CH_DGRAD_ACC:
+            st = be->conv2d_dgrad(be, &c, slice_at(in->g.p, j * ys, t->dt), w->g.p, o, cc->pass == CH_DGRAD_ACC);
+            break;
+        case CH_DGRAD_RELU:
+            st = be->conv2d_dgrad_relu(be, &c, slice_at(in->g.p, j * ys, t->dt), w->g.p,
+                                       slice_at(relu_y->g.p, j * xs, t->dt), o, NULL);
+            break;
+        default:
+            st = be->conv2d_fprop_pair(be, &c, &c2, ep, slice_at(in->g.p, j * xs, t->dt), w->g.p,
+                                       slice_at(in2->g.p, j * x2s, t->dt), w2->g.p, o);
+        }
+    }
+    return st;
+}
+
+static void choose_one(ctx *t, const choose_case *cc, uint64_t seed) {
+    static const char *pass_name[] = {"fprop", "fprop_pool", "dgrad", "dgrad_acc", "dgrad_relu", "fprop_pair"};
+    const int S = cc->slices;
+    cnn_conv2d c = conv_of(&cc->cv), c2 = cc->pass == CH_PAIR ? conv_of(&cc->cv2) : c;
+    c.n *= S, c2.n *= S; /* the whole batch */
+    const bool dgrad = cc->pass >= CH_DGRAD && cc->pass <= CH_DGRAD_RELU, pair = cc->pass == CH_PAIR;
+    const int64_t nx = (int64_t)c.n * c.h * c.w * c.c, ny = (int64_t)c.n * c.p * c.q * c.k;
+    const int64_t nw = (int64_t)c.k * c.r * c.s * c.c, nx2 = pair ? (int64_t)c2.n * c2.h * c2.w * c2.c : 1;
+    const int64_t nw2 = pair ? (int64_t)c2.k * c2.r * c2.s * c2.c : 1;
+    const int64_t no = cc->pass == CH_FPROP_POOL ? (int64_t)c.n * ((c.p - 1) / 2 + 1) * ((c.q - 1) / 2 + 1) * c.k
+                       : dgrad                   ? nx
+                                                 : ny;
+    arr in = arr_in(t, dgrad ? ny : nx, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
+    arr in2 = arr_in(t, nx2, true, seed + 2, -1, 1, 0), w2 = arr_in(t, nw2, true, seed + 3, -0.5f, 0.5f, 0);
+    arr scale = arr_in(t, c.k, false, seed + 4, 0.5f, 1.5f, 0), shift = arr_in(t, c.k, false, seed + 5, -0.5f, 0.5f, 0);
+    arr res = arr_in(t, ny, true, seed + 6, -1, 1, 0), ry = arr_in(t, dgrad ? nx : 1, true, seed + 7, -1, 1, 0);
+    for (int64_t i = 0; i < ry.n; i++) ry.h[i] = ry.h[i] > 0 ? ry.h[i] : 0; /* a ReLU's output: half of it zero */
+    arr_sync_in(t, &ry);
+    /* accumulating: both outputs start as the same dx; else NaN-poisoned */
+    arr yw = cc->pass == CH_DGRAD_ACC ? arr_in(t, no, true, seed + 8, -1, 1, 0) : arr_out(t, no, true, 0);
+    arr ys = cc->pass == CH_DGRAD_ACC ? arr_in(t, no, true, seed + 8, -1, 1, 0) : arr_out(t, no, true, 0);
+    /* the forward's epilogue: BatchNorm folded, a residual where the kernels add one (not a first layer), ReLU */
+    const bool with_res = cc->pass == CH_FPROP && c.c >= 8;
+    cnn_epilogue ep = {.scale = pair ? NULL : scale.g.p, .shift = shift.g.p, .residual = with_res ? res.g.p : NULL,
+                       .relu = true};
+    char name[200];
+    snprintf(name, sizeof name, "choose_n.%s.%s.n%dx%d_c%d_h%d_w%d_k%d_r%d_s%d_st%d", pass_name[cc->pass], t->dts, S,
+             cc->cv.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride_h);
+    expect_ok(choose_run(t, cc, true, &in, &w, &in2, &w2, dgrad ? NULL : &ep, &ry, &yw), name);
+    expect_ok(choose_run(t, cc, false, &in, &w, &in2, &w2, dgrad ? NULL : &ep, &ry, &ys), name);
+    float *a = arr_gpu(t, &yw), *b = arr_gpu(t, &ys);
+    int64_t differ = 0, nan = 0, first = -1;
+    for (int64_t i = 0; i < no; i++) {
+        nan += isnan(a[i]) || isnan(b[i]);
+        if (memcmp(&a[i], &b[i], 4) != 0 && differ++ == 0) first = i;
+    }
+    check(differ == 0 && nan == 0, name, "one launch against %d: %lld of %lld elements differ (first at %lld: %g vs %g), "
+          "%lld NaN", S, (long long)differ, (long long)no, (long long)first, first >= 0 ? a[first] : 0.0,
+          first >= 0 ? b[first] : 0.0, (long long)nan);
+    free(a), free(b);
+    arr_free(t, &in), arr_free(t, &w), arr_free(t, &in2), arr_free(t, &w2), arr_free(t, &scale), arr_free(t, &shift);
+    arr_free(t, &res), arr_free(t, &ry), arr_free(t, &yw), arr_free(t, &ys);
+}
+
+static void g_choose_n(ctx *t) {
+    for (size_t i = 0; i < sizeof choose_cases / sizeof choose_cases[0]; i++) {
+        const choose_case *cc = &choose_cases[i];
+        if (cc->f32_only && (t->dt != CNN_DTYPE_F32 || t->tf32 || quick)) continue;
+        choose_one(t, cc, 9500 + 16 * i);
+    }
+}
+
 /* ---- OOM, cache, misc ----------------------------------------------------------------------------------- */
 
 static void g_oom(ctx *t) {
@@ -3743,7 +3866,8 @@ static const group groups[] = {
     {"optim", g_optim, true, false},
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
-    {"determinism", g_determinism, true, false}, {"oom", g_oom, false, false},
+    {"determinism", g_determinism, true, false}, {"choose_n", g_choose_n, true, true},
+    {"oom", g_oom, false, false},
     {"cache", g_cache, true, false},       {"dry_run", g_dry_run, true, false},
     {"misc", g_misc, true, false},
 };

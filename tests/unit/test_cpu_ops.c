@@ -1245,6 +1245,40 @@ static void test_determinism_misc(void) {
     free(v), free(want), free(x), free(w), free(dy);
 }
 
+/* cnn_conv2d.choose_n (--deterministic's one call over a batch of slices, core/shards.h): the call must give each
+ * image the bits of its slice's own call. 3x3 over 512 channels at 8x8: a slice of 4 images is a small-M GEMM
+ * whose K (4608) is cut into three chunks added at the end, the batch of 32 a large-M one adding K blocks in one
+ * chain (gemm.c), so one GEMM over the batch differs; fprop (+ residual), dgrad (accumulating) and a pair. */
+static void test_conv_choose_n(void) {
+    const int S = 8, m = 4;
+    cnn_conv2d one, all;
+    if (!cnn_conv2d_init(&one, m, 512, 8, 8, 64, 3, 3, 1, 1) || !cnn_conv2d_init(&all, S * m, 512, 8, 8, 64, 3, 3, 1, 1))
+        return check(false, "conv.choose_n.init", NULL);
+    all.choose_n = one.choose_n = m;
+    const int64_t xs = (int64_t)m * 8 * 8 * 512, ys = (int64_t)m * 8 * 8 * 64, nw = 64 * 9 * 512;
+    float *x = frand(S * xs, -1, 1), *w = frand(nw, -0.1f, 0.1f), *res = frand(S * ys, -1, 1), *dy = frand(S * ys, -1, 1);
+    float *y1 = fnan(S * ys), *y2 = fnan(S * ys), *dx1 = frand(S * xs, -1, 1), *dx2 = fcopy(dx1, S * xs);
+    float *p1 = fnan(S * ys), *p2 = fnan(S * ys);
+    cnn_epilogue ep = {.residual = res, .relu = true}, e = ep;
+    ok(be->conv2d_fprop(be, &all, &ep, x, w, y1), "conv.choose_n.fprop");
+    ok(be->conv2d_dgrad(be, &all, dy, w, dx1, true), "conv.choose_n.dgrad");
+    ok(be->conv2d_fprop_pair(be, &all, &all, NULL, x, w, x, w, p1), "conv.choose_n.pair");
+    for (int j = 0; j < S; j++) {
+        e.residual = res + j * ys;
+        ok(be->conv2d_fprop(be, &one, &e, x + j * xs, w, y2 + j * ys), "conv.choose_n.fprop");
+        ok(be->conv2d_dgrad(be, &one, dy + j * ys, w, dx2 + j * xs, true), "conv.choose_n.dgrad");
+        ok(be->conv2d_fprop_pair(be, &one, &one, NULL, x + j * xs, w, x + j * xs, w, p2 + j * ys), "conv.choose_n.pair");
+    }
+    cnn_conv2d plain = all;
+    plain.choose_n = 0; /* the control: one GEMM over the batch */
+    float *y3 = fnan(S * ys);
+    ok(be->conv2d_fprop(be, &plain, &ep, x, w, y3), "conv.choose_n.fprop");
+    check(same_bits(y1, y2, S * ys) && same_bits(dx1, dx2, S * xs) && same_bits(p1, p2, S * ys),
+          "conv.choose_n.slices_bitwise", NULL);
+    check(!same_bits(y3, y2, S * ys), "conv.choose_n.one_gemm_differs", "the check above can fail");
+    free(x), free(w), free(res), free(dy), free(y1), free(y2), free(y3), free(dx1), free(dx2), free(p1), free(p2);
+}
+
 int main(void) {
     quick = getenv("CNN_TEST_QUICK") && atoi(getenv("CNN_TEST_QUICK")) != 0;
     if (cnn_cpu_backend_create(2, &be) != CNN_OK || cnn_cpu_backend_create(1, &be1) != CNN_OK) {
@@ -1258,6 +1292,7 @@ int main(void) {
     test_conv();
     test_conv_fast();
     test_conv_pair();
+    test_conv_choose_n();
     test_bn();
     test_scale_shift();
     test_pointwise();
