@@ -18,8 +18,9 @@
  * with BM >= 128 consumer i multiplies m64 blocks [i*MB, (i+1)*MB) against all BN columns; with BM = 64 the one m64
  * block against columns [i*BN/2, (i+1)*BN/2).
  * Grid: x = output tiles (BM x BN, column blocks of a row block adjacent), y = reduction splits of
- * a.ktiles_per_split slices each. With a.splits == 1 a CTA writes its tile of dW (float32, overwritten); otherwise its
- * partial into a.ws[split] and conv2d_wgrad_wgmma_reduce adds the splits in order (deterministic, no atomics).
+ * a.ktiles_per_split slices each (wg_split_of: or a batch of slices' splits). With one split a CTA writes its tile of
+ * dW (float32, overwritten); otherwise its partial into a.ws[split] and conv2d_wgrad_wgmma_reduce adds the splits in
+ * order (deterministic, no atomics).
  * Specialisation (-D, src/cuda/conv2d_wgrad.c): BM (64, 128, 256), BN (64 .. 256), STAGES, ACT (F16/BF16).
  *
  * The halo kernel (-DHALO_QB, HALO_HB: the 3x3 stride-1 convs, perf-log step 89) reads x once per slice instead of
@@ -129,6 +130,26 @@ __device__ __forceinline__ void consume(int total, unsigned long long *full, uns
     acc_fence_all(acc);
 }
 
+/* This CTA's split: its reduction slices [g0, g0 + total) and where its sum goes. blockIdx.y = split; over a batch of
+ * slices (a.wg_groups > 1, cnn_conv2d.choose_n) split y is split y % sp of slice y / sp, sp = splits / wg_groups, and
+ * the slice's splits cut its own wg_group_slices as its own launch cuts them: the same sums, bit for bit. One split
+ * (per slice) writes dW (the slice's row); more write partials for conv2d_wgrad_wgmma_reduce. slices: all of them. */
+struct wg_split {
+    long long g0;
+    int total;
+    float *out;
+};
+__device__ __forceinline__ wg_split wg_split_of(const conv_args &a, long long slices) {
+    const int groups = a.wg_groups > 1 ? a.wg_groups : 1, sp = a.splits / groups;
+    const int grp = (int)blockIdx.y / sp, j = (int)blockIdx.y % sp;
+    const long long own = groups > 1 ? a.wg_group_slices : slices, first = (long long)j * a.ktiles_per_split;
+    wg_split r;
+    r.g0 = grp * own + first;
+    r.total = (int)min(own - first, (long long)a.ktiles_per_split); /* the host makes no split empty */
+    r.out = sp > 1 ? a.ws + (long long)blockIdx.y * a.gm * a.gn : (float *)a.out + grp * a.wg_out_stride;
+    return r;
+}
+
 #ifndef HALO_QB /* ================================ the im2col kernel ================================ */
 /* the producer's copies, slice by slice: dy's BM channels, then each column block's x (ROWS: the tiled map of x's
  * rows, a 1x1 stride-1 unpadded conv; otherwise im2col at the block's tap) */
@@ -186,9 +207,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, role = tid >> 7;
     const int n_tiles = (a.gn + BN - 1) / BN;
     const int m0 = ((int)blockIdx.x / n_tiles) * BM, n0 = ((int)blockIdx.x % n_tiles) * BN;
-    const int ktiles = (a.gk + BK - 1) / BK;
-    const int g0 = (int)blockIdx.y * a.ktiles_per_split;
-    const int total = min(ktiles - g0, a.ktiles_per_split); /* this split's slices (the host makes none empty) */
+    const wg_split sp = wg_split_of(a, (a.gk + BK - 1) / BK);
+    const int g0 = (int)sp.g0, total = sp.total;
     if (total <= 0 || dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap();
 
     ring_init(full, empty, 8u);
@@ -215,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     });
 
     /* epilogue: warp w of the consumer holds rows 16w + g (+ 8) of each m64 block, columns 8j + 2t .. + 1 */
-    float *out = a.splits > 1 ? a.ws + (long long)blockIdx.y * a.gm * a.gn : (float *)a.out;
+    float *out = sp.out;
     const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int b = 0; b < MB; b++)
@@ -247,9 +267,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     const int cblocks = a.c / 64;
     const int m0 = ((int)blockIdx.x / cblocks) * 64, c0 = ((int)blockIdx.x % cblocks) * 64;
     const int qbn = (a.q + QB - 1) / QB, pbn = (a.p + HB - 1) / HB;
-    const long long slices = (long long)a.n * pbn * qbn;
-    const long long g0 = (long long)blockIdx.y * a.ktiles_per_split;
-    const int total = (int)min(slices - g0, (long long)a.ktiles_per_split); /* the host makes no split empty */
+    const wg_split sp = wg_split_of(a, (long long)a.n * pbn * qbn);
+    const long long g0 = sp.g0;
+    const int total = sp.total;
     if (total <= 0 || dynamic_smem_bytes() < (unsigned)SMEM_BYTES) __trap();
 
     ring_init(full, empty, 12u);
@@ -288,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) conv2d_wgrad_wgmma(const __g
     });
 
     /* epilogue: warp w holds rows 16w + g (+ 8), columns 8j + 2t .. + 1 of the n192 = taps r = j / 8 */
-    float *out = a.splits > 1 ? a.ws + (long long)blockIdx.y * a.gm * a.gn : (float *)a.out;
+    float *out = sp.out;
     const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -314,14 +334,17 @@ extern "C" __global__ void __launch_bounds__(32 * RED_LANES) conv2d_wgrad_wgmma_
     pdl_enter();
     __shared__ float4 sh[RED_LANES][32];
     const long long n4 = (long long)a.gm * a.gn / 4;
-    const float4 *ws = (const float4 *)a.ws;
+    /* blockIdx.y: the slice whose splits this block adds (wg_split_of) */
+    const int splits = a.wg_groups > 1 ? a.splits / a.wg_groups : a.splits;
+    const float4 *ws = (const float4 *)a.ws + (long long)blockIdx.y * splits * n4;
+    float4 *out = (float4 *)((float *)a.out + (long long)blockIdx.y * a.wg_out_stride);
     const int tx = threadIdx.x & 31, ly = threadIdx.x >> 5;
     for (long long base = (long long)blockIdx.x * 32; base < n4; base += (long long)gridDim.x * 32) {
         const long long i = base + tx;
         float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (i < n4)
 #pragma unroll 4
-            for (int k = ly; k < a.splits; k += RED_LANES) {
+            for (int k = ly; k < splits; k += RED_LANES) {
                 const float4 v = ws[(long long)k * n4 + i];
                 s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
             }
@@ -333,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(32 * RED_LANES) conv2d_wgrad_wgmma_
                 const float4 v = sh[l][tx];
                 t.x += v.x, t.y += v.y, t.z += v.z, t.w += v.w;
             }
-            ((float4 *)a.out)[i] = t;
+            out[i] = t;
         }
         __syncthreads();
     }

@@ -61,6 +61,11 @@ typedef struct conv_args {
      * conv2d_dgrad.c): this convolution's tap (tr, ts) is the filter's tap ft_base + tr * ft_dr + ts * ft_ds (its
      * r' * S' + s'), this convolution's input channels its K', its output channels its C' */
     int ft_base, ft_dr, ft_ds;
+    /* wgrad on wgmma over a batch of slices (cnn_conv2d.choose_n; conv2d_wgrad_wgmma.cu): wg_groups > 1 slices of
+     * wg_group_slices reduction slices each, splits / wg_groups splits apiece; slice g's sum is written (or reduced)
+     * to out + g * wg_out_stride floats. 0 or 1: one sum, as without */
+    int wg_groups, wg_group_slices;
+    long long wg_out_stride;
 } conv_args;
 
 /* The TMA rows of conv2d_warpspec.cu (TMA=1) take the tensor maps of their operands beside the problem: CUtensorMap,

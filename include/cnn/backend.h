@@ -37,8 +37,13 @@ typedef struct cnn_conv2d {
     int p, q;             /* output (N, K, P, Q); set by cnn_conv2d_init */
     int choose_n;         /* 0, or the batch whose kernel choice the backend takes (its heuristic's, untimed), so
                            * that the n images get the kernel, and so the bits, of a launch over choose_n of them:
-                           * --deterministic runs a batch of slices in one launch (core/shards.h) */
+                           * --deterministic runs a batch of slices in one launch (core/shards.h). A wgrad then
+                           * writes n / choose_n filter gradients, each its slice's, cnn_sum_rows apart */
 } cnn_conv2d;
+
+/* floats between the rows of sums a call writes one per slice (conv2d_wgrad with choose_n): count rounded up to 64,
+ * so that every row is as aligned as a tensor of the gradient arena */
+static inline int64_t cnn_sum_rows(int64_t count) { return (count + 63) / 64 * 64; }
 
 /* Fill a descriptor and derive P, Q. Returns false (and leaves p/q <= 0) when the output would be empty. */
 bool cnn_conv2d_init(cnn_conv2d *cv, int n, int c, int h, int w, int k, int r, int s, int stride, int pad);

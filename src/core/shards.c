@@ -4,8 +4,9 @@
  * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. A pass that sums nothing over
  * the batch (forward and dgrad convolutions, pooling) runs in one launch with the kernel of a slice
  * (cnn_conv2d.choose_n), which gives each image the bits of its slice's own launch; the sums over the batch (dx's
- * channel sums after it) are taken slice by slice. An op that sums over the batch (wgrad, linear) runs slice by
- * slice: slice j's sum goes into row j of the scratch and tree_sum adds the rows into its output. A call whose
+ * channel sums after it) are taken slice by slice. A sum over the batch is each slice's own, in row j of the scratch
+ * for slice j, and tree_sum adds the rows into its output: a wgrad writes all the rows in one call (choose_n), the
+ * linear layer and channel_sum run slice by slice. A call whose
  * batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over the batch in a
  * way the training step reads. A wrapped op calls the table itself only through its own backend's functions;
  * `depth` keeps a call from inside a wrapper (an unfused fallback) whole, so no slice is sliced again. BatchNorm is
@@ -50,22 +51,13 @@ static bool as_called(const cnn_shards *sh, int n) { return sh->depth > 0 || n %
 /* Rows of a sum of count floats in the scratch: 64 floats apart at least, so that every row is as aligned as the
  * gradient arena's tensors and every slice's op takes the same kernels as on a rank of one slice, which writes
  * straight into its arena. */
-static int64_t stride(int64_t count) { return (count + 63) / 64 * 64; }
+static int64_t stride(int64_t count) { return cnn_sum_rows(count); }
 static float *row(cnn_shards *sh, int64_t count, int j) {
     CNN_ASSERT(count <= sh->cap);
     return sh->scratch + (int64_t)j * stride(count);
 }
 static cnn_status tree(cnn_backend *be, cnn_shards *sh, int64_t count, const float *rows, float *out) {
     return be->tree_sum(be, sh->n, count, rows, stride(count), out);
-}
-
-/* a conv's problem on a slice's images, and the bytes between slices of x (dx) and of y (dy) */
-static cnn_conv2d conv_slice(const cnn_backend *be, const cnn_shards *sh, const cnn_conv2d *cv, int64_t *xs,
-                             int64_t *ys) {
-    cnn_conv2d c = *cv;
-    c.n = cv->n / sh->n;
-    *xs = imgs(be, c.n, c.h, c.w, c.c), *ys = imgs(be, c.n, c.p, c.q, c.k);
-    return c;
 }
 
 /* A pass that sums nothing over the batch runs in one launch over every slice, with the kernel the backend would
@@ -132,17 +124,14 @@ static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void
     return st == CNN_OK && dx_sum ? slice_sums(be, sh, (int64_t)cv->n * cv->h * cv->w, cv->c, dx, dx_sum) : st;
 }
 
+/* every slice's filter gradient in one call (choose_n: into the scratch's rows), added in the tree */
 static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
-    int64_t xs, ys;
-    cnn_conv2d c = conv_slice(be, sh, cv, &xs, &ys);
+    const cnn_conv2d c = conv_whole(sh, cv);
     const int64_t count = (int64_t)c.k * c.r * c.s * c.c;
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++)
-        st = sh->saved.conv2d_wgrad(be, &c, at(x, j * xs), at(dy, j * ys), row(sh, count, j));
-    sh->depth--;
+    CNN_ASSERT(count <= sh->cap);
+    cnn_status st = sh->saved.conv2d_wgrad(be, &c, x, dy, sh->scratch);
     return st == CNN_OK ? tree(be, sh, count, sh->scratch, dw) : st;
 }
 

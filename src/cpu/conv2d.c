@@ -328,9 +328,16 @@ cnn_status cnn_cpu_op_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, c
     return dx_sum ? cnn_cpu_channel_sum(cnn_cpu_threads(be), m, cv->c, dx, dx_sum) : CNN_OK;
 }
 
+/* with choose_n, each slice's sum at dw + g * cnn_sum_rows(K * R * S * C) (backend.h) */
 cnn_status cnn_cpu_op_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
-    CNN_ASSERT(!cv->choose_n); /* a sum over the batch: its bits are the whole GEMM's */
-    return cnn_cpu_conv2d_wgrad(cnn_cpu_threads(be), cv, x, dy, dw);
+    cnn_conv2d one;
+    const int runs = launches_of(cv, &one);
+    const int64_t xs = imgs(&one, one.h, one.w, one.c), ys = imgs(&one, one.p, one.q, one.k);
+    const int64_t rows = cnn_sum_rows((int64_t)cv->k * cv->r * cv->s * cv->c);
+    for (int j = 0; j < runs; j++)
+        CNN_TRY(cnn_cpu_conv2d_wgrad(cnn_cpu_threads(be), &one, (const float *)x + j * xs, (const float *)dy + j * ys,
+                                     dw + j * rows));
+    return CNN_OK;
 }
 
 cnn_status cnn_cpu_op_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out) {

@@ -483,8 +483,8 @@ static int wgrad_candidates_of(const cuda_be *cb, const cnn_conv2d *cv, bool hal
  * channels with at most 128 output channels (one or two tiles of an im2col config, many slices) the halo ones go
  * first, so that --tune none and --deterministic take them too: they won every such shape of the zoo when timed
  * (perf-log step 89). */
-static int wgrad_candidates(const cuda_be *cb, const cnn_conv2d *cv, conv_cand *out) {
-    const bool full = cb->tune == CNN_TUNE_FULL;
+static int wgrad_candidates(const cuda_be *cb, const cnn_conv2d *cv, cnn_tune tune, conv_cand *out) {
+    const bool full = tune == CNN_TUNE_FULL;
     conv_cand im[WGRAD_ROUNDS * WGRAD_MAX_CONFIGS], halo[WGRAD_ROUNDS * WGRAD_MAX_CONFIGS];
     int ni = wgrad_candidates_of(cb, cv, false, im), nh = 0;
     if (!full && ni > 4) ni = 4;
@@ -499,8 +499,9 @@ static int wgrad_candidates(const cuda_be *cb, const cnn_conv2d *cv, conv_cand *
 /* (config, splits) of a wgrad on wgmma (op: x in x, dy in w): forced (tests), tuned once per shape and cached, or the
  * estimate's best (--tune none, --deterministic, inside a graph capture before the shape was tuned) */
 cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, conv_cand *out) {
-    const cnn_conv2d *cv = op->cv;
+    const cnn_conv2d view = conv_choice_view(op->cv), *cv = &view; /* a slice's (config, splits) */
     cuda_be *cb = cuda_impl(op->be);
+    const cnn_tune tune = conv_tune_level(cb, op->cv);
     if (cb->wgrad_force_cfg >= 0) {
         const int cfg = cb->wgrad_force_cfg;
         if (!wgrad_config_usable(cb, cfg))
@@ -510,10 +511,10 @@ cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, con
         return CNN_OK;
     }
     conv_cand cand[2 * WGRAD_ROUNDS * WGRAD_MAX_CONFIGS];
-    const int nc = wgrad_candidates(cb, cv, cand);
+    const int nc = wgrad_candidates(cb, cv, tune, cand);
     if (nc == 0) return cnn_fail(CNN_E_UNSUPPORTED, "no wgrad tile fits this GPU's shared memory");
     *out = cand[0];
-    if (cb->tune == CNN_TUNE_NONE || nc == 1) return CNN_OK;
+    if (tune == CNN_TUNE_NONE || nc == 1) return CNN_OK;
     char key[200];
     snprintf(key, sizeof key, "wgrad_wgmma %s n%d c%d h%d w%d k%d r%d s%d st%dx%d pad%dx%d",
              cuda_dtype_str(cb->pub.act_dtype), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s, cv->stride_h,

@@ -36,8 +36,11 @@ bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *
     return npq <= INT_MAX - WGRAD_BK && rsc * cv->k <= INT_MAX && (int64_t)cv->n * cv->h * cv->w <= INT_MAX;
 }
 
+/* cv's wgrad on config cfg with `splits` reduction splits; with groups > 1, over a batch of that many slices of
+ * cv->n / groups images (wg_split_of: each slice cut into splits as its own launch cuts it), slice g's sum at dw + g *
+ * cnn_sum_rows(K * R * S * C) */
 static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw,
-                               int cfg, int splits) {
+                               int cfg, int splits, int groups) {
     cuda_be *cb = cuda_impl(be);
     const wgrad_config *c = &wgrad_configs[cfg];
     CUfunction f, fr = NULL;
@@ -51,14 +54,20 @@ static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void
     a->gm = cv->k, a->gn = cv->r * cv->s * cv->c, a->gk = cv->n * cv->p * cv->q;
     if (!wgrad_config_takes(cfg, cv))
         return cnn_fail(CNN_E_UNSUPPORTED, "wgrad config %s takes 3x3 stride-1 convs only", wgrad_config_name(cfg));
-    const int64_t slices = wgrad_slices(c, cv), per = cdiv(slices, splits);
+    cnn_conv2d one = *cv; /* a slice */
+    one.n = cv->n / groups, one.choose_n = 0;
+    const int64_t slices = wgrad_slices(c, &one), per = cdiv(slices, splits);
     splits = (int)cdiv(slices, per); /* no empty split */
-    a->ktiles_per_split = (int)per, a->splits = splits;
+    if ((int64_t)splits * groups > 65535)
+        return cnn_fail(CNN_E_UNSUPPORTED, "wgrad: %d slices of %d reduction splits, more than a grid takes", groups,
+                        splits);
+    a->ktiles_per_split = (int)per, a->splits = splits * groups;
+    a->wg_groups = groups, a->wg_group_slices = (int)slices, a->wg_out_stride = cnn_sum_rows((int64_t)a->gm * a->gn);
     a->x = x, a->dy = dy, a->out = dw;
     if (splits > 1) {
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_wgmma, be->act_dtype, cfg, WGRAD_REDUCE, &fr));
         void *ws;
-        CNN_TRY(cuda_workspace(cb, (size_t)splits * (size_t)a->gm * (size_t)a->gn * sizeof(float), &ws));
+        CNN_TRY(cuda_workspace(cb, (size_t)a->splits * (size_t)a->gm * (size_t)a->gn * sizeof(float), &ws));
         a->ws = ws;
     }
     if (c->qb) { /* the halo kernel: dy in boxes of the slice's hb x qb pixels, x in boxes of (hb + 2) x qb */
@@ -80,31 +89,48 @@ static cnn_status wgrad_launch(cnn_backend *be, const cnn_conv2d *cv, const void
     snprintf(what, sizeof what, "conv2d_wgrad_wgmma[%s %s] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d splits %d",
              cuda_dtype_str(be->act_dtype), wgrad_config_name(cfg), cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s,
              cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, splits);
+    if (groups > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " per slice, %d slices", groups);
     const int64_t tiles = wgrad_tiles(c, cv);
     if (tiles > INT_MAX) return cnn_fail(CNN_E_UNSUPPORTED, "%s: %lld output tiles", what, (long long)tiles);
-    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)tiles, (unsigned)splits, 1, c->qb ? 512 : 384, 1,
+    CNN_TRY(cuda_launch_smem(cb, f, what, (unsigned)tiles, (unsigned)a->splits, 1, c->qb ? 512 : 384, 1,
                              (unsigned)wgrad_smem(c), &t));
     if (splits > 1) {
         size_t n = strlen(what);
         snprintf(what + n, sizeof what - n, " reduce");
-        /* 32 float4s x WGRAD_RED_LANES lanes over the splits per block (the kernel's RED_LANES) */
-        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a->gm * a->gn / 4 * WGRAD_RED_LANES, 256), 1, 1,
-                            256, 1, a));
+        /* 32 float4s x WGRAD_RED_LANES lanes over the splits per block (the kernel's RED_LANES); y: the slice */
+        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a->gm * a->gn / 4 * WGRAD_RED_LANES, 256),
+                            (unsigned)groups, 1, 256, 1, a));
     }
     return CNN_OK;
 }
 
 /* the tuner's launch of a candidate: x in op->x, dy in op->w, into the scratch dW y */
 static cnn_status wgrad_candidate_launch(const conv_operands *op, conv_cand c, void *y) {
-    return wgrad_launch(op->be, op->cv, op->x, op->w, y, c.row, c.splits);
+    return wgrad_launch(op->be, op->cv, op->x, op->w, y, c.row, c.splits, 1);
 }
 
+/* With cv->choose_n (a batch of slices, cnn_conv2d): every slice's sum, on the (config, splits) a slice gets, in one
+ * launch where each slice's reduction is whole slices of the config's (the halo configs' are per image; im2col's 64
+ * pixels), else one launch per slice. */
 cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cuda_be *cb = cuda_impl(be);
     const conv_operands op = {.be = be, .cv = cv, .x = x, .w = dy};
     conv_cand c;
     CNN_TRY(conv_choose_wgrad(&op, wgrad_candidate_launch, &c));
-    CNN_TRY(wgrad_launch(be, cv, x, dy, dw, c.row, c.splits));
+    const int groups = cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
+    CNN_ASSERT(cv->n % groups == 0);
+    if (groups > 1 && !wgrad_configs[c.row].qb && (int64_t)cv->choose_n * cv->p * cv->q % WGRAD_BK != 0) {
+        cnn_conv2d one = *cv;
+        one.n = cv->choose_n, one.choose_n = 0;
+        const int64_t xs = (int64_t)one.n * one.h * one.w * one.c * act_size(cb),
+                      ys = (int64_t)one.n * one.p * one.q * one.k * act_size(cb);
+        const int64_t rows = cnn_sum_rows((int64_t)cv->k * cv->r * cv->s * cv->c);
+        for (int g = 0; g < groups; g++)
+            CNN_TRY(wgrad_launch(be, &one, (const char *)x + g * xs, (const char *)dy + g * ys, dw + g * rows, c.row,
+                                 c.splits, 1));
+    } else {
+        CNN_TRY(wgrad_launch(be, cv, x, dy, dw, c.row, c.splits, groups));
+    }
     cb->stats.wgrad_wgmma_launches++;
     return CNN_OK;
 }

@@ -3314,7 +3314,7 @@ static void g_determinism(ctx *t) {
  * (core/shards.h). Every image's output must be bit for bit what the slice's own launch of m images writes (that
  * launch with choose_n = m too: the heuristic's untimed choice, as a rank of one slice takes under
  * --deterministic). The outputs start NaN-poisoned: an image one launch leaves unwritten fails. */
-enum { CH_FPROP, CH_FPROP_POOL, CH_DGRAD, CH_DGRAD_ACC, CH_DGRAD_RELU, CH_PAIR };
+enum { CH_FPROP, CH_FPROP_POOL, CH_DGRAD, CH_DGRAD_ACC, CH_DGRAD_RELU, CH_PAIR, CH_WGRAD };
 typedef struct choose_case {
     int pass;
     conv_case cv, cv2; /* one slice's problem (n = m); CH_PAIR: and its second convolution's */
@@ -3336,6 +3336,14 @@ static const choose_case choose_cases[] = {
     {.pass = CH_DGRAD_RELU, .cv = {2, 64, 12, 10, 64, 3, 3, 1, 1, 1, 1}, .slices = 4}, /* gated by a ReLU's output */
     {.pass = CH_PAIR, .cv = {2, 64, 7, 9, 72, 1, 1, 1, 1, 0, 0}, .cv2 = {2, 128, 13, 17, 72, 1, 1, 2, 2, 0, 0},
      .slices = 4}, /* a block's last conv and its downsample conv */
+    /* wgrad: every slice's sum in one call, into rows cnn_sum_rows apart */
+    {.pass = CH_WGRAD, .cv = {2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1}, .slices = 4},    /* 3x3/1: the halo configs */
+    {.pass = CH_WGRAD, .cv = {2, 64, 8, 8, 128, 1, 1, 1, 1, 0, 0}, .slices = 4},   /* 1x1: x's rows tiled */
+    {.pass = CH_WGRAD, .cv = {4, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* im2col, 64 pixels a slice */
+    {.pass = CH_WGRAD, .cv = {3, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* 48 pixels: a launch per slice */
+    {.pass = CH_WGRAD, .cv = {2, 3, 16, 14, 64, 7, 7, 2, 2, 3, 3}, .slices = 4},   /* the stem: few channels */
+    {.pass = CH_WGRAD, .cv = {4, 64, 16, 16, 64, 1, 1, 1, 1, 0, 0}, .slices = 4},  /* a slice's splits reduced */
+    {.pass = CH_WGRAD, .cv = {4, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1}, .slices = 4},  /* the same, halo */
 };
 
 static void *slice_at(void *p, int64_t elems, cnn_dtype dt) { return p ? (char *)p + elems * (int64_t)esize(dt) : NULL; }
@@ -3354,6 +3362,7 @@ static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in,
     cnn_pool2d pl = {0};
     if (cc->pass == CH_FPROP_POOL && !cnn_pool2d_init(&pl, CNN_POOL_MAX, c.n, c.k, c.p, c.q, 3, 2, 1)) fatal("pool");
     const int64_t os = cc->pass == CH_FPROP_POOL ? (int64_t)pl.n * pl.p * pl.q * pl.c : dgrad ? xs : ys;
+    (void)x2s;
     cnn_status st = CNN_OK;
     for (int j = 0; j < runs && st == CNN_OK; j++) {
         cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
@@ -3372,6 +3381,10 @@ static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in,
             st = be->conv2d_dgrad_relu(be, &c, slice_at(in->g.p, j * ys, t->dt), w->g.p,
                                        slice_at(relu_y->g.p, j * xs, t->dt), o, NULL);
             break;
+        case CH_WGRAD: /* x in `in`, dy in `in2`; the slices' sums rows of out */
+            st = be->conv2d_wgrad(be, &c, slice_at(in->g.p, j * xs, t->dt), slice_at(in2->g.p, j * ys, t->dt),
+                                  (float *)out->g.p + j * cnn_sum_rows((int64_t)c.k * c.r * c.s * c.c));
+            break;
         default:
             st = be->conv2d_fprop_pair(be, &c, &c2, ep, slice_at(in->g.p, j * xs, t->dt), w->g.p,
                                        slice_at(in2->g.p, j * x2s, t->dt), w2->g.p, o);
@@ -3381,16 +3394,18 @@ static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in,
 }
 
 static void choose_one(ctx *t, const choose_case *cc, uint64_t seed) {
-    static const char *pass_name[] = {"fprop", "fprop_pool", "dgrad", "dgrad_acc", "dgrad_relu", "fprop_pair"};
+    static const char *pass_name[] = {"fprop", "fprop_pool", "dgrad", "dgrad_acc", "dgrad_relu", "fprop_pair", "wgrad"};
     const int S = cc->slices;
     cnn_conv2d c = conv_of(&cc->cv), c2 = cc->pass == CH_PAIR ? conv_of(&cc->cv2) : c;
     c.n *= S, c2.n *= S; /* the whole batch */
     const bool dgrad = cc->pass >= CH_DGRAD && cc->pass <= CH_DGRAD_RELU, pair = cc->pass == CH_PAIR;
+    const bool wgrad = cc->pass == CH_WGRAD;
     const int64_t nx = (int64_t)c.n * c.h * c.w * c.c, ny = (int64_t)c.n * c.p * c.q * c.k;
-    const int64_t nw = (int64_t)c.k * c.r * c.s * c.c, nx2 = pair ? (int64_t)c2.n * c2.h * c2.w * c2.c : 1;
-    const int64_t nw2 = pair ? (int64_t)c2.k * c2.r * c2.s * c2.c : 1;
+    const int64_t nw = (int64_t)c.k * c.r * c.s * c.c, nx2 = pair ? (int64_t)c2.n * c2.h * c2.w * c2.c : wgrad ? ny : 1;
+    const int64_t nw2 = pair ? (int64_t)c2.k * c2.r * c2.s * c2.c : 1, rows = cnn_sum_rows(nw);
     const int64_t no = cc->pass == CH_FPROP_POOL ? (int64_t)c.n * ((c.p - 1) / 2 + 1) * ((c.q - 1) / 2 + 1) * c.k
                        : dgrad                   ? nx
+                       : wgrad                   ? S * rows
                                                  : ny;
     arr in = arr_in(t, dgrad ? ny : nx, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
     arr in2 = arr_in(t, nx2, true, seed + 2, -1, 1, 0), w2 = arr_in(t, nw2, true, seed + 3, -0.5f, 0.5f, 0);
@@ -3399,8 +3414,8 @@ static void choose_one(ctx *t, const choose_case *cc, uint64_t seed) {
     for (int64_t i = 0; i < ry.n; i++) ry.h[i] = ry.h[i] > 0 ? ry.h[i] : 0; /* a ReLU's output: half of it zero */
     arr_sync_in(t, &ry);
     /* accumulating: both outputs start as the same dx; else NaN-poisoned */
-    arr yw = cc->pass == CH_DGRAD_ACC ? arr_in(t, no, true, seed + 8, -1, 1, 0) : arr_out(t, no, true, 0);
-    arr ys = cc->pass == CH_DGRAD_ACC ? arr_in(t, no, true, seed + 8, -1, 1, 0) : arr_out(t, no, true, 0);
+    arr yw = cc->pass == CH_DGRAD_ACC ? arr_in(t, no, true, seed + 8, -1, 1, 0) : arr_out(t, no, !wgrad, 0);
+    arr ys = cc->pass == CH_DGRAD_ACC ? arr_in(t, no, true, seed + 8, -1, 1, 0) : arr_out(t, no, !wgrad, 0);
     /* the forward's epilogue: BatchNorm folded, a residual where the kernels add one (not a first layer), ReLU */
     const bool with_res = cc->pass == CH_FPROP && c.c >= 8;
     cnn_epilogue ep = {.scale = pair ? NULL : scale.g.p, .shift = shift.g.p, .residual = with_res ? res.g.p : NULL,
@@ -3413,6 +3428,7 @@ static void choose_one(ctx *t, const choose_case *cc, uint64_t seed) {
     float *a = arr_gpu(t, &yw), *b = arr_gpu(t, &ys);
     int64_t differ = 0, nan = 0, first = -1;
     for (int64_t i = 0; i < no; i++) {
+        if (wgrad && i % rows >= nw) continue; /* between the rows: nobody's */
         nan += isnan(a[i]) || isnan(b[i]);
         if (memcmp(&a[i], &b[i], 4) != 0 && differ++ == 0) first = i;
     }
