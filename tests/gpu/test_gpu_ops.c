@@ -3362,7 +3362,6 @@ static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in,
     cnn_pool2d pl = {0};
     if (cc->pass == CH_FPROP_POOL && !cnn_pool2d_init(&pl, CNN_POOL_MAX, c.n, c.k, c.p, c.q, 3, 2, 1)) fatal("pool");
     const int64_t os = cc->pass == CH_FPROP_POOL ? (int64_t)pl.n * pl.p * pl.q * pl.c : dgrad ? xs : ys;
-    (void)x2s;
     cnn_status st = CNN_OK;
     for (int j = 0; j < runs && st == CNN_OK; j++) {
         cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
