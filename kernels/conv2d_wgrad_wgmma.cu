@@ -139,8 +139,12 @@ struct wg_split {
     int total;
     float *out;
 };
+/* a slice's splits: all of them without slices */
+__device__ __forceinline__ int wg_slice_splits(const conv_args &a) {
+    return a.wg_groups > 1 ? a.splits / a.wg_groups : a.splits;
+}
 __device__ __forceinline__ wg_split wg_split_of(const conv_args &a, long long slices) {
-    const int groups = a.wg_groups > 1 ? a.wg_groups : 1, sp = a.splits / groups;
+    const int groups = a.wg_groups > 1 ? a.wg_groups : 1, sp = wg_slice_splits(a);
     const int grp = (int)blockIdx.y / sp, j = (int)blockIdx.y % sp;
     const long long own = groups > 1 ? a.wg_group_slices : slices, first = (long long)j * a.ktiles_per_split;
     wg_split r;
@@ -335,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(32 * RED_LANES) conv2d_wgrad_wgmma_
     __shared__ float4 sh[RED_LANES][32];
     const long long n4 = (long long)a.gm * a.gn / 4;
     /* blockIdx.y: the slice whose splits this block adds (wg_split_of) */
-    const int splits = a.wg_groups > 1 ? a.splits / a.wg_groups : a.splits;
+    const int splits = wg_slice_splits(a);
     const float4 *ws = (const float4 *)a.ws + (long long)blockIdx.y * splits * n4;
     float4 *out = (float4 *)((float *)a.out + (long long)blockIdx.y * a.wg_out_stride);
     const int tx = threadIdx.x & 31, ly = threadIdx.x >> 5;

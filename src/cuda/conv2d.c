@@ -139,17 +139,8 @@ cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     CNN_ASSERT(x && dy && dw);
     const bool generic_forced = cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic();
     if (!generic_forced && cuda_wgrad_wgmma_fits(cb, cv, x, dy)) return cuda_wgrad_wgmma(be, cv, x, dy, dw);
-    if (cv->choose_n > 0 && cv->choose_n < cv->n) { /* a batch of slices (cnn_conv2d): each slice's sum alone */
-        cnn_conv2d one = *cv;
-        one.n = cv->choose_n, one.choose_n = 0;
-        const int64_t xs = (int64_t)one.n * one.h * one.w * one.c * act_size(cb),
-                      ys = (int64_t)one.n * one.p * one.q * one.k * act_size(cb);
-        const int64_t rows = cnn_sum_rows((int64_t)cv->k * cv->r * cv->s * cv->c);
-        CNN_ASSERT(cv->n % cv->choose_n == 0);
-        for (int g = 0; g < cv->n / cv->choose_n; g++)
-            CNN_TRY(cuda_conv2d_wgrad(be, &one, (const char *)x + g * xs, (const char *)dy + g * ys, dw + g * rows));
-        return CNN_OK;
-    }
+    if (cv->choose_n > 0 && cv->choose_n < cv->n) /* a batch of slices (cnn_conv2d): each slice's sum alone */
+        return conv_wgrad_by_slices(be, cv, x, dy, dw, cuda_conv2d_wgrad);
     if (!generic_forced && cuda_wgrad_few_fits(cb, cv, dy)) return cuda_wgrad_few(be, cv, x, dy, dw);
     int v;
     CUfunction f, fr = NULL;

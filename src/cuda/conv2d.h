@@ -343,4 +343,20 @@ bool cuda_wgrad_few_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy
 cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 
+/* A wgrad over a batch of slices (cv->choose_n < cv->n) as one call of `wgrad` per slice, each on the slice's
+ * images (choose_n = its n: the heuristic's choice, untimed) into its row, cnn_sum_rows(K * R * S * C) apart. */
+typedef cnn_status (*conv_wgrad_fn)(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
+static inline cnn_status conv_wgrad_by_slices(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy,
+                                              float *dw, conv_wgrad_fn wgrad) {
+    CNN_ASSERT(cv->choose_n > 0 && cv->n % cv->choose_n == 0);
+    cnn_conv2d one = *cv;
+    one.n = cv->choose_n;
+    const int64_t esz = act_size(cuda_impl(be)), xs = (int64_t)one.n * one.h * one.w * one.c * esz,
+                  ys = (int64_t)one.n * one.p * one.q * one.k * esz,
+                  rows = cnn_sum_rows((int64_t)cv->k * cv->r * cv->s * cv->c);
+    for (int g = 0; g < cv->n / cv->choose_n; g++)
+        CNN_TRY(wgrad(be, &one, (const char *)x + g * xs, (const char *)dy + g * ys, dw + g * rows));
+    return CNN_OK;
+}
+
 #endif

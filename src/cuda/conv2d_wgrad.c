@@ -118,19 +118,10 @@ cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x
     conv_cand c;
     CNN_TRY(conv_choose_wgrad(&op, wgrad_candidate_launch, &c));
     const int groups = cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
-    CNN_ASSERT(cv->n % groups == 0);
-    if (groups > 1 && !wgrad_configs[c.row].qb && (int64_t)cv->choose_n * cv->p * cv->q % WGRAD_BK != 0) {
-        cnn_conv2d one = *cv;
-        one.n = cv->choose_n, one.choose_n = 0;
-        const int64_t xs = (int64_t)one.n * one.h * one.w * one.c * act_size(cb),
-                      ys = (int64_t)one.n * one.p * one.q * one.k * act_size(cb);
-        const int64_t rows = cnn_sum_rows((int64_t)cv->k * cv->r * cv->s * cv->c);
-        for (int g = 0; g < groups; g++)
-            CNN_TRY(wgrad_launch(be, &one, (const char *)x + g * xs, (const char *)dy + g * ys, dw + g * rows, c.row,
-                                 c.splits, 1));
-    } else {
-        CNN_TRY(wgrad_launch(be, cv, x, dy, dw, c.row, c.splits, groups));
-    }
+    CNN_ASSERT(cv->n % groups == 0 && cv->n / groups == (groups > 1 ? cv->choose_n : cv->n));
+    if (groups > 1 && !wgrad_configs[c.row].qb && (int64_t)cv->choose_n * cv->p * cv->q % WGRAD_BK != 0)
+        return conv_wgrad_by_slices(be, cv, x, dy, dw, cuda_wgrad_wgmma); /* each slice chooses c again */
+    CNN_TRY(wgrad_launch(be, cv, x, dy, dw, c.row, c.splits, groups));
     cb->stats.wgrad_wgmma_launches++;
     return CNN_OK;
 }
