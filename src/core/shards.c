@@ -3,8 +3,9 @@
  * Every wrapped op takes (N, ...) tensors with images outermost, so slice j of a batch of N = S * n images is the
  * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. A pass that sums nothing over
  * the batch (forward and dgrad convolutions, pooling) runs in one launch with the kernel of a slice
- * (cnn_conv2d.choose_n), which gives each image the bits of its slice's own launch; the sums over the batch (dx's
- * channel sums after it) are taken slice by slice. A sum over the batch is each slice's own, in row j of the scratch
+ * (cnn_conv2d.choose_n), chosen for the global batch where the backend's bits allow (choice_n), which gives each
+ * image the bits of its slice's own launch on any rank; the sums over the batch (dx's channel sums after it) are
+ * taken slice by slice. A sum over the batch is each slice's own, in row j of the scratch
  * for slice j, and tree_sum adds the rows into its output: a wgrad writes all the rows in one call (choose_n), the
  * linear layer and channel_sum run slice by slice. A call whose
  * batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over the batch in a
@@ -22,6 +23,7 @@
 typedef struct cnn_shards {
     cnn_backend saved; /* the table as it was: the wrappers call these */
     int n;             /* slices */
+    int world;         /* ranks: a batch of n is the world's n * world images (the global batch) */
     int depth;         /* > 0 inside a wrapper */
     float *scratch;    /* n rows of cap floats */
     int64_t cap;
@@ -62,8 +64,16 @@ static cnn_status tree(cnn_backend *be, cnn_shards *sh, int64_t count, const flo
 
 /* A pass that sums nothing over the batch runs in one launch over every slice, with the kernel the backend would
  * give one slice (cnn_conv2d.choose_n): each image's outputs are then those of that slice's own launch, bit for bit,
- * at one launch's cost instead of S (perf-log step 112). */
+ * at one launch's cost instead of S (perf-log step 112). The backends whose bits allow it choose that kernel for
+ * the global batch, the same on every rank (choice_n), rather than for a slice's few images (step 114). */
 static cnn_conv2d conv_whole(const cnn_shards *sh, const cnn_conv2d *cv) {
+    cnn_conv2d c = *cv;
+    c.choose_n = cv->n / sh->n;
+    c.choice_n = cv->n * sh->world;
+    return c;
+}
+/* a wgrad's choice is its slice's: its sums are the slices' own (cnn_conv2d.choose_n) */
+static cnn_conv2d conv_slices(const cnn_shards *sh, const cnn_conv2d *cv) {
     cnn_conv2d c = *cv;
     c.choose_n = cv->n / sh->n;
     return c;
@@ -84,7 +94,7 @@ static cnn_status w_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop(be, cv, ep, x, w, y);
     const cnn_conv2d c = conv_whole(sh, cv);
     cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
-    e.stats = NULL; /* BatchNorm sums its slices itself */
+    if (sh->n > 1) e.stats = NULL; /* BatchNorm sums its slices itself */
     return sh->saved.conv2d_fprop(be, &c, ep ? &e : NULL, x, w, y);
 }
 
@@ -94,7 +104,7 @@ static cnn_status w_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_
     if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop_pool(be, cv, ep, pl, x, w, y);
     const cnn_conv2d c = conv_whole(sh, cv);
     cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
-    e.stats = NULL;
+    if (sh->n > 1) e.stats = NULL;
     return sh->saved.conv2d_fprop_pool(be, &c, ep ? &e : NULL, pl, x, w, y);
 }
 
@@ -120,6 +130,7 @@ static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_dgrad_relu(be, cv, dy, w, relu_y, dx, dx_sum);
     const cnn_conv2d c = conv_whole(sh, cv);
+    if (sh->n == 1) return sh->saved.conv2d_dgrad_relu(be, &c, dy, w, relu_y, dx, dx_sum); /* one slice's sums */
     cnn_status st = sh->saved.conv2d_dgrad_relu(be, &c, dy, w, relu_y, dx, NULL);
     return st == CNN_OK && dx_sum ? slice_sums(be, sh, (int64_t)cv->n * cv->h * cv->w, cv->c, dx, dx_sum) : st;
 }
@@ -128,7 +139,7 @@ static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void
 static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
-    const cnn_conv2d c = conv_whole(sh, cv);
+    const cnn_conv2d c = conv_slices(sh, cv);
     const int64_t count = (int64_t)c.k * c.r * c.s * c.c;
     CNN_ASSERT(count <= sh->cap);
     cnn_status st = sh->saved.conv2d_wgrad(be, &c, x, dy, sh->scratch);
@@ -190,11 +201,14 @@ static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const
     return st;
 }
 
-/* the ops wrapped to run slice by slice, each beside its wrapper (an optional op the backend lacks stays NULL) */
-#define SLICED_OPS(X)                                                                                                  \
+/* the ops wrapped, each beside its wrapper (an optional op the backend lacks stays NULL): those whose kernel is
+ * chosen for the global batch, on any number of slices, and those that run slice by slice, on 2 or more */
+#define CHOSEN_OPS(X)                                                                                                  \
     X(conv2d_fprop, w_fprop) X(conv2d_fprop_pool, w_fprop_pool) X(conv2d_fprop_pair, w_fprop_pair)                     \
-    X(conv2d_dgrad, w_dgrad) X(conv2d_dgrad_relu, w_dgrad_relu) X(conv2d_wgrad, w_wgrad) X(channel_sum, w_channel_sum) \
-    X(pool2d_backward, w_pool_backward) X(linear_forward, w_linear_forward) X(linear_backward, w_linear_backward)
+    X(conv2d_dgrad, w_dgrad) X(conv2d_dgrad_relu, w_dgrad_relu)
+#define SLICED_OPS(X)                                                                                                  \
+    X(conv2d_wgrad, w_wgrad) X(channel_sum, w_channel_sum) X(pool2d_backward, w_pool_backward)                         \
+    X(linear_forward, w_linear_forward) X(linear_backward, w_linear_backward)
 
 /* the stem's BatchNorm backward with its max-pool's inside (bn_backward_pool) sums over the pool's tiles: not
  * sliced by the backends, so the train plan keeps the two apart */
@@ -216,8 +230,8 @@ static int64_t widest_sum(const cnn_net *net) {
     return widest + widest_1d;
 }
 
-cnn_status cnn_shards_begin(cnn_backend *be, int shards, const cnn_net *net) {
-    CNN_ASSERT(!be->shards && shards >= 0 && shards <= CNN_SHARDS_MAX && (shards & (shards - 1)) == 0);
+cnn_status cnn_shards_begin(cnn_backend *be, int shards, int world, const cnn_net *net) {
+    CNN_ASSERT(!be->shards && shards >= 0 && shards <= CNN_SHARDS_MAX && (shards & (shards - 1)) == 0 && world >= 1);
     be->batch_shards = shards;
     if (shards < 1) return CNN_OK;
     if (shards > 1 && !be->tree_sum)
@@ -225,7 +239,7 @@ cnn_status cnn_shards_begin(cnn_backend *be, int shards, const cnn_net *net) {
     cnn_shards *sh = calloc(1, sizeof *sh);
     if (!sh) return cnn_fail(CNN_E_OOM, "out of host memory for the batch's slices");
     sh->saved = *be;
-    sh->n = shards;
+    sh->n = shards, sh->world = world;
     sh->cap = shards > 1 ? stride(widest_sum(net)) + 128 : 0; /* a linear layer's two sums, in rows of their strides */
     cnn_status st = shards > 1 ? be->alloc(be, (size_t)shards * (size_t)sh->cap * sizeof(float),
                                            "the batch slices' sums", (void **)&sh->scratch)
@@ -237,10 +251,10 @@ cnn_status cnn_shards_begin(cnn_backend *be, int shards, const cnn_net *net) {
     }
     be->shards = sh;
     if (be->bn_pool_fusable) be->bn_pool_fusable = w_bn_pool_fusable;
-    if (shards == 1) return CNN_OK; /* a rank of one slice runs its batch whole, as a slice */
 #define WRAP(op, fn) \
     if (be->op) be->op = fn;
-    SLICED_OPS(WRAP)
+    CHOSEN_OPS(WRAP)
+    if (shards > 1) { SLICED_OPS(WRAP) } /* a rank of one slice sums its batch whole, as a slice */
 #undef WRAP
     return CNN_OK;
 }
@@ -251,6 +265,7 @@ void cnn_shards_end(cnn_backend *be) {
     if (!sh) return;
     const cnn_backend *o = &sh->saved; /* the ops begin replaced; the rest of the table has moved on (counters) */
 #define UNWRAP(op, fn) be->op = o->op;
+    CHOSEN_OPS(UNWRAP)
     SLICED_OPS(UNWRAP)
 #undef UNWRAP
     be->bn_pool_fusable = o->bn_pool_fusable;

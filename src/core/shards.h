@@ -9,7 +9,8 @@
  * slices in batch order. A rank holds an aligned block of the slices, a subtree; its sums go on up the tree
  * through comm_allreduce (backend.h: a pairwise tree over the ranks). The ops that do not sum over the batch run
  * in one launch over the slices with the kernel a rank of one slice would get (cnn_conv2d.choose_n), so that each
- * image's outputs are those of a rank of that many images. Not covered:
+ * image's outputs are those of a rank of that many images; every rank chooses that kernel for the global batch
+ * where the backend's bits allow (choice_n). Not covered:
  * dropout, whose mask is drawn by each rank's own element index (VGG's classifier: --dropout 0 for equal runs).
  */
 #ifndef CNN_CORE_SHARDS_H
@@ -27,11 +28,12 @@ int cnn_shards_global(int global_batch);
  * or 0 when world does not divide it (the run is then deterministic but not independent of the rank count). */
 int cnn_shards_local(int global_batch, int world);
 
-/* Sets be->batch_shards = shards (>= 1) and, with 2 or more, wraps be's ops that take the batch so that they
- * run as slices (their sums through be->tree_sum over a scratch of `shards` rows, each the largest sum of one of
- * net's layers: its weight's gradient and its bias's). cnn_shards_end undoes it; both are no-ops with shards < 1
- * or on a backend not wrapped. */
-cnn_status cnn_shards_begin(cnn_backend *be, int shards, const cnn_net *net);
+/* Sets be->batch_shards = shards (>= 1) and wraps be's ops that take the batch: the convolutions that sum nothing
+ * over it so that they run with a slice's bits (their choice the global batch's: world ranks of this batch) and,
+ * with 2 slices or more, the rest so that they run as slices (their sums through be->tree_sum over a scratch of
+ * `shards` rows, each the largest sum of one of net's layers: its weight's gradient and its bias's).
+ * cnn_shards_end undoes it; both are no-ops with shards < 1 or on a backend not wrapped. */
+cnn_status cnn_shards_begin(cnn_backend *be, int shards, int world, const cnn_net *net);
 void cnn_shards_end(cnn_backend *be);
 
 #endif

@@ -397,7 +397,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
         cnn_log(1, "cnn: --deterministic: %d ranks do not divide the global batch's %d slices; the run is "
                    "deterministic, but its trajectory differs from that of another number of ranks",
                 world, cnn_shards_global(global_batch));
-    if (st == CNN_OK) st = cnn_shards_begin(be, shards, net);
+    if (st == CNN_OK) st = cnn_shards_begin(be, shards, world, net);
     if (shards > 0) cnn_model_set_graphs(m, m->use_graphs);
 
     /* A step's results (its logits as float32 and the guard's state after it) are copied on the device into a ring

@@ -200,13 +200,14 @@ cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *r, const cnn_conv2d *
 
 /* ---- the choice policy (conv2d_choose.c) ---------------------------------------------------------------- */
 
-/* The problem a choice is made for: cv, or where cv->choose_n is set, cv over that many images, whose heuristic
- * choice (never timed: conv_tune_level) the launch over cv's images takes; the sub-problems a path builds (dgrad
- * phases, rewrites, Winograd's GEMMs) pass it on. */
+/* The problem a choice is made for: cv, or where cv->choose_n is set, cv over cv->choice_n images (else choose_n),
+ * whose heuristic choice (never timed: conv_tune_level) the launch over cv's images takes: this backend's kernels
+ * give an image the same bits whatever the launch's batch, once the choice (tile, splits) is made. The sub-problems
+ * a path builds (dgrad phases, rewrites, Winograd's GEMMs) pass both on. A wgrad's choice is always its slice's. */
 static inline cnn_conv2d conv_choice_view(const cnn_conv2d *cv) {
     cnn_conv2d v = *cv;
-    if (cv->choose_n > 0) v.n = cv->choose_n;
-    v.choose_n = 0;
+    if (cv->choose_n > 0) v.n = cv->choice_n > 0 ? cv->choice_n : cv->choose_n;
+    v.choose_n = v.choice_n = 0;
     return v;
 }
 static inline cnn_tune conv_tune_level(const cuda_be *cb, const cnn_conv2d *cv) {

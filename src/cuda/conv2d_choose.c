@@ -3,11 +3,12 @@
  *
  *   generic (conv2d.cu, every pass)   the heuristic only: tile efficiency x edge use x how well the CTAs fill
  *                                      the GPU (or the row a test forces)
- *   fast forward rows                  key "fprop ...":    --tune fast times the 4 best by the heuristic's score,
- *                                      the best small tile, the persistent twin of each wgmma one, and every
- *                                      warp-specialised row that fits; --tune full every row, each with its
- *                                      heuristic split-K and, when that splits, also unsplit; --tune none (and
- *                                      inside a graph capture) the heuristic's
+ *   fast forward rows                  key "fprop ...":    --tune fast times the heuristic's pick (the best
+ *                                      score over every row), the 4 best by the score of the rows that are neither
+ *                                      persistent nor warp-specialised, the best small tile, the persistent twin of
+ *                                      each wgmma one, and every warp-specialised row that keeps its consumers busy;
+ *                                      --tune full every row, each with its heuristic split-K and, when that splits,
+ *                                      also unsplit; --tune none (and inside a graph capture) the heuristic's pick
  *   pairs                              key "fprop_pair ...": the TMA rows and CONV_PAIR_UNFUSED (fusing must be
  *                                      timed faster to be used); --tune none the best TMA row by the score
  *   first layers (conv2d_first.cu)     key "first ...": every config of the problem's shape class; else the first
@@ -18,9 +19,10 @@
  *                                      its own tuned tile, keys "fprop ..." and "dgrad_phase ...", step 109), and
  *                                      all phases in one grouped launch on each group row (step 86); else in place
  *                                      unless accumulating over more than one phase with taps (perf-log step 75)
- *   stride-1 dgrad (conv2d_dgrad.c)    key "dgrad_ft ...": the filter rewritten, then the forward's choice (the
- *                                      heuristic's, --tune none), against every TMA row's FILT_T program reading the
- *                                      forward's filter as it is (fast: those that keep their consumers busy) (step 88)
+ *   stride-1 dgrad (conv2d_dgrad.c)    key "dgrad_ft ...": the filter rewritten, then the forward's choice,
+ *                                      against every TMA row's FILT_T program reading the forward's filter as it is
+ *                                      (fast: those that keep their consumers busy) (step 88); --tune none the
+ *                                      heuristic's pick, as a FILT_T program where it is a TMA row (step 114)
  *   wgrad on wgmma (conv2d_wgrad.c)    key "wgrad_wgmma ...": tile config x reduction splits, the 4 best by an
  *                                      estimate (fast) or all (full); else the estimate's best
  * Tuning happens once per distinct key, outside graph capture: each candidate is launched once to warm up, then 3
@@ -72,12 +74,23 @@ int cuda_conv_pick(const cuda_be *cb, const cnn_conv2d *cv_in, int pass) {
 
 /* ---- fast rows: heuristic ------------------------------------------------------------------------------------ */
 
-/* heuristic score of a row: tile efficiency x edge utilisation x how well the tiles fill the GPU */
+/* Heuristic score of a row: tile speed x edge utilisation x how well the tiles fill the GPU. The sm_90 rows
+ * (wgmma, warp-specialised: one CTA per SM) fill it in whole waves of tiles, a warp-specialised row's two
+ * consumers taking two tiles per SM unless cooperative; the last wave's idle slots count against it (perf-log step
+ * 114: fitted to every candidate's time on 190 shapes of four zoo models, this picks tiles 5 % slower than the
+ * tuner's, where the score without them picked tiles 72 % slower). The other rows need one CTA per SM. */
 static double fast_score(const cuda_be *cb, const conv_row *c, int64_t gm, int64_t gn) {
-    int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn);
-    double util = (double)gm * gn / ((double)tiles * c->bm * c->bn);
-    double par = (double)tiles / (double)cb->sm_count; /* at least one CTA per SM */
-    if (par > 1.0) par = 1.0;
+    const int64_t tiles = cdiv(gm, c->bm) * cdiv(gn, c->bn);
+    const double util = (double)gm * gn / ((double)tiles * c->bm * c->bn);
+    double par;
+    if (conv_hopper(c)) {
+        const bool pairs = conv_kind_of(c) == CNN_CUDA_CONV_WARPSPEC && !conv_is(c, CNN_CUDA_CONV_COOPERATIVE);
+        const int64_t slots = (int64_t)cb->sm_count * (pairs ? 2 : 1);
+        par = (double)tiles / (double)(cdiv(tiles, slots) * slots);
+    } else {
+        par = (double)tiles / (double)cb->sm_count;
+        if (par > 1.0) par = 1.0;
+    }
     return c->speed * util * par;
 }
 
@@ -110,12 +123,39 @@ static bool ws_busy(const cuda_be *cb, const conv_row *c, int64_t gm, int64_t gn
     return cdiv(gm, c->bm) * cdiv(gn, c->bn) >= (conv_is(c, CNN_CUDA_CONV_COOPERATIVE) ? 1LL : 2LL) * cb->sm_count;
 }
 
-/* The candidates of a forward problem, best first by the heuristic's score (out[0]: its choice). */
+/* the heuristic's row for a forward problem: the best score over every row that runs it (the first in table order
+ * of equals), or -1 where none does */
+static int fast_pick(const cuda_be *cb, const cnn_conv2d *cv, bool res) {
+    int64_t gm, gn, gk;
+    conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    int pick = -1;
+    double best = -1.0;
+    for (int v = conv_n_generic(); v < conv_n_rows(); v++) {
+        const double s = fast_fits(cb, v, cv, res, gn, gk) ? fast_score(cb, &conv_rows[v], gm, gn) : -1.0;
+        if (s > best + 1e-9) best = s, pick = v;
+    }
+    return pick;
+}
+
+/* out[*n] = c, unless a candidate of that row and split is there already */
+static void add_cand(conv_cand *out, int *n, conv_cand c) {
+    for (int i = 0; i < *n; i++)
+        if (out[i].row == c.row && out[i].splits == c.splits) return;
+    out[(*n)++] = c;
+}
+
+/* The candidates of a forward problem, out[0] the heuristic's choice (fast_pick), then the rest best first by the
+ * score. */
 static int fast_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, cnn_tune tune, conv_cand *out) {
     const int g = conv_n_generic(), nt = conv_n_rows() - g;
     const bool full = tune == CNN_TUNE_FULL, fast = tune == CNN_TUNE_FAST;
     int64_t gm, gn, gk;
     conv_gemm_dims(cv, PASS_FPROP, &gm, &gn, &gk);
+    const int pick = fast_pick(cb, cv, res);
+    if (pick < 0) return 0;
+    int n = 0;
+    add_cand(out, &n, (conv_cand){pick, fast_splits(cb, &conv_rows[pick], gm, gn, gk)});
+    if (tune == CNN_TUNE_NONE) return n;
     int order[CONV_MAX_ROWS];
     double score[CONV_MAX_ROWS];
     /* rows this problem cannot run score -1; so do the persistent and warp-specialised rows except in a full
@@ -131,18 +171,18 @@ static int fast_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, cn
             int t = order[j];
             order[j] = order[j - 1], order[j - 1] = t;
         }
-    int keep = full ? nt : (nt < 4 ? nt : 4), n = 0;
+    int keep = full ? nt : (nt < 4 ? nt : 4);
     for (int i = 0; i < keep && score[order[i]] >= 0.0; i++) {
         const int v = g + order[i], sp = fast_splits(cb, &conv_rows[v], gm, gn, gk);
-        out[n++] = (conv_cand){v, sp};
-        if (full && sp > 1) out[n++] = (conv_cand){v, 1};
+        add_cand(out, &n, (conv_cand){v, sp});
+        if (full && sp > 1) add_cand(out, &n, (conv_cand){v, 1});
     }
     /* fast: also the best small tile (at most 64x128), which the score underrates where the layer is memory-bound
      * (short reductions): more CTAs per SM keep more bytes in flight */
     for (int i = keep; i < nt && fast && score[order[i]] >= 0.0; i++) {
         const conv_row *c = &conv_rows[g + order[i]];
         if (c->bm * c->bn > 64 * 128) continue;
-        out[n++] = (conv_cand){g + order[i], fast_splits(cb, c, gm, gn, gk)};
+        add_cand(out, &n, (conv_cand){g + order[i], fast_splits(cb, c, gm, gn, gk)});
         break;
     }
     /* fast: the persistent twin of each wgmma candidate (no compilation: the same program), where the output has
@@ -151,14 +191,14 @@ static int fast_candidates(const cuda_be *cb, const cnn_conv2d *cv, bool res, cn
         const int twin = conv_is(&conv_rows[out[i].row], CNN_CUDA_CONV_WGMMA) ? conv_persistent_twin(out[i].row) : -1;
         if (twin >= 0 && conv_fast_usable(cb, twin) &&
             cdiv(gm, conv_rows[twin].bm) * cdiv(gn, conv_rows[twin].bn) > cb->sm_count)
-            out[n++] = (conv_cand){twin, 1};
+            add_cand(out, &n, (conv_cand){twin, 1});
     }
     /* fast: every warp-specialised row that runs the problem itself (elsewhere it would run its twin again) and
-     * keeps its consumers busy (the heuristic has no measured speed for them) */
+     * keeps its consumers busy */
     for (int v = g; fast && v < conv_n_rows(); v++)
         if (conv_is(&conv_rows[v], CNN_CUDA_CONV_WARPSPEC) && fast_fits(cb, v, cv, res, gn, gk) &&
             ws_busy(cb, &conv_rows[v], gm, gn))
-            out[n++] = (conv_cand){v, 1};
+            add_cand(out, &n, (conv_cand){v, 1});
     return n;
 }
 
@@ -656,9 +696,14 @@ cnn_status conv_choose_dgrad_ft(const conv_operands *op, conv_launch_fn launch, 
         if (v >= conv_n_generic() && conv_ft_program(v) >= 0) *row = v;
         return CNN_OK;
     }
-    /* no measured speed for the FILT_T programs without tuning: the rewrite, as before them */
     const cnn_tune tune = conv_tune_level(cb, op->cv);
-    if (tune == CNN_TUNE_NONE || cb->conv_force_splitk >= 0) return CNN_OK;
+    if (cb->conv_force_splitk >= 0) return CNN_OK;
+    if (tune == CNN_TUNE_NONE) { /* the heuristic's row, as a FILT_T program where it has one (the TMA rows, which
+                                  * the tuner picked over the rewrite for 51 of 57 shapes: perf-log step 114) */
+        const int pick = fast_pick(cb, cv, res);
+        if (pick >= 0 && conv_ft_program(pick) >= 0) *row = pick;
+        return CNN_OK;
+    }
     char key[200];
     snprintf(key, sizeof key, "dgrad_ft %s n%d c%d h%d w%d k%d r%d s%d pad%dx%d%s", conv_dtype_str(cb), cv->n, cv->c,
              cv->h, cv->w, cv->k, cv->r, cv->s, cv->pad_h, cv->pad_w,

@@ -59,7 +59,7 @@ static bool plan_phase(const cnn_conv2d *cv, int a, int b, dgrad_phase *ph) {
     ph->off_h = pad_h - top, ph->off_w = pad_w - left;
     ph->cv = (cnn_conv2d){.n = cv->n, .c = cv->k, .h = cv->p, .w = cv->q, .k = cv->c, .r = rt, .s = st, .stride_h = 1,
                           .stride_w = 1, .pad_h = pad_h, .pad_w = pad_w, .p = cv->p + 2 * pad_h - rt + 1,
-                          .q = cv->q + 2 * pad_w - st + 1, .choose_n = cv->choose_n};
+                          .q = cv->q + 2 * pad_w - st + 1, .choose_n = cv->choose_n, .choice_n = cv->choice_n};
     return ph->cv.p >= hp + ph->off_h && ph->cv.q >= wp + ph->off_w;
 }
 
@@ -271,7 +271,7 @@ static cnn_status run_direct(cnn_backend *be, const cnn_conv2d *pc, const cnn_ep
     /* the forward convolution whose dgrad pc is (stride 1: pc reads dy (N, P, Q, K) with padding R - 1 - pad) */
     const cnn_conv2d cv = {.n = pc->n, .c = pc->k, .h = pc->p, .w = pc->q, .k = pc->c, .r = pc->r, .s = pc->s,
                            .stride_h = 1, .stride_w = 1, .pad_h = pc->r - 1 - pc->pad_h, .pad_w = pc->s - 1 - pc->pad_w,
-                           .p = pc->h, .q = pc->w, .choose_n = pc->choose_n};
+                           .p = pc->h, .q = pc->w, .choose_n = pc->choose_n, .choice_n = pc->choice_n};
     dgrad_phase ph[DGRAD_MAX_PHASES];
     void *wt[DGRAD_MAX_PHASES];
     const bool ok = plan_phase(&cv, 0, 0, &ph[0]);

@@ -84,34 +84,36 @@ const conv_row conv_rows[] = {
     {.flags = WS, .bm = 64, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 8, .minb = 1, .speed = 1.80f},
     {.flags = WS | BRES, .bm = 64, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 8, .minb = 1, .speed = 1.95f},
     {.flags = WS | BRES, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 1.95f},
-    /* the same with TMA copies (the producer one thread, the consumers with more registers) */
-    {.flags = WS | TMA, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 1.95f},
-    {.flags = WS | TMA, .bm = 64, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 5, .minb = 1, .speed = 1.95f},
-    {.flags = WS | BRES | TMA, .bm = 64, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 8, .minb = 1, .speed = 1.95f},
-    {.flags = WS | BRES | TMA, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 1.95f},
+    /* the same with TMA copies (the producer one thread, the consumers with more registers). The TMA rows' speeds
+     * are perf-log step 114's fit to every candidate's time on four zoo models: 2.2 x (BM * BN / 128^2)^0.05, the
+     * residual-smem row 5 % more; above every wgmma row's, which they beat wherever their consumers are busy */
+    {.flags = WS | TMA, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 2.20f},
+    {.flags = WS | TMA, .bm = 64, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 5, .minb = 1, .speed = 2.20f},
+    {.flags = WS | BRES | TMA, .bm = 64, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 8, .minb = 1, .speed = 2.20f},
+    {.flags = WS | BRES | TMA, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 2.20f},
     /* K = 64 (ResNet's 64-channel convs): 64 columns, where a 128- or 256-wide tile would be half empty; without
      * a cp.async twin (its fallback is the persistent wgmma row of the same tile) */
-    {.flags = WS | TMA, .bm = 128, .bn = 64, .bk = 64, .wm = 2, .wn = 1, .stages = 8, .minb = 1, .speed = 1.80f},
+    {.flags = WS | TMA, .bm = 128, .bn = 64, .bk = 64, .wm = 2, .wn = 1, .stages = 8, .minb = 1, .speed = 2.12f},
     /* cooperative (both consumers on one tile, m64n256 or 2 x m64n128 each): per stage one B slice for twice the
      * rows of a consumer's tile; the tuner's choice for most of ResNet-50's long reductions (perf-log step 30) */
-    {.flags = WS | COOP | TMA, .bm = 128, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 1.95f},
-    {.flags = WS | COOP | TMA, .bm = 256, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 1.95f},
+    {.flags = WS | COOP | TMA, .bm = 128, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 2.28f},
+    {.flags = WS | COOP | TMA, .bm = 256, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 2.28f},
     /* m64n128 each: half the tile of the two above, for long reductions over few output tiles, where those
      * leave the last round of tiles half the SMs (ResNet-50's 7x7 layers at b256) */
-    {.flags = WS | COOP | TMA, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 1.95f},
+    {.flags = WS | COOP | TMA, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .minb = 1, .speed = 2.20f},
     /* the residual staged in shared memory, the ring shortened to make the room (perf-log step 43) */
-    {.flags = WS | TMA | RSM, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 1.95f},
+    {.flags = WS | TMA | RSM, .bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 2.31f},
     /* the transposed tile for 64 output channels: the filter slice as wgmma's m64 operand, 256 pixels as its n
      * (perf-log step 47) */
-    {.flags = WS | TMA | SWAP, .bm = 256, .bn = 64, .bk = 64, .wm = 2, .wn = 1, .stages = 5, .minb = 1, .speed = 1.80f},
+    {.flags = WS | TMA | SWAP, .bm = 256, .bn = 64, .bk = 64, .wm = 2, .wn = 1, .stages = 5, .minb = 1, .speed = 2.20f},
     /* and cooperative: 256 pixels x 128 channels, each consumer m64n256 over its 64 channels */
-    {.flags = WS | COOP | TMA | SWAP, .bm = 256, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 1.95f},
+    {.flags = WS | COOP | TMA | SWAP, .bm = 256, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 2.28f},
     /* 192 pixels (m64n192 per consumer): whole rounds of tiles on 132 SMs for ResNet-50's 7x7 layers at b256 */
-    {.flags = WS | COOP | TMA | SWAP, .bm = 192, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 5, .minb = 1, .speed = 1.95f},
+    {.flags = WS | COOP | TMA | SWAP, .bm = 192, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 5, .minb = 1, .speed = 2.24f},
     /* the cooperative transposed tiles with their stores handed to the copy engine, in pieces spread over the next
      * tile's mainloop; their boxes cost a ring stage (two for 256x128) (perf-log steps 50 and 52) */
-    {.flags = WS | COOP | TMA | SWAP | OST, .bm = 192, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 1.95f},
-    {.flags = WS | COOP | TMA | SWAP | OST, .bm = 256, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 3, .minb = 1, .speed = 1.95f},
+    {.flags = WS | COOP | TMA | SWAP | OST, .bm = 192, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .minb = 1, .speed = 2.24f},
+    {.flags = WS | COOP | TMA | SWAP | OST, .bm = 256, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 3, .minb = 1, .speed = 2.28f},
 };
 #define N_ROWS ((int)(sizeof conv_rows / sizeof conv_rows[0]))
 _Static_assert(N_ROWS <= CONV_MAX_ROWS, "CONV_MAX_ROWS bounds the candidate lists");

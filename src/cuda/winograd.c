@@ -47,8 +47,10 @@ cnn_status cuda_winograd_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_
         /* the 16 GEMMs: a 1x1 convolution over `tiles` one-pixel images, no epilogue */
         cnn_conv2d g = {.n = (int)tiles, .c = cv->c, .h = 1, .w = 1, .k = cv->k, .r = 1, .s = 1, .stride_h = 1,
                         .stride_w = 1, .pad_h = 0, .pad_w = 0, .p = 1, .q = 1};
-        if (cv->choose_n > 0) /* the GEMM of a slice of choose_n images: chunked as this loop would chunk it */
-            g.choose_n = (cv->choose_n < nb0 ? cv->choose_n : nb0) * tpn * tqn;
+        if (cv->choose_n > 0) { /* the GEMM chosen for conv_choice_view's images, chunked as this loop chunks them */
+            const int cn = conv_choice_view(cv).n;
+            g.choose_n = (cn < nb0 ? cn : nb0) * tpn * tqn;
+        }
         for (int e = 0; e < 16; e++)
             CNN_TRY(conv_fast_fprop_checked(be, &g, NULL, v + (size_t)e * tiles * cv->c, u + (size_t)e * cv->k * cv->c,
                                        m + (size_t)e * tiles * cv->k));

@@ -3313,7 +3313,10 @@ static void g_determinism(ctx *t) {
  * --deterministic runs each forward and dgrad pass over its S slices of m images in one launch with choose_n = m
  * (core/shards.h). Every image's output must be bit for bit what the slice's own launch of m images writes (that
  * launch with choose_n = m too: the heuristic's untimed choice, as a rank of one slice takes under
- * --deterministic). The outputs start NaN-poisoned: an image one launch leaves unwritten fails. */
+ * --deterministic). The outputs start NaN-poisoned: an image one launch leaves unwritten fails. ".global": the
+ * choice made for the whole batch of S * m instead (choice_n, as every rank makes it): the slices' launches against
+ * the heuristic's launch over the batch (choose_n = S * m); where a slice's choice differs from the batch's (the
+ * case that splits K for a slice), a backend that ignored choice_n fails it. */
 enum { CH_FPROP, CH_FPROP_POOL, CH_DGRAD, CH_DGRAD_ACC, CH_DGRAD_RELU, CH_PAIR, CH_WGRAD };
 typedef struct choose_case {
     int pass;
@@ -3349,13 +3352,15 @@ static const choose_case choose_cases[] = {
 static void *slice_at(void *p, int64_t elems, cnn_dtype dt) { return p ? (char *)p + elems * (int64_t)esize(dt) : NULL; }
 
 /* one pass of cc over the whole batch (whole = true) or slice by slice, into out */
-static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in, arr *w, arr *in2, arr *w2,
-                             const cnn_epilogue *ep, arr *relu_y, arr *out) {
+static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, bool global, arr *in, arr *w, arr *in2,
+                             arr *w2, const cnn_epilogue *ep, arr *relu_y, arr *out) {
     cnn_backend *be = t->gpu;
     const int S = cc->slices, runs = whole ? 1 : S;
     cnn_conv2d c = conv_of(&cc->cv), c2 = cc->pass == CH_PAIR ? conv_of(&cc->cv2) : c;
     c.choose_n = c.n, c2.choose_n = c2.n;
+    if (global && !whole) c.choice_n = S * c.n, c2.choice_n = S * c2.n; /* a slice's launch, the batch's choice */
     if (whole) c.n *= S, c2.n *= S;
+    if (global && whole) c.choose_n = c.n, c2.choose_n = c2.n; /* the heuristic's choice for the batch */
     const bool dgrad = cc->pass >= CH_DGRAD && cc->pass <= CH_DGRAD_RELU;
     const int64_t xs = (int64_t)c.n * c.h * c.w * c.c, ys = (int64_t)c.n * c.p * c.q * c.k;
     const int64_t x2s = (int64_t)c2.n * c2.h * c2.w * c2.c;
@@ -3392,7 +3397,7 @@ static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, arr *in,
     return st;
 }
 
-static void choose_one(ctx *t, const choose_case *cc, uint64_t seed) {
+static void choose_one(ctx *t, const choose_case *cc, bool global, uint64_t seed) {
     static const char *pass_name[] = {"fprop", "fprop_pool", "dgrad", "dgrad_acc", "dgrad_relu", "fprop_pair", "wgrad"};
     const int S = cc->slices;
     cnn_conv2d c = conv_of(&cc->cv), c2 = cc->pass == CH_PAIR ? conv_of(&cc->cv2) : c;
@@ -3420,10 +3425,10 @@ static void choose_one(ctx *t, const choose_case *cc, uint64_t seed) {
     cnn_epilogue ep = {.scale = pair ? NULL : scale.g.p, .shift = shift.g.p, .residual = with_res ? res.g.p : NULL,
                        .relu = true};
     char name[200];
-    snprintf(name, sizeof name, "choose_n.%s.%s.n%dx%d_c%d_h%d_w%d_k%d_r%d_s%d_st%d", pass_name[cc->pass], t->dts, S,
-             cc->cv.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride_h);
-    expect_ok(choose_run(t, cc, true, &in, &w, &in2, &w2, dgrad ? NULL : &ep, &ry, &yw), name);
-    expect_ok(choose_run(t, cc, false, &in, &w, &in2, &w2, dgrad ? NULL : &ep, &ry, &ys), name);
+    snprintf(name, sizeof name, "choose_n.%s.%s.n%dx%d_c%d_h%d_w%d_k%d_r%d_s%d_st%d%s", pass_name[cc->pass], t->dts, S,
+             cc->cv.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride_h, global ? ".global" : "");
+    expect_ok(choose_run(t, cc, true, global, &in, &w, &in2, &w2, dgrad ? NULL : &ep, &ry, &yw), name);
+    expect_ok(choose_run(t, cc, false, global, &in, &w, &in2, &w2, dgrad ? NULL : &ep, &ry, &ys), name);
     float *a = arr_gpu(t, &yw), *b = arr_gpu(t, &ys);
     int64_t differ = 0, nan = 0, first = -1;
     for (int64_t i = 0; i < no; i++) {
@@ -3443,7 +3448,8 @@ static void g_choose_n(ctx *t) {
     for (size_t i = 0; i < sizeof choose_cases / sizeof choose_cases[0]; i++) {
         const choose_case *cc = &choose_cases[i];
         if (cc->f32_only && (t->dt != CNN_DTYPE_F32 || t->tf32 || quick)) continue;
-        choose_one(t, cc, 9500 + 16 * i);
+        choose_one(t, cc, false, 9500 + 16 * i);
+        if (cc->pass != CH_WGRAD) choose_one(t, cc, true, 9500 + 16 * i); /* a wgrad's choice is its slice's */
     }
 }
 
