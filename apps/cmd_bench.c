@@ -31,7 +31,7 @@ typedef struct bench_layer {
 } bench_layer;
 
 typedef struct bench_row {
-    char model[32], dtype[8], mode[8], input[24];
+    char model[32], dtype[8], mode[24], input[24];
     int batch, repeat, warmup;
     int gpus;                /* data-parallel ranks (--gpus): batch is per GPU, images/s and TFLOP/s are totals */
     double ms_median, ms_min, ms_max, ms_p10, ms_p90, setup_s, images_per_s, gflop, tflops;
@@ -230,15 +230,18 @@ static cnn_status time_layers(cnn_backend *be, cnn_model *m, int batch, int warm
     return st == CNN_OK ? CNN_OK : cnn_error_prefix(st, "per-layer timing");
 }
 
+/* deterministic (--deterministic, train): the step `cnn train --deterministic` runs, its batch by slices */
 static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int w, int batch, bool train, bool layers,
-                          layer_protocol lp, int warmup, int repeat, const cnn_dist_ctx *dist, const cnn_dp_opts *dp,
-                          bench_row *r) {
+                          bool deterministic, layer_protocol lp, int warmup, int repeat, const cnn_dist_ctx *dist,
+                          const cnn_dp_opts *dp, bench_row *r) {
     double t0 = cnn_now();
     cnn_model *m = NULL;
     const int world = dist ? dist->world : 1;
     r->gpus = world;
     cnn_status st = cnn_model_create(mo, be, h, w, batch, train, &m);
     if (st == CNN_OK && world > 1) st = cnn_model_set_comm(m, dist->comm, dp);
+    int slices = 0;
+    if (st == CNN_OK && train && deterministic) st = cnn_model_begin_slices(m, batch, world, &slices);
     float *x = NULL;
     int64_t *labels = NULL;
     double *ms = calloc((size_t)repeat, sizeof *ms);
@@ -304,6 +307,7 @@ static cnn_status run_one(cnn_backend *be, const cnn_model_opts *mo, int h, int 
     free(x);
     free(labels);
     free(ms);
+    if (m) cnn_model_end_slices(m);
     cnn_model_free(m);
     return st;
 }
@@ -371,7 +375,7 @@ static void print_md(const bench_row *rows, int nr, const bench_out *o) {
             printf("| %s | %s | %d | %s | %s | error: %s |||||\n", r->model, r->input, r->batch, r->dtype, r->mode, r->error);
             continue;
         }
-        char mode[24];
+        char mode[40];
         snprintf(mode, sizeof mode, r->gpus > 1 ? "%s x%d GPUs" : "%s", r->mode, r->gpus);
         printf("| %s | %s | %d | %s | %s | %.3f | %.3f..%.3f | %.1f | %.3f | %.0f | %.2f |\n", r->model, r->input,
                r->batch, r->dtype, mode, r->ms_median, r->ms_min, r->ms_max, r->images_per_s, r->tflops,
@@ -593,13 +597,14 @@ int cmd_bench(int argc, char **argv) {
                 bench_row *r = &rows[nr++];
                 snprintf(r->model, sizeof r->model, "%s%s", mo.arch, mo.stem == CNN_STEM_CIFAR ? "-cifar" : "");
                 snprintf(r->dtype, sizeof r->dtype, "%s", dl[di]);
-                snprintf(r->mode, sizeof r->mode, "%s", mode);
+                snprintf(r->mode, sizeof r->mode, "%s%s", mode, train && c.deterministic ? "-deterministic" : "");
                 snprintf(r->input, sizeof r->input, "%dx%d", h, w);
                 r->batch = bvals[bi];
                 r->repeat = repeat;
                 r->warmup = warmup;
                 cnn_dp_opts dp = cli_dist_dp_opts(&cdist, dctx.world);
-                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, lp, warmup, repeat, &dctx, &dp, r);
+                r->st = run_one(be, &mo, h, w, bvals[bi], train, layers, c.deterministic, lp, warmup, repeat, &dctx,
+                                &dp, r);
                 if (r->st != CNN_OK) {
                     snprintf(r->error, sizeof r->error, "%s", cnn_error_msg());
                     fprintf(stderr, "cnn: %s batch %d %s: %s\n", r->model, r->batch, r->dtype, r->error);

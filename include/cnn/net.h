@@ -217,6 +217,13 @@ void cnn_model_set_loss_scale(cnn_model *m, float scale);
 /* Record device work into backend graphs and replay it (default on where the backend has graphs). */
 void cnn_model_set_graphs(cnn_model *m, bool on);
 
+/* --deterministic's training step (cnn_train_opts.deterministic): m's backend runs every pass that sums over the
+ * batch by the global batch's slices, the same on any number of ranks (src/core/shards.h), for a step of `batch`
+ * images on each of `world` ranks. *slices: this rank's, or 0 where world does not divide the global batch's
+ * (nothing changes then). Graphs recorded before are dropped. cnn_model_end_slices undoes it, before m is freed. */
+cnn_status cnn_model_begin_slices(cnn_model *m, int batch, int world, int *slices);
+void cnn_model_end_slices(cnn_model *m);
+
 /* Data-parallel training (dist.h): later cnn_model_backward calls sum the gradient arena over the ranks of comm
  * (the backend's communicator, comm_init), in buckets of about bucket_bytes, each issued on the communicator's
  * stream as soon as the backward has written all of its gradients (in graph replays too); bucket_bytes 0: one

@@ -16,6 +16,7 @@
 #include "shards.h"
 
 #include "cnn/tensor.h"
+#include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -272,4 +273,16 @@ void cnn_shards_end(cnn_backend *be) {
     be->shards = NULL;
     if (sh->scratch) be->free(be, sh->scratch);
     free(sh);
+}
+
+cnn_status cnn_model_begin_slices(cnn_model *m, int batch, int world, int *slices) {
+    *slices = cnn_shards_local(batch * world, world);
+    CNN_TRY(cnn_shards_begin(m->be, *slices, world, m->net));
+    if (*slices > 0) cnn_model_set_graphs(m, m->use_graphs); /* graphs hold the ops as they were */
+    return CNN_OK;
+}
+
+void cnn_model_end_slices(cnn_model *m) {
+    if (m->be->shards) cnn_model_set_graphs(m, m->use_graphs);
+    cnn_shards_end(m->be);
 }

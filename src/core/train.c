@@ -392,13 +392,12 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
 
     /* --deterministic: every sum over the batch by slices in a tree (shards.h), the same on any number of ranks;
      * graphs recorded before (or during) the slicing hold the other ops, so they go (again at the end) */
-    const int shards = o->deterministic ? cnn_shards_local(global_batch, world) : 0;
-    if (o->deterministic && shards == 0 && lead)
+    int shards = 0;
+    if (st == CNN_OK && o->deterministic) st = cnn_model_begin_slices(m, o->batch, world, &shards);
+    if (st == CNN_OK && o->deterministic && shards == 0 && lead)
         cnn_log(1, "cnn: --deterministic: %d ranks do not divide the global batch's %d slices; the run is "
                    "deterministic, but its trajectory differs from that of another number of ranks",
                 world, cnn_shards_global(global_batch));
-    if (st == CNN_OK) st = cnn_shards_begin(be, shards, world, net);
-    if (shards > 0) cnn_model_set_graphs(m, m->use_graphs);
 
     /* A step's results (its logits as float32 and the guard's state after it) are copied on the device into a ring
      * of `ring` slots and read back in one download when the ring is full or a step ends an epoch, checkpoints,
@@ -647,8 +646,7 @@ cnn_status cnn_train(cnn_model *m, const cnn_model_opts *mo, const cnn_dataset *
     cnn_loader_free(&loader);
     cnn_model_set_dry_step(m, NULL, NULL);
     cnn_model_set_dry_eval(m, NULL, 0);
-    if (shards > 0) cnn_model_set_graphs(m, m->use_graphs);
-    cnn_shards_end(be);
+    cnn_model_end_slices(m);
     cnn_state_free(&ts.state); /* the writer is done with it (waited above) */
     for (int k = 0; k < ts.n_opt; k++)
         if (ts.opt[k]) be->free(be, ts.opt[k]);
