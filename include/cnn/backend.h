@@ -39,11 +39,12 @@ typedef struct cnn_conv2d {
                            * that the n images get the kernel, and so the bits, of a launch over choose_n of them:
                            * --deterministic runs a batch of slices in one launch (core/shards.h). A wgrad then
                            * writes n / choose_n filter gradients, each its slice's, cnn_sum_rows apart */
-    int choice_n;         /* 0, or with choose_n on a forward or dgrad: a larger batch (a multiple of choose_n that
-                           * every rank agrees on: the global batch) whose choice a backend takes instead, where its
-                           * kernels give an image the same bits in a launch over any number of images once the
-                           * choice is made (the CUDA backend); a backend whose do not (the CPU's GEMM: its schedule
-                           * depends on the row count) runs launches of choose_n images, as without it */
+    int choice_n;         /* 0, or with choose_n: a larger batch (a multiple of choose_n that every rank agrees on:
+                           * the global batch) whose choice a backend takes instead, where its kernels give an image
+                           * the same bits in a launch over any number of images once the choice is made (the CUDA
+                           * backend; a wgrad's slices then share the splits of that choice, each slice's sum still
+                           * its own); a backend whose do not (the CPU's GEMM: its schedule depends on the row
+                           * count) runs launches of choose_n images, as without it */
 } cnn_conv2d;
 
 /* floats between the rows of sums a call writes one per slice (conv2d_wgrad with choose_n): count rounded up to 64,

@@ -73,12 +73,6 @@ static cnn_conv2d conv_whole(const cnn_shards *sh, const cnn_conv2d *cv) {
     c.choice_n = cv->n * sh->world;
     return c;
 }
-/* a wgrad's choice is its slice's: its sums are the slices' own (cnn_conv2d.choose_n) */
-static cnn_conv2d conv_slices(const cnn_shards *sh, const cnn_conv2d *cv) {
-    cnn_conv2d c = *cv;
-    c.choose_n = cv->n / sh->n;
-    return c;
-}
 
 /* rows m of an (M, C) view summed by slices of m / S rows (M = N * H * W, images outermost) into out, through the
  * scratch's rows and the tree */
@@ -136,11 +130,12 @@ static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void
     return st == CNN_OK && dx_sum ? slice_sums(be, sh, (int64_t)cv->n * cv->h * cv->w, cv->c, dx, dx_sum) : st;
 }
 
-/* every slice's filter gradient in one call (choose_n: into the scratch's rows), added in the tree */
+/* every slice's filter gradient in one call (choose_n: into the scratch's rows; the slices share the global batch's
+ * split count: choice_n), added in the tree */
 static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
-    const cnn_conv2d c = conv_slices(sh, cv);
+    const cnn_conv2d c = conv_whole(sh, cv);
     const int64_t count = (int64_t)c.k * c.r * c.s * c.c;
     CNN_ASSERT(count <= sh->cap);
     cnn_status st = sh->saved.conv2d_wgrad(be, &c, x, dy, sh->scratch);

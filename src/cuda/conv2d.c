@@ -136,7 +136,7 @@ cnn_status cuda_conv2d_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const v
 cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
-    CNN_ASSERT(x && dy && dw && cv->choice_n == 0); /* a wgrad's choice is its slice's (backend.h) */
+    CNN_ASSERT(x && dy && dw);
     const bool generic_forced = cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic();
     if (!generic_forced && cuda_wgrad_wgmma_fits(cb, cv, x, dy)) return cuda_wgrad_wgmma(be, cv, x, dy, dw);
     if (cv->choose_n > 0 && cv->choose_n < cv->n) /* a batch of slices (cnn_conv2d): each slice's sum alone */

@@ -203,7 +203,8 @@ cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *r, const cnn_conv2d *
 /* The problem a choice is made for: cv, or where cv->choose_n is set, cv over cv->choice_n images (else choose_n),
  * whose heuristic choice (never timed: conv_tune_level) the launch over cv's images takes: this backend's kernels
  * give an image the same bits whatever the launch's batch, once the choice (tile, splits) is made. The sub-problems
- * a path builds (dgrad phases, rewrites, Winograd's GEMMs) pass both on. A wgrad's choice is always its slice's. */
+ * a path builds (dgrad phases, rewrites, Winograd's GEMMs) pass both on. A wgrad's splits are then each slice's
+ * share of that choice's (conv_choose_wgrad). */
 static inline cnn_conv2d conv_choice_view(const cnn_conv2d *cv) {
     cnn_conv2d v = *cv;
     if (cv->choose_n > 0) v.n = cv->choice_n > 0 ? cv->choice_n : cv->choose_n;
@@ -248,6 +249,13 @@ typedef struct conv_operands {
 } conv_operands;
 /* The launch the tuner times: candidate c of the problem into the scratch output y. */
 typedef cnn_status (*conv_launch_fn)(const conv_operands *op, conv_cand c, void *y);
+/* a list of candidates as cuda_tune_time times them: conv_timed_launch(ctx = a conv_timed, i, y) runs cand[i] */
+typedef struct conv_timed {
+    conv_launch_fn launch;
+    const conv_operands *op;
+    const conv_cand *cand;
+} conv_timed;
+cnn_status conv_timed_launch(void *ctx, int i, void *y);
 /* the reduction a launch runs: one convolution's R*S*C, or both of a pair's */
 int64_t conv_launch_gk(const cnn_conv2d *cv, const conv_pair *pr);
 
@@ -262,7 +270,7 @@ cnn_status conv_choose_fast(const conv_operands *op, conv_launch_fn launch, conv
 cnn_status conv_choose_pair(const conv_operands *op, conv_launch_fn launch, void *y, int *row);
 /* a first layer: a first_configs index (op->pl: with the fused max-pool) */
 cnn_status conv_choose_first(const conv_operands *op, conv_launch_fn launch, int *cfg);
-/* wgrad on wgmma: a wgrad_configs index and its reduction splits (op: x in x, dy in w) */
+/* wgrad on wgmma (conv2d_choose_wgrad.c): a wgrad_configs index and its reduction splits (op: x in x, dy in w) */
 cnn_status conv_choose_wgrad(const conv_operands *op, conv_launch_fn launch, conv_cand *out);
 /* F32 3x3/1 on the fast path: Winograd (true) or the direct kernels */
 cnn_status conv_choose_winograd(const conv_operands *op, conv_launch_fn launch, bool *use);

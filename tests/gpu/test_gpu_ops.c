@@ -3316,7 +3316,8 @@ static void g_determinism(ctx *t) {
  * --deterministic). The outputs start NaN-poisoned: an image one launch leaves unwritten fails. ".global": the
  * choice made for the whole batch of S * m instead (choice_n, as every rank makes it): the slices' launches against
  * the heuristic's launch over the batch (choose_n = S * m); where a slice's choice differs from the batch's (the
- * case that splits K for a slice), a backend that ignored choice_n fails it. */
+ * case that splits K for a slice), a backend that ignored choice_n fails it. A wgrad's: its one launch over the
+ * slices against S launches, each slice taking its share of the batch's splits. */
 enum { CH_FPROP, CH_FPROP_POOL, CH_DGRAD, CH_DGRAD_ACC, CH_DGRAD_RELU, CH_PAIR, CH_WGRAD };
 typedef struct choose_case {
     int pass;
@@ -3358,9 +3359,10 @@ static cnn_status choose_run(ctx *t, const choose_case *cc, bool whole, bool glo
     const int S = cc->slices, runs = whole ? 1 : S;
     cnn_conv2d c = conv_of(&cc->cv), c2 = cc->pass == CH_PAIR ? conv_of(&cc->cv2) : c;
     c.choose_n = c.n, c2.choose_n = c2.n;
-    if (global && !whole) c.choice_n = S * c.n, c2.choice_n = S * c2.n; /* a slice's launch, the batch's choice */
+    if (global) c.choice_n = S * c.n, c2.choice_n = S * c2.n; /* a slice's bits, the batch's choice */
     if (whole) c.n *= S, c2.n *= S;
-    if (global && whole) c.choose_n = c.n, c2.choose_n = c2.n; /* the heuristic's choice for the batch */
+    if (global && whole && cc->pass != CH_WGRAD) /* the heuristic's launch over the batch (a wgrad's stays sliced) */
+        c.choose_n = c.n, c.choice_n = 0, c2.choose_n = c2.n, c2.choice_n = 0;
     const bool dgrad = cc->pass >= CH_DGRAD && cc->pass <= CH_DGRAD_RELU;
     const int64_t xs = (int64_t)c.n * c.h * c.w * c.c, ys = (int64_t)c.n * c.p * c.q * c.k;
     const int64_t x2s = (int64_t)c2.n * c2.h * c2.w * c2.c;
@@ -3449,7 +3451,7 @@ static void g_choose_n(ctx *t) {
         const choose_case *cc = &choose_cases[i];
         if (cc->f32_only && (t->dt != CNN_DTYPE_F32 || t->tf32 || quick)) continue;
         choose_one(t, cc, false, 9500 + 16 * i);
-        if (cc->pass != CH_WGRAD) choose_one(t, cc, true, 9500 + 16 * i); /* a wgrad's choice is its slice's */
+        choose_one(t, cc, true, 9500 + 16 * i);
     }
 }
 
