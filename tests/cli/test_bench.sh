@@ -215,6 +215,20 @@ assert all(p["gflop_per_pass"] > 0 and p["batch"] == 2 for p in ps)
 assert all(isinstance(p[f], kinds[t]) for p in ps for f, t in fields.items()), "a record off docs/BENCH.md"
 assert all(isinstance(step[0][f], float) for f in ("fprop_ms_sum", "dgrad_ms_sum", "wgrad_ms_sum"))
 ' "$TMP/passes.json" "$ROOT/docs/BENCH.md" && pass layers.train_passes || fail layers.train_passes "$(head -c 600 "$TMP/passes.json"; cat "$TMP/passes.err")"
+# --mode train --deterministic: the step cnn train --deterministic runs, its batch as 8 slices (mode
+# train-deterministic), whose sums take a scratch of 8 rows of the widest filter's gradient (ResNet-18's 512x512x3x3:
+# 75 MB) that the plain step has not
+for det in "" --deterministic; do
+    "$CNN" bench --model resnet18 --stem cifar --batch 8 --repeat 2 --warmup 1 --device cpu --mode train $det -o json \
+        >"$TMP/det$det.json" 2>"$TMP/det$det.err"
+done
+"$PYTHON" -c '
+import json, sys
+plain, det = (json.load(open(f))[0] for f in sys.argv[1:3])
+assert plain["ok"] and det["ok"] and plain["mode"] == "train" and det["mode"] == "train-deterministic", (plain, det)
+assert det["peak_mib"] - plain["peak_mib"] >= 60, (plain["peak_mib"], det["peak_mib"])
+' "$TMP/det.json" "$TMP/det--deterministic.json" && pass bench.train_deterministic \
+    || fail bench.train_deterministic "$(head -c 400 "$TMP/det--deterministic.json"; tail -c 300 "$TMP/det--deterministic.err")"
 # --layer-rest-ms / --layer-min-ms: each step after the idle pause, timed over at least min-ms of runs (more than
 # --repeat), the protocol in every layer record and in the run's infer row
 "$CNN" bench --model resnet18 --stem cifar --batch 1 --repeat 2 --warmup 1 --device cpu --layers --layer-rest-ms 3 \
