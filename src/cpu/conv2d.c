@@ -265,7 +265,7 @@ cnn_status cnn_cpu_channel_sum(int threads, int64_t m, int c, const float *v, fl
  * a slice's bits. Returns the launches; *one is each one's problem. */
 static int launches_of(const cnn_conv2d *cv, cnn_conv2d *one) {
     *one = *cv;
-    one->choose_n = 0;
+    one->choose_n = one->choice_n = 0; /* choice_n: this backend's bits follow the launch's rows (backend.h) */
     if (cv->choose_n <= 0 || cv->choose_n >= cv->n) return 1;
     CNN_ASSERT(cv->n % cv->choose_n == 0);
     one->n = cv->choose_n;
