@@ -161,37 +161,64 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_chunk_totals(const 
 #endif
 
 /* --deterministic across rank counts (core/shards.h): totals[w][c] = the pairwise tree over the a.shards slices (a
- * power of two <= 8) of each slice's sum of its a.slice_chunks chunks, partial[w][j][k][c], added as chunk_sums adds
- * a batch's; with dbeta and dgamma (the backward's sums, w = 0 and 1) also the float tree of each slice's sum rounded
- * to float, as the ranks holding the slices make their gradients and sum them. Blocks as the finalize kernels'. */
+ * power of two <= 8) of each slice's sum of its a.slice_chunks chunks, partial[w][j][k][c] (w < a.sums <= 2); with
+ * dbeta and dgamma (the backward's sums, w = 0 and 1) also the float tree of each slice's sum rounded to float, as
+ * the ranks holding the slices make their gradients and sum them. A slice's sum depends on its own chunks alone, so
+ * a rank holding fewer slices makes the same: TREE_LANES lanes take its chunks k = lane, lane + TREE_LANES, .. in
+ * order, then the lanes are added in order. Every (sum, slice) pair's lanes load at once, the block's FIN_TY lanes
+ * split into groups of TREE_LANES, each taking pairs group, group + groups (one pair after another, each a chain of
+ * loads and barriers, the kernel took some 40 us per BatchNorm: perf-log step 116). Blocks as the finalize
+ * kernels'. */
+#define TREE_LANES 4
+#define TREE_GROUPS (FIN_TY / TREE_LANES)
+#define TREE_PAIRS 16 /* sums x slices at most */
 #if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const red_args a) {
     pdl_enter();
-    const int c = FIN_CHANNEL;
-    for (int w = 0; w < a.sums; w++) {
-        double t[8];
-        float f[8];
+    constexpr int PER = (TREE_PAIRS + TREE_GROUPS - 1) / TREE_GROUPS;
+    __shared__ double lanes[TREE_PAIRS][TREE_LANES][RED_TX + 1], slice[TREE_PAIRS][RED_TX + 1];
+    const int c = FIN_CHANNEL, tx = threadIdx.x, ty = threadIdx.y;
+    const int pairs = a.sums * a.shards, lane = ty % TREE_LANES, group = ty / TREE_LANES;
+    double t[PER];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            t[j] = 0.0;
-            if (j < a.shards) { /* the same for the whole block: chunk_sums synchronises it */
-                red_args v = a;
-                v.partial = a.partial + (long long)(w * a.shards + j) * a.slice_chunks * a.c;
-                v.chunks = a.slice_chunks;
-                t[j] = chunk_sum(v, 0, c);
-            }
-            f[j] = (float)t[j];
-        }
+    for (int i = 0; i < PER; i++) t[i] = 0.0;
+    if (c < a.c) {
+        const long long plane = (long long)a.slice_chunks * a.c; /* one pair's chunks */
+        const double *p = a.partial + c;
+#pragma unroll 4
+        for (int k = lane; k < a.slice_chunks; k += TREE_LANES)
 #pragma unroll
-        for (int step = 1; step < 8; step *= 2)
-#pragma unroll
-            for (int j = 0; j + step < 8; j += 2 * step)
-                if (j + step < a.shards) t[j] += t[j + step], f[j] += f[j + step]; /* adds only: none to contract */
-        if (!FIN_WRITES(c)) continue;
-        a.totals[(long long)w * a.c + c] = t[0];
-        if (w == 0 && a.dbeta) a.dbeta[c] = f[0];
-        if (w == 1 && a.dgamma) a.dgamma[c] = f[0];
+            for (int i = 0; i < PER; i++)
+                if (group + i * TREE_GROUPS < pairs) t[i] += p[(group + i * TREE_GROUPS) * plane + (long long)k * a.c];
     }
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        if (group + i * TREE_GROUPS < pairs) lanes[group + i * TREE_GROUPS][lane][tx] = t[i];
+    __syncthreads();
+    if (ty < pairs) {
+        double v = lanes[ty][0][tx];
+#pragma unroll
+        for (int l = 1; l < TREE_LANES; l++) v += lanes[ty][l][tx];
+        slice[ty][tx] = v;
+    }
+    __syncthreads();
+    if (ty >= a.sums || c >= a.c) return;
+    const int w = ty;
+    double u[8];
+    float f[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        u[j] = j < a.shards ? slice[w * a.shards + j][tx] : 0.0;
+        f[j] = (float)u[j];
+    }
+#pragma unroll
+    for (int step = 1; step < 8; step *= 2)
+#pragma unroll
+        for (int j = 0; j + step < 8; j += 2 * step)
+            if (j + step < a.shards) u[j] += u[j + step], f[j] += f[j + step]; /* adds only: none to contract */
+    a.totals[(long long)w * a.c + c] = u[0];
+    if (w == 0 && a.dbeta) a.dbeta[c] = f[0];
+    if (w == 1 && a.dgamma) a.dgamma[c] = f[0];
 }
 #endif
 

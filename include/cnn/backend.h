@@ -134,6 +134,9 @@ typedef struct cnn_bn {
 /* y (N, OUT) = x (N, IN) · w(OUT, IN)^T + b */
 typedef struct cnn_linear {
     int n, in, out;
+    int choose_n, choice_n; /* 0, or as cnn_conv2d's: the n rows as launches of choose_n, each with the bits of a
+                             * call over choose_n of them; a backward then writes n / choose_n sums of dw and of
+                             * dbias, each its slice's, cnn_sum_rows(OUT * IN) and cnn_sum_rows(OUT) apart */
 } cnn_linear;
 
 /* Softmax cross-entropy over logits (N, CLASSES) with integer labels and label smoothing eps:

@@ -1,17 +1,15 @@
 /* shards.c — the ops of a backend wrapped for a batch of slices (shards.h says why).
  *
  * Every wrapped op takes (N, ...) tensors with images outermost, so slice j of a batch of N = S * n images is the
- * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. A pass that sums nothing over
- * the batch (forward and dgrad convolutions, pooling) runs in one launch with the kernel of a slice
- * (cnn_conv2d.choose_n), chosen for the global batch where the backend's bits allow (choice_n), which gives each
- * image the bits of its slice's own launch on any rank; the sums over the batch (dx's channel sums after it) are
- * taken slice by slice. A sum over the batch is each slice's own, in row j of the scratch
- * for slice j, and tree_sum adds the rows into its output: a wgrad writes all the rows in one call (choose_n), the
- * linear layer and channel_sum run slice by slice. A call whose
- * batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over the batch in a
- * way the training step reads. A wrapped op calls the table itself only through its own backend's functions;
- * `depth` keeps a call from inside a wrapper (an unfused fallback) whole, so no slice is sliced again. BatchNorm is
- * sliced by the backends themselves (cnn_backend.batch_shards): its sums are inside one op.
+ * same op on n images at byte offset j * n * (one image's bytes) of each such tensor. The convolutions and the linear
+ * layer run in one launch over every slice with the kernel of a slice (cnn_conv2d.choose_n, cnn_linear.choose_n),
+ * chosen for the global batch where the backend's bits allow (choice_n), which gives each image the bits of its
+ * slice's own launch on any rank, a rank of one slice included. A sum over the batch is each slice's own, in row j
+ * of the scratch for slice j, and tree_sum adds the rows into its output: a wgrad and the linear layer's backward
+ * write all the rows in one call (choose_n); channel_sum and dx's channel sums after a dgrad or a pool run slice by
+ * slice. A call whose batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over
+ * the batch in a way the training step reads. A wrapped op calls its backend's own functions, never the table, so
+ * no slice is sliced again. BatchNorm is sliced by the backends themselves (cnn_backend.batch_shards): its sums are inside one op.
  */
 #include "shards.h"
 
@@ -25,7 +23,6 @@ typedef struct cnn_shards {
     cnn_backend saved; /* the table as it was: the wrappers call these */
     int n;             /* slices */
     int world;         /* ranks: a batch of n is the world's n * world images (the global batch) */
-    int depth;         /* > 0 inside a wrapper */
     float *scratch;    /* n rows of cap floats */
     int64_t cap;
 } cnn_shards;
@@ -41,15 +38,10 @@ int cnn_shards_local(int global_batch, int world) {
     return world >= 1 && g % world == 0 ? g / world : 0;
 }
 
-/* bytes of n images of (h, w, c) activations */
-static int64_t imgs(const cnn_backend *be, int n, int h, int w, int c) {
-    return (int64_t)n * h * w * c * (int64_t)cnn_dtype_size(be->act_dtype);
-}
 static const void *at(const void *p, int64_t bytes) { return p ? (const char *)p + bytes : NULL; }
-static void *at_w(void *p, int64_t bytes) { return p ? (char *)p + bytes : NULL; }
 
-/* whether a call of batch n runs as called: inside a wrapper, or a batch the slices do not divide */
-static bool as_called(const cnn_shards *sh, int n) { return sh->depth > 0 || n % sh->n != 0; }
+/* whether a call of batch n runs as called: a batch the slices do not divide */
+static bool as_called(const cnn_shards *sh, int n) { return n % sh->n != 0; }
 
 /* Rows of a sum of count floats in the scratch: 64 floats apart at least, so that every row is as aligned as the
  * gradient arena's tensors and every slice's op takes the same kernels as on a rank of one slice, which writes
@@ -131,11 +123,12 @@ static cnn_status w_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void
 }
 
 /* every slice's filter gradient in one call (choose_n: into the scratch's rows; the slices share the global batch's
- * split count: choice_n), added in the tree */
+ * split count: choice_n), added in the tree; a rank of one slice writes its sum, that slice's, straight into dw */
 static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_wgrad(be, cv, x, dy, dw);
     const cnn_conv2d c = conv_whole(sh, cv);
+    if (sh->n == 1) return sh->saved.conv2d_wgrad(be, &c, x, dy, dw);
     const int64_t count = (int64_t)c.k * c.r * c.s * c.c;
     CNN_ASSERT(count <= sh->cap);
     cnn_status st = sh->saved.conv2d_wgrad(be, &c, x, dy, sh->scratch);
@@ -144,7 +137,7 @@ static cnn_status w_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
 
 static cnn_status w_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out) {
     cnn_shards *sh = be->shards;
-    if (sh->depth > 0 || m % sh->n != 0) return sh->saved.channel_sum(be, m, c, dy, out);
+    if (m % sh->n != 0) return sh->saved.channel_sum(be, m, c, dy, out);
     return slice_sums(be, sh, m, c, dy, out);
 }
 
@@ -160,38 +153,35 @@ static cnn_status w_pool_backward(cnn_backend *be, const cnn_pool2d *pl, const v
     return st == CNN_OK ? slice_sums(be, sh, (int64_t)pl->n * pl->h * pl->w, pl->c, dx, pl->dx_sum) : st;
 }
 
+/* the linear layer as the convolutions: one call over the slices (choose_n), chosen for the global batch */
+static cnn_linear linear_whole(const cnn_shards *sh, const cnn_linear *ln) {
+    cnn_linear l = *ln;
+    l.choose_n = ln->n / sh->n;
+    l.choice_n = ln->n * sh->world;
+    return l;
+}
+
 static cnn_status w_linear_forward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
                                    const float *bias, void *y) {
     cnn_shards *sh = be->shards;
     if (as_called(sh, ln->n)) return sh->saved.linear_forward(be, ln, x, w, bias, y);
-    cnn_linear l = *ln;
-    l.n = ln->n / sh->n;
-    const int64_t xs = imgs(be, l.n, 1, 1, l.in), ys = imgs(be, l.n, 1, 1, l.out);
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++)
-        st = sh->saved.linear_forward(be, &l, at(x, j * xs), w, bias, at_w(y, j * ys));
-    sh->depth--;
-    return st;
+    const cnn_linear l = linear_whole(sh, ln);
+    return sh->saved.linear_forward(be, &l, x, w, bias, y);
 }
 
-/* dw's slices in rows of out * in floats, then dbias's in rows of out after all of them */
+/* dx in the one call; dw's slices in rows of out * in floats, then dbias's in rows of out after all of them, added
+ * in the tree (a rank of one slice: its sums straight into dw and dbias) */
 static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
                                     const void *dy, void *dx, bool accumulate, float *dw, float *dbias) {
     cnn_shards *sh = be->shards;
     if (as_called(sh, ln->n)) return sh->saved.linear_backward(be, ln, x, w, dy, dx, accumulate, dw, dbias);
-    cnn_linear l = *ln;
-    l.n = ln->n / sh->n;
-    const int64_t xs = imgs(be, l.n, 1, 1, l.in), ys = imgs(be, l.n, 1, 1, l.out);
+    const cnn_linear l = linear_whole(sh, ln);
+    if (sh->n == 1) return sh->saved.linear_backward(be, &l, x, w, dy, dx, accumulate, dw, dbias);
     const int64_t nw = dw ? (int64_t)l.out * l.in : 0, nb = dbias ? l.out : 0;
     CNN_ASSERT(stride(nw) + stride(nb) <= sh->cap);
     float *bias_rows = sh->scratch + sh->n * stride(nw); /* rows of stride(nb) after dw's */
-    cnn_status st = CNN_OK;
-    sh->depth++;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++)
-        st = sh->saved.linear_backward(be, &l, at(x, j * xs), w, at(dy, j * ys), at_w(dx, j * xs), accumulate,
-                                       dw ? row(sh, nw, j) : NULL, dbias ? bias_rows + j * stride(nb) : NULL);
-    sh->depth--;
+    cnn_status st = sh->saved.linear_backward(be, &l, x, w, dy, dx, accumulate, dw ? sh->scratch : NULL,
+                                              dbias ? bias_rows : NULL);
     if (st == CNN_OK && dw) st = tree(be, sh, nw, sh->scratch, dw);
     if (st == CNN_OK && dbias) st = tree(be, sh, nb, bias_rows, dbias);
     return st;
@@ -201,10 +191,9 @@ static cnn_status w_linear_backward(cnn_backend *be, const cnn_linear *ln, const
  * chosen for the global batch, on any number of slices, and those that run slice by slice, on 2 or more */
 #define CHOSEN_OPS(X)                                                                                                  \
     X(conv2d_fprop, w_fprop) X(conv2d_fprop_pool, w_fprop_pool) X(conv2d_fprop_pair, w_fprop_pair)                     \
-    X(conv2d_dgrad, w_dgrad) X(conv2d_dgrad_relu, w_dgrad_relu)
-#define SLICED_OPS(X)                                                                                                  \
-    X(conv2d_wgrad, w_wgrad) X(channel_sum, w_channel_sum) X(pool2d_backward, w_pool_backward)                         \
+    X(conv2d_dgrad, w_dgrad) X(conv2d_dgrad_relu, w_dgrad_relu) X(conv2d_wgrad, w_wgrad)                               \
     X(linear_forward, w_linear_forward) X(linear_backward, w_linear_backward)
+#define SLICED_OPS(X) X(channel_sum, w_channel_sum) X(pool2d_backward, w_pool_backward)
 
 /* the stem's BatchNorm backward with its max-pool's inside (bn_backward_pool) sums over the pool's tiles: not
  * sliced by the backends, so the train plan keeps the two apart */

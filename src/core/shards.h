@@ -28,10 +28,10 @@ int cnn_shards_global(int global_batch);
  * or 0 when world does not divide it (the run is then deterministic but not independent of the rank count). */
 int cnn_shards_local(int global_batch, int world);
 
-/* Sets be->batch_shards = shards (>= 1) and wraps be's ops that take the batch: the convolutions that sum nothing
- * over it so that they run with a slice's bits (their choice the global batch's: world ranks of this batch) and,
- * with 2 slices or more, the rest so that they run as slices (their sums through be->tree_sum over a scratch of
- * `shards` rows, each the largest sum of one of net's layers: its weight's gradient and its bias's).
+/* Sets be->batch_shards = shards (>= 1) and wraps be's ops that take the batch: the convolutions and the linear
+ * layer so that they run with a slice's bits (their choice the global batch's: world ranks of this batch) and,
+ * with 2 slices or more, their sums over the batch and the other ops' as slices (through be->tree_sum over a scratch
+ * of `shards` rows, each the largest sum of one of net's layers: its weight's gradient and its bias's).
  * cnn_shards_end undoes it; both are no-ops with shards < 1 or on a backend not wrapped. */
 cnn_status cnn_shards_begin(cnn_backend *be, int shards, int world, const cnn_net *net);
 void cnn_shards_end(cnn_backend *be);

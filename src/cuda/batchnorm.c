@@ -305,6 +305,7 @@ static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec
 static cnn_status slice_totals(cnn_backend *be, const cnn_bn *bn, red_args *a, CUfunction fvec, int mode, int sums,
                                double *group, const char *what) {
     cuda_be *cb = cuda_impl(be);
+    CNN_ASSERT(sums >= 1 && sums <= 2 && a->shards <= SLICES_MAX); /* bn_shard_tree's pairs: 16 at most */
     CNN_TRY(fvec ? run_partial_vec(cb, fvec, a, mode, what) : run_partial(cb, a, mode, what));
     red_args t = *a;
     t.totals = group, t.sums = sums;

@@ -13,8 +13,10 @@
  *     gpu_test_ops [--no-fork] [--dtype f32|bf16|f16|tf32] [group...]   (tf32: the conv_fast group with F32
  *     activations and TF32 convolutions; its fprop reference rounds the operands as the kernel does; f32: the
  *     same kernels multiplying in fp32 FMA, checked against the unrounded operands)
- * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool conv conv_configs conv_fast conv_first
- * conv_pair conv_wgrad conv_dgrad dgrad_relu linear xent prep resample jpeg optim nonfinite guard graph determinism oom cache misc. CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
+ * Groups: convert pointwise dropout flatten channel_sum bn scale_shift pool bn_pool bn_conv_sums conv conv_configs
+ * conv_fast conv_first conv_pair conv_wgrad conv_wgrad_few conv_dgrad dgrad_relu linear xent prep resample jpeg
+ * optim nonfinite guard graph determinism choose_n bn_ranks oom cache dry_run misc.
+ * CNN_TEST_QUICK=1 runs fewer shapes (for the sanitizers).
  * CNN_TEST_CONV_ROW=text: conv_fast runs only the tensor-core configs whose name contains it (a sanitizer run on
  * one kernel family).
  */
@@ -3309,6 +3311,153 @@ static void g_determinism(ctx *t) {
     arr_free(t, &x), arr_free(t, &dy), arr_free(t, &dw1), arr_free(t, &dw2), arr_free(t, &s1), arr_free(t, &s2);
 }
 
+/* ---- BatchNorm's slices on any number of ranks (--deterministic, core/shards.h) ------------------------------
+ * One rank of 4 slices against two ranks of 2 slices each, with --sync-bn's collective: the two ranks run one after
+ * the other here, each collective summing rank 0's values and rank 1's as a pairwise tree of two ranks does (the
+ * peer's values recorded in its previous pass: two passes whose outputs are thrown away make every record right). Every output must be the one
+ * rank's bit for bit: each rank's rows of y, dx and the residual's gradient, the statistics and running statistics,
+ * and dgamma/dbeta as the ranks' float sums added. A slice's sums that depended on how many slices a rank holds
+ * would fail it. The vector path (C % 8 == 0: one collective a pass); every dtype; the outputs NaN-poisoned. */
+#define PEER_CALLS 2
+typedef struct peer_log {
+    double *v[PEER_CALLS];
+    int64_t n[PEER_CALLS];
+    int count;
+} peer_log;
+static peer_log peer_mine, peer_theirs; /* this pass's collectives' inputs; the peer's (count 0: none yet) */
+
+static void peer_clear(peer_log *l) {
+    for (int i = 0; i < l->count; i++) free(l->v[i]);
+    memset(l, 0, sizeof *l);
+}
+
+static cnn_status peer_allreduce(cnn_backend *be, void *comm, void *x, int64_t count, cnn_comm_op op, bool side) {
+    CNN_ASSERT(op == CNN_COMM_SUM_F64 && !side && count > 0 && peer_mine.count < PEER_CALLS);
+    const int i = peer_mine.count++;
+    double *h = malloc((size_t)count * sizeof *h);
+    if (!h) return CNN_E_OOM;
+    CNN_TRY(be->download(be, h, x, (size_t)count * sizeof *h));
+    peer_mine.v[i] = h, peer_mine.n[i] = count;
+    if (peer_theirs.count == 0) return CNN_OK; /* the first pass: the record alone */
+    CNN_ASSERT(i < peer_theirs.count && peer_theirs.n[i] == count);
+    double *sum = malloc((size_t)count * sizeof *sum);
+    if (!sum) return CNN_E_OOM;
+    for (int64_t e = 0; e < count; e++) sum[e] = h[e] + peer_theirs.v[i][e]; /* x0 + x1 = x1 + x0 */
+    cnn_status st = be->upload(be, x, sum, (size_t)count * sizeof *sum);
+    free(sum);
+    return st;
+}
+
+/* one rank's BatchNorm step over m rows of c: forward (+ residual, ReLU) then backward (its residual's gradient
+ * accumulated); its outputs into o[]: y, save_mean, save_invstd, running_mean, running_var, dx, dres, dgamma, dbeta */
+enum { BR_Y, BR_MEAN, BR_INV, BR_RM, BR_RV, BR_DX, BR_DRES, BR_DG, BR_DB, BR_OUTS };
+static void bn_rank_step(ctx *t, const cnn_bn *bn, int shards, const float *x, const float *res, const float *dy,
+                         const float *dres0, const float *gamma, const float *beta, const float *rm0,
+                         const float *rv0, float *o[BR_OUTS], const char *name) {
+    const int64_t mc = bn->m * bn->c;
+    const int c = bn->c;
+    arr ax = arr_make(t, mc, true, 0), ar = arr_make(t, mc, true, 0), ady = arr_make(t, mc, true, 0);
+    arr adr = arr_make(t, mc, true, 0), ag = arr_make(t, c, false, 0), ab = arr_make(t, c, false, 0);
+    arr arm = arr_make(t, c, false, 0), arv = arr_make(t, c, false, 0);
+    const struct { arr *a; const float *v; } ins[] = {{&ax, x}, {&ar, res}, {&ady, dy}, {&adr, dres0}, {&ag, gamma},
+                                                      {&ab, beta}, {&arm, rm0}, {&arv, rv0}};
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        memcpy(ins[i].a->h, ins[i].v, (size_t)ins[i].a->n * sizeof(float));
+        arr_sync_in(t, ins[i].a);
+    }
+    arr y = arr_out(t, mc, true, 0), sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0);
+    arr dx = arr_out(t, mc, true, 0), dg = arr_out(t, c, false, 0), db = arr_out(t, c, false, 0);
+    t->gpu->batch_shards = shards;
+    expect_ok(t->gpu->bn_forward_train(t->gpu, bn, ax.g.p, ag.g.p, ab.g.p, arm.g.p, arv.g.p, sm.g.p, si.g.p, ar.g.p,
+                                       true, y.g.p),
+              name);
+    expect_ok(t->gpu->bn_backward(t->gpu, bn, ax.g.p, y.g.p, ady.g.p, ag.g.p, sm.g.p, si.g.p, true, dx.g.p, false,
+                                  adr.g.p, true, dg.g.p, db.g.p),
+              name);
+    t->gpu->batch_shards = 0;
+    arr *outs[BR_OUTS] = {&y, &sm, &si, &arm, &arv, &dx, &adr, &dg, &db};
+    for (int i = 0; i < BR_OUTS; i++) o[i] = arr_gpu(t, outs[i]);
+    arr *all[] = {&ax, &ar, &ady, &adr, &ag, &ab, &arm, &arv, &y, &sm, &si, &dx, &dg, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) arr_free(t, all[i]);
+}
+
+static void g_bn_ranks(ctx *t) {
+    static const struct {
+        int64_t m; /* rows of the one rank: 4 slices */
+        int c;
+    } cases[] = {{4 * 3 * 5 * 7, 24}, {4 * 4 * 32 * 32, 64} /* 8 chunks a slice on 132 SMs */, {4 * 9 * 11, 136}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int64_t m = cases[k].m, mc = m * cases[k].c, half = mc / 2;
+        const int c = cases[k].c;
+        char name[128];
+        snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d.4_slices_vs_2x2", t->dts, (long long)m, c);
+        float *x = malloc((size_t)mc * 4), *res = malloc((size_t)mc * 4), *dy = malloc((size_t)mc * 4);
+        float *dres = malloc((size_t)mc * 4), *gamma = malloc((size_t)c * 4), *beta = malloc((size_t)c * 4);
+        float *rm = malloc((size_t)c * 4), *rv = malloc((size_t)c * 4);
+        fill(x, mc, 9700 + k, -1.0f, 2.5f), fill(res, mc, 9710 + k, -1, 1), fill(dy, mc, 9720 + k, -1, 1);
+        fill(dres, mc, 9730 + k, -1, 1), fill(gamma, c, 9740 + k, 0.5f, 1.5f), fill(beta, c, 9750 + k, -0.5f, 0.5f);
+        fill(rm, c, 9760 + k, -0.2f, 0.2f), fill(rv, c, 9770 + k, 0.5f, 1.5f);
+        float *one[BR_OUTS], *r0[BR_OUTS], *r1[BR_OUTS];
+        cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .world = 1};
+        bn_rank_step(t, &bn, 4, x, res, dy, dres, gamma, beta, rm, rv, one, name);
+        static int token;
+        cnn_status (*saved)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) = t->gpu->comm_allreduce;
+        t->gpu->comm_allreduce = peer_allreduce;
+        cnn_bn rank = bn;
+        rank.m = m / 2, rank.comm = &token, rank.world = 2;
+        /* rank 1 alone: its forward's sums right; rank 0 with them: its forward's and so its backward's right; rank 1
+         * with rank 0's: all of rank 1's right; rank 0 again with those */
+        float **outs[4] = {NULL, NULL, r1, r0};
+        for (int pass = 0; pass < 4; pass++) {
+            const int64_t off = pass % 2 ? 0 : half; /* rank 1's rows, rank 0's */
+            float *tmp[BR_OUTS];
+            bn_rank_step(t, &rank, 2, x + off, res + off, dy + off, dres + off, gamma, beta, rm, rv,
+                         pass < 2 ? tmp : outs[pass], name);
+            if (pass < 2)
+                for (int i = 0; i < BR_OUTS; i++) free(tmp[i]);
+            peer_clear(&peer_theirs), peer_theirs = peer_mine, memset(&peer_mine, 0, sizeof peer_mine);
+        }
+        peer_clear(&peer_theirs);
+        t->gpu->comm_allreduce = saved;
+        static const char *out_name[BR_OUTS] = {"y", "mean", "invstd", "running_mean", "running_var", "dx", "dres",
+                                                "dgamma", "dbeta"};
+        char bad[200] = "";
+        int64_t differ = 0, nan = 0;
+        for (int i = 0; i < BR_OUTS; i++) {
+            const bool rows = i == BR_Y || i == BR_DX || i == BR_DRES, summed = i == BR_DG || i == BR_DB;
+            const int64_t n = rows ? mc : c;
+            int64_t d = 0;
+            for (int64_t e = 0; e < n; e++) {
+                float v = rows ? (e < half ? r0[i][e] : r1[i][e - half]) : r0[i][e];
+                if (summed) v = r0[i][e] + r1[i][e]; /* the gradient buckets' sum of two ranks */
+                else if (!rows && memcmp(&r0[i][e], &r1[i][e], 4) != 0) d++; /* the ranks agree */
+                nan += isnan(v) || isnan(one[i][e]);
+                d += memcmp(&v, &one[i][e], 4) != 0;
+            }
+            if (d && !differ) snprintf(bad, sizeof bad, "; first: %s, %lld of %lld differ", out_name[i], (long long)d,
+                                       (long long)n);
+            differ += d;
+        }
+        check(differ == 0 && nan == 0, name, "%lld values differ, %lld NaN%s", (long long)differ, (long long)nan, bad);
+        /* and the one rank's sums are the rows' (both runs could drop the same chunk): the mean, and dbeta = the sum
+         * of dy where the ReLU passed */
+        double worst = 0;
+        for (int j = 0; j < c; j++) {
+            double sx = 0, sdy = 0;
+            for (int64_t r = 0; r < m; r++) {
+                sx += rnd(t->dt, x[r * c + j]);
+                sdy += one[BR_Y][r * c + j] > 0 ? rnd(t->dt, dy[r * c + j]) : 0.0;
+            }
+            worst = fmax(worst, fabs(one[BR_MEAN][j] - sx / m) / (fabs(sx / m) + 1));
+            worst = fmax(worst, fabs(one[BR_DB][j] - sdy) / (fabs(sdy) + 1));
+        }
+        snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d.sums", t->dts, (long long)m, c);
+        check(worst <= 1e-5, name, "the mean's and dbeta's worst relative error %.2e against float64 (<= 1e-5)", worst);
+        for (int i = 0; i < BR_OUTS; i++) free(one[i]), free(r0[i]), free(r1[i]);
+        free(x), free(res), free(dy), free(dres), free(gamma), free(beta), free(rm), free(rv);
+    }
+}
+
 /* ---- one launch over a batch of slices (cnn_conv2d.choose_n) ------------------------------------------------
  * --deterministic runs each forward and dgrad pass over its S slices of m images in one launch with choose_n = m
  * (core/shards.h). Every image's output must be bit for bit what the slice's own launch of m images writes (that
@@ -3446,7 +3595,63 @@ static void choose_one(ctx *t, const choose_case *cc, bool global, uint64_t seed
     arr_free(t, &res), arr_free(t, &ry), arr_free(t, &yw), arr_free(t, &ys);
 }
 
+/* the linear layer (cnn_linear.choose_n, as the convolutions'): forward and backward in one call over S slices of m
+ * rows against S calls of one slice, y and dx bitwise, and the backward's rows of dw and dbias each its slice's own;
+ * ".global" as above (the forward's one call the heuristic's over the batch) */
+static void choose_linear(ctx *t, int S, int m, int in, int out, bool global, uint64_t seed) {
+    cnn_backend *be = t->gpu;
+    const int64_t nx = (int64_t)S * m * in, ny = (int64_t)S * m * out, nw = (int64_t)out * in;
+    const int64_t wrows = cnn_sum_rows(nw), brows = cnn_sum_rows(out);
+    arr x = arr_in(t, nx, true, seed, -1, 1, 0), w = arr_in(t, nw, true, seed + 1, -0.5f, 0.5f, 0);
+    arr b = arr_in(t, out, false, seed + 2, -0.5f, 0.5f, 0), dy = arr_in(t, ny, true, seed + 3, -1, 1, 0);
+    arr y[2], dx[2], dw[2], db[2];
+    for (int v = 0; v < 2; v++) {
+        y[v] = arr_out(t, ny, true, 0), dx[v] = arr_out(t, nx, true, 0);
+        dw[v] = arr_out(t, S * wrows, false, 0), db[v] = arr_out(t, S * brows, false, 0);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "choose_n.linear.%s.n%dx%d_in%d_out%d%s", t->dts, S, m, in, out, global ? ".global" : "");
+    const int choice = global ? S * m : 0;
+    cnn_linear whole = {.n = S * m, .in = in, .out = out, .choose_n = m, .choice_n = choice}, fwd = whole;
+    if (global) fwd.choose_n = S * m, fwd.choice_n = 0; /* the heuristic's launch over the batch */
+    expect_ok(be->linear_forward(be, &fwd, x.g.p, w.g.p, b.g.p, y[0].g.p), name);
+    expect_ok(be->linear_backward(be, &whole, x.g.p, w.g.p, dy.g.p, dx[0].g.p, false, dw[0].g.p, db[0].g.p), name);
+    const int64_t es = esize(t->dt);
+    for (int j = 0; j < S; j++) {
+        cnn_linear one = {.n = m, .in = in, .out = out, .choose_n = m, .choice_n = choice};
+        const int64_t xo = (int64_t)j * m * in * es, yo = (int64_t)j * m * out * es;
+        expect_ok(be->linear_forward(be, &one, (char *)x.g.p + xo, w.g.p, b.g.p, (char *)y[1].g.p + yo), name);
+        expect_ok(be->linear_backward(be, &one, (char *)x.g.p + xo, w.g.p, (char *)dy.g.p + yo, (char *)dx[1].g.p + xo,
+                                      false, (float *)dw[1].g.p + j * wrows, (float *)db[1].g.p + j * brows),
+                  name);
+    }
+    int64_t differ = 0, nan = 0;
+    arr *pairs[4][2] = {{&y[0], &y[1]}, {&dx[0], &dx[1]}, {&dw[0], &dw[1]}, {&db[0], &db[1]}};
+    for (int k = 0; k < 4; k++) {
+        float *p0 = arr_gpu(t, pairs[k][0]), *p1 = arr_gpu(t, pairs[k][1]);
+        const int64_t rows = k == 2 ? wrows : k == 3 ? brows : 0, used = k == 2 ? nw : out;
+        for (int64_t i = 0; i < pairs[k][0]->n; i++) {
+            if (rows && i % rows >= used) continue; /* between the rows: nobody's */
+            nan += isnan(p0[i]) || isnan(p1[i]);
+            differ += memcmp(&p0[i], &p1[i], 4) != 0;
+        }
+        free(p0), free(p1);
+    }
+    check(differ == 0 && nan == 0, name, "one call against %d: %lld values of y, dx, dw and dbias differ, %lld NaN", S,
+          (long long)differ, (long long)nan);
+    arr_free(t, &x), arr_free(t, &w), arr_free(t, &b), arr_free(t, &dy);
+    for (int v = 0; v < 2; v++) arr_free(t, &y[v]), arr_free(t, &dx[v]), arr_free(t, &dw[v]), arr_free(t, &db[v]);
+}
+
 static void g_choose_n(ctx *t) {
+    static const struct {
+        int slices, m, in, out;
+    } linear_cases[] = {{4, 16, 512, 10} /* the CIFAR classifier */, {4, 3, 256, 64}, {2, 64, 128, 128},
+                       {8, 64, 2048, 256} /* f32: a slice's choice splits K, the batch's not */};
+    for (size_t i = 0; i < sizeof linear_cases / sizeof linear_cases[0]; i++)
+        for (int global = 0; global < 2; global++)
+            choose_linear(t, linear_cases[i].slices, linear_cases[i].m, linear_cases[i].in, linear_cases[i].out,
+                          global, 9900 + 8 * i);
     for (size_t i = 0; i < sizeof choose_cases / sizeof choose_cases[0]; i++) {
         const choose_case *cc = &choose_cases[i];
         if (cc->f32_only && (t->dt != CNN_DTYPE_F32 || t->tf32 || quick)) continue;
@@ -3890,6 +4095,7 @@ static const group groups[] = {
     {"nonfinite", g_nonfinite, false, false}, {"guard", g_guard, false, false},
     {"graph", g_graph, true, false},
     {"determinism", g_determinism, true, false}, {"choose_n", g_choose_n, true, true},
+    {"bn_ranks", g_bn_ranks, true, false},
     {"oom", g_oom, false, false},
     {"cache", g_cache, true, false},       {"dry_run", g_dry_run, true, false},
     {"misc", g_misc, true, false},

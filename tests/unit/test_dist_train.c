@@ -300,6 +300,83 @@ static void test_shard_counts(void) {
     check(bad == 0, "shard_counts", "%d of %d cases wrong%s", bad, (int)(sizeof c / sizeof c[0]), first);
 }
 
+/* ---- --deterministic's ops choose for the global batch on any number of slices a rank holds ----
+ * The CPU backend ignores choice_n (its GEMM's bits follow its row count), so the ranks' test below cannot see a
+ * wrapper that leaves it out: here the table's ops record what they are called with. Every convolution pass and
+ * the linear layer, forward and backward, must run as one call over the rank's slices of its batch (choose_n =
+ * batch / slices) with the global batch's choice (choice_n = batch x world), a rank of one slice included (its
+ * wgrads and linear layer once chose for its own images: 8 ranks of one slice took other kernels than 1 rank of 8). */
+static cnn_backend saved_ops; /* the CPU backend's table before the recorders */
+static int want_choose, want_choice, op_calls, op_wrong;
+static void op_seen(int choose_n, int choice_n) {
+    op_calls++;
+    op_wrong += choose_n != want_choose || choice_n != want_choice;
+}
+static cnn_status rec_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const void *x,
+                            const void *w, void *y) {
+    op_seen(cv->choose_n, cv->choice_n);
+    return saved_ops.conv2d_fprop(be, cv, ep, x, w, y);
+}
+static cnn_status rec_dgrad(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w, void *dx,
+                            bool accumulate) {
+    op_seen(cv->choose_n, cv->choice_n);
+    return saved_ops.conv2d_dgrad(be, cv, dy, w, dx, accumulate);
+}
+static cnn_status rec_dgrad_relu(cnn_backend *be, const cnn_conv2d *cv, const void *dy, const void *w,
+                                 const void *relu_y, void *dx, float *dx_sum) {
+    op_seen(cv->choose_n, cv->choice_n);
+    return saved_ops.conv2d_dgrad_relu(be, cv, dy, w, relu_y, dx, dx_sum);
+}
+static cnn_status rec_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw) {
+    op_seen(cv->choose_n, cv->choice_n);
+    return saved_ops.conv2d_wgrad(be, cv, x, dy, dw);
+}
+static cnn_status rec_linear_forward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                                     const float *bias, void *y) {
+    op_seen(ln->choose_n, ln->choice_n);
+    return saved_ops.linear_forward(be, ln, x, w, bias, y);
+}
+static cnn_status rec_linear_backward(cnn_backend *be, const cnn_linear *ln, const void *x, const void *w,
+                                      const void *dy, void *dx, bool accumulate, float *dw, float *dbias) {
+    op_seen(ln->choose_n, ln->choice_n);
+    return saved_ops.linear_backward(be, ln, x, w, dy, dx, accumulate, dw, dbias);
+}
+
+static void test_slices_choose_global(void) {
+    enum { BATCH = 2 };
+    cnn_backend *be = NULL;
+    cnn_model *m = NULL;
+    cnn_model_opts mo = r18_opts();
+    bool ok = cnn_cpu_backend_create(1, &be) == CNN_OK;
+    if (ok) {
+        saved_ops = *be;
+        be->conv2d_fprop = rec_fprop, be->conv2d_dgrad = rec_dgrad, be->conv2d_dgrad_relu = rec_dgrad_relu;
+        be->conv2d_wgrad = rec_wgrad, be->linear_forward = rec_linear_forward;
+        be->linear_backward = rec_linear_backward;
+        ok = cnn_model_create(&mo, be, 32, 32, BATCH, true, &m) == CNN_OK;
+    }
+    cnn_model_set_graphs(m, false);
+    const int worlds[] = {8, 4}; /* a global batch of 16: 8 slices, 1 and 2 a rank */
+    const int64_t labels[BATCH] = {3, 7};
+    for (int i = 0; i < 2 && ok; i++) {
+        int slices = 0;
+        ok = cnn_model_begin_slices(m, BATCH, worlds[i], &slices) == CNN_OK;
+        want_choose = slices ? BATCH / slices : -1, want_choice = BATCH * worlds[i], op_calls = op_wrong = 0;
+        cnn_status st = ok ? cnn_model_forward(m, BATCH, CNN_MODE_TRAIN, 1) : CNN_E_INVALID;
+        if (st == CNN_OK) st = cnn_model_backward(m, BATCH, labels, 0.0f, NULL);
+        cnn_model_end_slices(m);
+        char name[64]; /* ResNet-18's calls: 20 convolutions' forward and wgrad, 19 dgrads (not the first layer's),
+                        * the linear layer's two */
+        snprintf(name, sizeof name, "slices_choose_global.%d_ranks_of_%d_slices", worlds[i], slices);
+        check(ok && st == CNN_OK && slices == 8 / worlds[i] && op_calls >= 61 && op_wrong == 0, name,
+              "%s%s%d of %d convolution and linear calls not one call of %d-image slices chosen for %d images",
+              st == CNN_OK ? "" : cnn_error_msg(), st == CNN_OK ? "" : "; ", op_wrong, op_calls, want_choose, want_choice);
+    }
+    if (!ok) check(false, "slices_choose_global", "%s", cnn_error_msg());
+    cnn_model_free(m);
+    if (be) cnn_backend_destroy(be);
+}
+
 /* --deterministic (issue 29's equivalence): 2 ranks of 4 and 4 ranks of 2 images with --sync-bn train bit for bit
  * as 1 rank of 8 does: every weight after the run, and every step's logged loss to its rounding (the batch's 8 slices summed in one tree,
  * src/core/shards.h); without --deterministic the 2 ranks' weights differ from the 1's (so the check can fail). */
@@ -425,6 +502,7 @@ int main(int argc, char **argv) {
         return trajectory(atoi(argv[2]), atoi(argv[3]), (float)atof(argv[4]), atoi(argv[5]));
     test_buckets();
     test_shard_counts();
+    test_slices_choose_global();
     cnn_data_opts dopt = {.source = "synthetic", .split = CNN_SPLIT_TRAIN, .limit = 64, .seed = 3};
     cnn_status st = cnn_dataset_load(&dopt, &train_ds);
     dopt.split = CNN_SPLIT_TEST;
