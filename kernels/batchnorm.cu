@@ -485,14 +485,17 @@ __device__ __forceinline__ void stats_store(const red_args &a, int c, double sx,
  * chan_sum_finalize): CTA (x, y) adds fchunks [x * rows_per_chunk, ..) of channels RED_TX * y .., lane ty
  * of RED_TY taking fchunks ty, ty + RED_TY, .. of both arrays in order, the lanes then added in order. Replaces
  * bn_partial_vec's read of x (perf-log step 87). Lanes, not one thread per channel of 256 as before step 90: no
- * faster by itself (the fold's time is its launch, or the conv's partials read), but every thread has work at C = 64. */
+ * faster by itself (the fold's time is its launch, or the conv's partials read), but every thread has work at C = 64.
+ * With slices (slice_chunks > 0, --deterministic): a CTA's fchunks restart at each slice's, a.slice_rows of them a
+ * slice, as chunk_rows cuts rows, so that bn_shard_tree can add each slice's own (perf-log step 117). */
 #if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(RED_TX * RED_TY) bn_fold_stats(const red_args a) {
     pdl_enter();
     __shared__ double sh[2][RED_TY][RED_TX + 1];
     const int tx = threadIdx.x, ty = threadIdx.y, c = (int)blockIdx.y * RED_TX + tx;
-    const long long j0 = (long long)blockIdx.x * a.rows_per_chunk;
-    const long long j1 = j0 + a.rows_per_chunk < a.fchunks ? j0 + a.rows_per_chunk : a.fchunks;
+    long long j0 = (long long)blockIdx.x * a.rows_per_chunk, j1 = j0 + a.rows_per_chunk;
+    if (a.slice_chunks > 0) chunk_rows(a, blockIdx.x, &j0, &j1); /* slices of a.slice_rows fchunks */
+    if (j1 > a.fchunks) j1 = a.fchunks;
     double t0 = 0.0, t1 = 0.0;
     if (c < a.c) {
         const long long plane = a.fchunks * a.c;

@@ -69,6 +69,9 @@ typedef struct cnn_conv_stats {
     int64_t chunks;       /* 0: none written */
     const void *y;        /* the output they sum */
     int c;                /* its channels */
+    int chunk_rows;       /* rows of y (N * P * Q, in order) each chunk sums; the last chunk may have fewer */
+    int tile_rows;        /* a multiple of chunk_rows: a launch's chunks at a multiple of it from its first row sum
+                           * the same rows as any other launch's there, bit for bit (--deterministic's slices) */
 } cnn_conv_stats;
 
 typedef struct cnn_epilogue {

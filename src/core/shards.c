@@ -80,9 +80,7 @@ static cnn_status w_fprop(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilo
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop(be, cv, ep, x, w, y);
     const cnn_conv2d c = conv_whole(sh, cv);
-    cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
-    if (sh->n > 1) e.stats = NULL; /* BatchNorm sums its slices itself */
-    return sh->saved.conv2d_fprop(be, &c, ep ? &e : NULL, x, w, y);
+    return sh->saved.conv2d_fprop(be, &c, ep, x, w, y);
 }
 
 static cnn_status w_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_epilogue *ep, const cnn_pool2d *pl,
@@ -90,9 +88,7 @@ static cnn_status w_fprop_pool(cnn_backend *be, const cnn_conv2d *cv, const cnn_
     cnn_shards *sh = be->shards;
     if (as_called(sh, cv->n)) return sh->saved.conv2d_fprop_pool(be, cv, ep, pl, x, w, y);
     const cnn_conv2d c = conv_whole(sh, cv);
-    cnn_epilogue e = ep ? *ep : (cnn_epilogue){0};
-    if (sh->n > 1) e.stats = NULL;
-    return sh->saved.conv2d_fprop_pool(be, &c, ep ? &e : NULL, pl, x, w, y);
+    return sh->saved.conv2d_fprop_pool(be, &c, ep, pl, x, w, y);
 }
 
 static cnn_status w_fprop_pair(cnn_backend *be, const cnn_conv2d *cv, const cnn_conv2d *cv2, const cnn_epilogue *ep,

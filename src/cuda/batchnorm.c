@@ -19,7 +19,7 @@
  * bn_backward_pool (the stem's BN -> ReLU -> 3x3/2 max-pool, cuda_bn_pool_fusable) runs the vector backward over 2x2
  * blocks of pixels, making the ReLU output's gradient from the pool's where it is used (perf-log step 95).
  * Under --deterministic (cnn_backend.batch_shards) both passes sum the batch by slices instead (bn_*_sliced below,
- * perf-log step 108).
+ * perf-log step 108; the forward from the conv's sums by slices, step 116).
  */
 #include "cuda/internal.h"
 
@@ -266,8 +266,8 @@ cnn_status cuda_pool_tile_backward_sum(cnn_backend *be, const cnn_pool2d *pl, co
 /* --deterministic across rank counts (cnn_backend.batch_shards, core/shards.h): the rows as S slices of a->m / S,
  * each summed as a batch of it alone is: one partial launch whose chunks restart at each slice's first row (planned
  * on a slice's rows), then bn_shard_tree adds each slice's chunks in order and the slices in a pairwise tree into
- * `group`, [sums][C], which comm_allreduce continues over the ranks and the finalize kernels read as one chunk.
- * Neither a conv's epilogue sums nor the one-launch path: their chunks are the batch's. */
+ * `group`, [sums][C], which comm_allreduce continues over the ranks and the finalize kernels read as one chunk. The
+ * forward takes the conv's epilogue sums instead where their chunks fall in whole slices; no one-launch path. */
 #define SLICES_MAX 8 /* = CNN_SHARDS_MAX (core/shards.h) */
 static int slices_of(const cnn_backend *be, const red_args *a) {
     const int s = be->batch_shards;
@@ -314,11 +314,50 @@ static cnn_status slice_totals(cnn_backend *be, const cnn_bn *bn, red_args *a, C
     return CNN_OK;
 }
 
+/* The conv's sums (conv_sums) by slices: where a slice's rows are whole tiles of the conv's, its chunks are those a
+ * launch over that slice alone writes, whatever slices a launch holds (cnn_conv_stats.tile_rows; the conv's choice
+ * is the global batch's on every rank): folded by slices, then added by bn_shard_tree (perf-log step 117). */
+static bool slice_sums_fit(const cnn_conv_stats *s, const red_args *a, int S) {
+    const int64_t rows = a->m / S;
+    return s->tile_rows > 0 && s->chunk_rows > 0 && s->tile_rows % s->chunk_rows == 0 && rows % s->tile_rows == 0 &&
+           s->chunks == a->m / s->chunk_rows;
+}
+
 static cnn_status bn_forward_sliced(cnn_backend *be, const cnn_bn *bn, red_args *a, const char *what) {
     cuda_be *cb = cuda_impl(be);
+    const int S = slices_of(be, a);
+    const cnn_conv_stats *sums = conv_sums(cb, bn, a->x, vec_ok(a));
+    if (sums && slice_sums_fit(sums, a, S)) {
+        /* bn_fold_stats by slices: a slice's share of plan_fold's CTAs over its conv chunks, so that 8 slices fill
+         * the GPU as one batch's fold does (a function of the slice alone), then bn_shard_tree over the folds */
+        const long long per_slice = a->m / S / sums->chunk_rows, groups = (a->c + RED_TX - 1) / RED_TX;
+        long long folds = (4LL * cb->sm_count / groups + SLICES_MAX - 1) / SLICES_MAX;
+        if (folds > per_slice) folds = per_slice;
+        if (folds < 1) folds = 1;
+        a->rows_per_chunk = (per_slice + folds - 1) / folds;
+        a->slice_chunks = (int)((per_slice + a->rows_per_chunk - 1) / a->rows_per_chunk);
+        a->slice_rows = per_slice, a->shards = S, a->chunks = a->slice_chunks * S, a->sums = 2;
+        a->fpartial = sums->partial, a->fchunks = sums->chunks;
+        const size_t part = (size_t)2 * a->chunks * a->c;
+        void *w;
+        CNN_TRY(cuda_workspace(cb, (part + 2 * (size_t)a->c) * sizeof(double), &w));
+        a->partial = w;
+        double *group = (double *)w + part;
+        CUfunction f;
+        CNN_TRY(kern(cb, BN_FOLD_STATS, &f));
+        CNN_TRY(cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)groups, 1, RED_TX, RED_TY, a));
+        cb->stats.bn_stats_folds++;
+        red_args t = *a, g = *a;
+        t.totals = group;
+        CNN_TRY(run_per_channel(cb, &t, BN_SHARD_TREE, what));
+        if (bn->comm) CNN_TRY(be->comm_allreduce(be, bn->comm, group, 2 * (int64_t)a->c, CNN_COMM_SUM_F64, false));
+        g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);
+        CNN_TRY(run_per_channel(cb, &g, BN_STATS_FIN, what));
+        return run_elementwise(cb, a, BN_APPLY_VEC, what);
+    }
     CUfunction fvec;
     double *group;
-    CNN_TRY(plan_slices(be, a, slices_of(be, a), BN_PARTIAL_VEC, 0, &fvec, &group, NULL));
+    CNN_TRY(plan_slices(be, a, S, BN_PARTIAL_VEC, 0, &fvec, &group, NULL));
     red_args g = *a;
     g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);
     if (fvec) {

@@ -61,10 +61,12 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
     if (po) row = conv_phase_row(row); /* the rows with an OUT_PHASE program of their own */
     /* sums for the training BatchNorm that reads y (cnn_conv_stats): the row's stats program, where it has one and
      * the BatchNorm would read y from DRAM (not in its one-launch pass over a tensor the L2 holds: there the sums
-     * cost the epilogue more than they save, perf-log step 87) */
+     * cost the epilogue more than they save, perf-log step 87; a batch of slices, choose_n, has no such pass, and
+     * whether the sums are there must not depend on how many slices a launch holds: step 116) */
     cnn_conv_stats *want = ep && ep->stats && !pr && !po && !ft && splits == 1 && conv_stats_row(row) >= 0 &&
                                    !cuda_conv_skipped(cb, "bn_stats") &&
-                                   !cuda_bn_forward_one_launch(cb, (int64_t)cv->n * cv->p * cv->q, cv->k)
+                                   (cv->choose_n > 0 ||
+                                    !cuda_bn_forward_one_launch(cb, (int64_t)cv->n * cv->p * cv->q, cv->k))
                                ? ep->stats
                                : NULL;
     if (want) row = conv_stats_row(row);
@@ -185,7 +187,9 @@ cnn_status conv_fast_launch(cnn_backend *be, const cnn_conv2d *cv, const cnn_epi
         CNN_TRY(cuda_launch(cb, fe, what, cuda_grid_1d(cb, gm * gn / 2, 256), 1, 1, 256, 1, &a));
     }
     if (sums) {
-        *sums = (cnn_conv_stats){.partial = a.stats, .chunks = a.stats_chunks, .y = y, .c = (int)gn};
+        *sums = (cnn_conv_stats){.partial = a.stats, .chunks = a.stats_chunks, .y = y, .c = (int)gn,
+                                 .chunk_rows = c->bm / (conv_is(c, CNN_CUDA_CONV_COOPERATIVE) ? 2 : 1),
+                                 .tile_rows = c->bm};
         if (want) cb->stats.conv_stats_launches++;
         else cb->stats.dgrad_sum_launches++;
     }

@@ -3349,57 +3349,115 @@ static cnn_status peer_allreduce(cnn_backend *be, void *comm, void *x, int64_t c
 }
 
 /* one rank's BatchNorm step over m rows of c: forward (+ residual, ReLU) then backward (its residual's gradient
- * accumulated); its outputs into o[]: y, save_mean, save_invstd, running_mean, running_var, dx, dres, dgamma, dbeta */
-enum { BR_Y, BR_MEAN, BR_INV, BR_RM, BR_RV, BR_DX, BR_DRES, BR_DG, BR_DB, BR_OUTS };
-static void bn_rank_step(ctx *t, const cnn_bn *bn, int shards, const float *x, const float *res, const float *dy,
-                         const float *dres0, const float *gamma, const float *beta, const float *rm0,
-                         const float *rv0, float *o[BR_OUTS], const char *name) {
-    const int64_t mc = bn->m * bn->c;
-    const int c = bn->c;
-    arr ax = arr_make(t, mc, true, 0), ar = arr_make(t, mc, true, 0), ady = arr_make(t, mc, true, 0);
+ * accumulated); its outputs into o[]: y, save_mean, save_invstd, running_mean, running_var, dx, dres, dgamma, dbeta,
+ * and the BatchNorm's input as stored.
+ * With cv (the rank's images), x is a conv's input and the BatchNorm's the conv's output, whose sums it takes where
+ * the conv wrote them (*folds counts the BatchNorms that did). */
+enum { BR_Y, BR_MEAN, BR_INV, BR_RM, BR_RV, BR_DX, BR_DRES, BR_DG, BR_DB, BR_X, BR_OUTS };
+typedef struct bn_rank_in {
+    const float *x, *res, *dy, *dres, *gamma, *beta, *rm, *rv; /* this rank's rows (x: its images with a conv) */
+    const cnn_conv2d *cv;                                       /* NULL: none */
+    const float *w;                                             /* the conv's filter */
+} bn_rank_in;
+static void bn_rank_step(ctx *t, const cnn_bn *bn0, int shards, const bn_rank_in *in, float *o[BR_OUTS], long *folds,
+                         const char *name) {
+    cnn_bn bn = *bn0;
+    const int64_t mc = bn.m * bn.c, nx = in->cv ? (int64_t)in->cv->n * in->cv->h * in->cv->w * in->cv->c : mc;
+    const int64_t nw = in->cv ? (int64_t)in->cv->k * in->cv->r * in->cv->s * in->cv->c : 1;
+    const int c = bn.c;
+    arr ax = arr_make(t, nx, true, 0), ar = arr_make(t, mc, true, 0), ady = arr_make(t, mc, true, 0);
     arr adr = arr_make(t, mc, true, 0), ag = arr_make(t, c, false, 0), ab = arr_make(t, c, false, 0);
-    arr arm = arr_make(t, c, false, 0), arv = arr_make(t, c, false, 0);
-    const struct { arr *a; const float *v; } ins[] = {{&ax, x}, {&ar, res}, {&ady, dy}, {&adr, dres0}, {&ag, gamma},
-                                                      {&ab, beta}, {&arm, rm0}, {&arv, rv0}};
+    arr arm = arr_make(t, c, false, 0), arv = arr_make(t, c, false, 0), aw = arr_make(t, nw, true, 0);
+    const struct { arr *a; const float *v; } ins[] = {{&ax, in->x}, {&ar, in->res}, {&ady, in->dy}, {&adr, in->dres},
+                                                      {&ag, in->gamma}, {&ab, in->beta}, {&arm, in->rm},
+                                                      {&arv, in->rv}, {&aw, in->w}};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        if (!ins[i].v) continue;
         memcpy(ins[i].a->h, ins[i].v, (size_t)ins[i].a->n * sizeof(float));
         arr_sync_in(t, ins[i].a);
     }
     arr y = arr_out(t, mc, true, 0), sm = arr_out(t, c, false, 0), si = arr_out(t, c, false, 0);
     arr dx = arr_out(t, mc, true, 0), dg = arr_out(t, c, false, 0), db = arr_out(t, c, false, 0);
+    arr xc = arr_out(t, in->cv ? mc : 1, true, 0); /* the conv's output */
+    const void *xb = ax.g.p;
+    cnn_conv_stats sums = {.chunks = -1};
     t->gpu->batch_shards = shards;
-    expect_ok(t->gpu->bn_forward_train(t->gpu, bn, ax.g.p, ag.g.p, ab.g.p, arm.g.p, arv.g.p, sm.g.p, si.g.p, ar.g.p,
+    if (in->cv) {
+        cnn_conv2d cv = *in->cv;
+        cv.choose_n = cv.n / shards, cv.choice_n = 4 * cv.choose_n; /* the one rank's four slices */
+        cnn_epilogue ep = {.stats = &sums};
+        int ws = -1; /* the first warp-specialised row (a stats program where the dtype has one) */
+        for (int cfg = 0; cfg < cnn_cuda_conv_config_count() && ws < 0; cfg++)
+            if (row_has(cfg, CNN_CUDA_CONV_WARPSPEC) && !row_has(cfg, CNN_CUDA_CONV_TRANSPOSED) &&
+                cnn_cuda_conv_config_usable(t->gpu, cfg))
+                ws = cfg;
+        cnn_cuda_conv_force_config(t->gpu, ws);
+        expect_ok(t->gpu->conv2d_fprop(t->gpu, &cv, &ep, ax.g.p, aw.g.p, xc.g.p), name);
+        cnn_cuda_conv_force_config(t->gpu, -1);
+        xb = xc.g.p, bn.stats = &sums;
+    }
+    cnn_cuda_stats st0, st1;
+    cnn_cuda_stats_get(t->gpu, &st0);
+    expect_ok(t->gpu->bn_forward_train(t->gpu, &bn, xb, ag.g.p, ab.g.p, arm.g.p, arv.g.p, sm.g.p, si.g.p, ar.g.p,
                                        true, y.g.p),
               name);
-    expect_ok(t->gpu->bn_backward(t->gpu, bn, ax.g.p, y.g.p, ady.g.p, ag.g.p, sm.g.p, si.g.p, true, dx.g.p, false,
+    cnn_cuda_stats_get(t->gpu, &st1);
+    *folds += st1.bn_stats_folds - st0.bn_stats_folds;
+    expect_ok(t->gpu->bn_backward(t->gpu, &bn, xb, y.g.p, ady.g.p, ag.g.p, sm.g.p, si.g.p, true, dx.g.p, false,
                                   adr.g.p, true, dg.g.p, db.g.p),
               name);
     t->gpu->batch_shards = 0;
-    arr *outs[BR_OUTS] = {&y, &sm, &si, &arm, &arv, &dx, &adr, &dg, &db};
+    arr *outs[BR_OUTS] = {&y, &sm, &si, &arm, &arv, &dx, &adr, &dg, &db, in->cv ? &xc : &ax};
     for (int i = 0; i < BR_OUTS; i++) o[i] = arr_gpu(t, outs[i]);
-    arr *all[] = {&ax, &ar, &ady, &adr, &ag, &ab, &arm, &arv, &y, &sm, &si, &dx, &dg, &db};
+    arr *all[] = {&ax, &ar, &ady, &adr, &ag, &ab, &arm, &arv, &aw, &y, &sm, &si, &dx, &dg, &db, &xc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) arr_free(t, all[i]);
+}
+
+/* a rank's rows of in (rank r of 2: the second half of every per-row input) */
+static bn_rank_in bn_rank_half(const bn_rank_in *in, int r, int64_t half, int64_t half_x, const cnn_conv2d *cv) {
+    bn_rank_in h = *in;
+    h.x = in->x + r * half_x, h.res = in->res + r * half, h.dy = in->dy + r * half, h.dres = in->dres + r * half;
+    h.cv = cv;
+    return h;
 }
 
 static void g_bn_ranks(ctx *t) {
     static const struct {
         int64_t m; /* rows of the one rank: 4 slices */
         int c;
-    } cases[] = {{4 * 3 * 5 * 7, 24}, {4 * 4 * 32 * 32, 64} /* 8 chunks a slice on 132 SMs */, {4 * 9 * 11, 136}};
+        conv_case conv; /* n > 0: the BatchNorm's input a conv's output (4 slices of n images), with its sums */
+    } cases[] = {{4 * 3 * 5 * 7, 24, {0}},
+                 {4 * 4 * 32 * 32, 64, {0}} /* 8 chunks a slice on 132 SMs */,
+                 {4 * 9 * 11, 136, {0}},
+                 {0, 0, {2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1}} /* slices of 512 rows: whole tiles */,
+                 {0, 0, {2, 64, 32, 32, 256, 1, 1, 1, 1, 0, 0}} /* 2048 rows x 256: a fold adds several chunks */,
+                 {0, 0, {1, 64, 12, 10, 72, 1, 1, 1, 1, 0, 0}} /* 120 rows: the partial pass */};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const int64_t m = cases[k].m, mc = m * cases[k].c, half = mc / 2;
-        const int c = cases[k].c;
+        cnn_conv2d cv = {0}, cv_rank = {0};
+        if (cases[k].conv.n > 0) {
+            conv_case cc = cases[k].conv;
+            cc.n *= 2, cv_rank = conv_of(&cc); /* a rank's two slices */
+            cc.n *= 2, cv = conv_of(&cc);
+        }
+        const bool conv = cv.n > 0;
+        const int64_t m = conv ? (int64_t)cv.n * cv.p * cv.q : cases[k].m;
+        const int c = conv ? cv.k : cases[k].c;
+        const int64_t mc = m * c, half = mc / 2, nx = conv ? (int64_t)cv.n * cv.h * cv.w * cv.c : mc;
+        const int64_t nw = conv ? (int64_t)cv.k * cv.r * cv.s * cv.c : 1;
         char name[128];
-        snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d.4_slices_vs_2x2", t->dts, (long long)m, c);
-        float *x = malloc((size_t)mc * 4), *res = malloc((size_t)mc * 4), *dy = malloc((size_t)mc * 4);
+        snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d%s.4_slices_vs_2x2", t->dts, (long long)m, c,
+                 conv ? ".conv_sums" : "");
+        float *x = malloc((size_t)nx * 4), *res = malloc((size_t)mc * 4), *dy = malloc((size_t)mc * 4);
         float *dres = malloc((size_t)mc * 4), *gamma = malloc((size_t)c * 4), *beta = malloc((size_t)c * 4);
-        float *rm = malloc((size_t)c * 4), *rv = malloc((size_t)c * 4);
-        fill(x, mc, 9700 + k, -1.0f, 2.5f), fill(res, mc, 9710 + k, -1, 1), fill(dy, mc, 9720 + k, -1, 1);
+        float *rm = malloc((size_t)c * 4), *rv = malloc((size_t)c * 4), *w = malloc((size_t)nw * 4);
+        fill(x, nx, 9700 + k, -1.0f, 2.5f), fill(res, mc, 9710 + k, -1, 1), fill(dy, mc, 9720 + k, -1, 1);
         fill(dres, mc, 9730 + k, -1, 1), fill(gamma, c, 9740 + k, 0.5f, 1.5f), fill(beta, c, 9750 + k, -0.5f, 0.5f);
-        fill(rm, c, 9760 + k, -0.2f, 0.2f), fill(rv, c, 9770 + k, 0.5f, 1.5f);
+        fill(rm, c, 9760 + k, -0.2f, 0.2f), fill(rv, c, 9770 + k, 0.5f, 1.5f), fill(w, nw, 9780 + k, -0.1f, 0.1f);
+        const bn_rank_in all = {x, res, dy, dres, gamma, beta, rm, rv, conv ? &cv : NULL, w};
         float *one[BR_OUTS], *r0[BR_OUTS], *r1[BR_OUTS];
+        long folds_one = 0, folds_ranks = 0;
         cnn_bn bn = {.m = m, .c = c, .eps = 1e-5f, .momentum = 0.1f, .world = 1};
-        bn_rank_step(t, &bn, 4, x, res, dy, dres, gamma, beta, rm, rv, one, name);
+        bn_rank_step(t, &bn, 4, &all, one, &folds_one, name);
         static int token;
         cnn_status (*saved)(cnn_backend *, void *, void *, int64_t, cnn_comm_op, bool) = t->gpu->comm_allreduce;
         t->gpu->comm_allreduce = peer_allreduce;
@@ -3409,10 +3467,12 @@ static void g_bn_ranks(ctx *t) {
          * with rank 0's: all of rank 1's right; rank 0 again with those */
         float **outs[4] = {NULL, NULL, r1, r0};
         for (int pass = 0; pass < 4; pass++) {
-            const int64_t off = pass % 2 ? 0 : half; /* rank 1's rows, rank 0's */
+            const int r = pass % 2 ? 0 : 1;
+            const bn_rank_in h = bn_rank_half(&all, r, half, nx / 2, conv ? &cv_rank : NULL);
             float *tmp[BR_OUTS];
-            bn_rank_step(t, &rank, 2, x + off, res + off, dy + off, dres + off, gamma, beta, rm, rv,
-                         pass < 2 ? tmp : outs[pass], name);
+            long f = 0;
+            bn_rank_step(t, &rank, 2, &h, pass < 2 ? tmp : outs[pass], &f, name);
+            if (pass >= 2) folds_ranks += f;
             if (pass < 2)
                 for (int i = 0; i < BR_OUTS; i++) free(tmp[i]);
             peer_clear(&peer_theirs), peer_theirs = peer_mine, memset(&peer_mine, 0, sizeof peer_mine);
@@ -3420,11 +3480,11 @@ static void g_bn_ranks(ctx *t) {
         peer_clear(&peer_theirs);
         t->gpu->comm_allreduce = saved;
         static const char *out_name[BR_OUTS] = {"y", "mean", "invstd", "running_mean", "running_var", "dx", "dres",
-                                                "dgamma", "dbeta"};
+                                                "dgamma", "dbeta", "x"};
         char bad[200] = "";
         int64_t differ = 0, nan = 0;
         for (int i = 0; i < BR_OUTS; i++) {
-            const bool rows = i == BR_Y || i == BR_DX || i == BR_DRES, summed = i == BR_DG || i == BR_DB;
+            const bool rows = i == BR_Y || i == BR_DX || i == BR_DRES || i == BR_X, summed = i == BR_DG || i == BR_DB;
             const int64_t n = rows ? mc : c;
             int64_t d = 0;
             for (int64_t e = 0; e < n; e++) {
@@ -3438,23 +3498,33 @@ static void g_bn_ranks(ctx *t) {
                                        (long long)n);
             differ += d;
         }
-        check(differ == 0 && nan == 0, name, "%lld values differ, %lld NaN%s", (long long)differ, (long long)nan, bad);
-        /* and the one rank's sums are the rows' (both runs could drop the same chunk): the mean, and dbeta = the sum
-         * of dy where the ReLU passed */
-        double worst = 0;
-        for (int j = 0; j < c; j++) {
-            double sx = 0, sdy = 0;
-            for (int64_t r = 0; r < m; r++) {
-                sx += rnd(t->dt, x[r * c + j]);
-                sdy += one[BR_Y][r * c + j] > 0 ? rnd(t->dt, dy[r * c + j]) : 0.0;
-            }
-            worst = fmax(worst, fabs(one[BR_MEAN][j] - sx / m) / (fabs(sx / m) + 1));
-            worst = fmax(worst, fabs(one[BR_DB][j] - sdy) / (fabs(sdy) + 1));
+        check(differ == 0 && nan == 0, name, "%lld values differ, %lld NaN%s; the conv's sums taken by %ld and %ld "
+              "BatchNorms", (long long)differ, (long long)nan, bad, folds_one, folds_ranks);
+        if (conv) { /* the sums of a slice of whole tiles are taken on any rank, where a stats program wrote them */
+            const bool whole = (int64_t)cases[k].conv.n * cv.p * cv.q % 256 == 0;
+            snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d.conv_sums.taken", t->dts, (long long)m, c);
+            check(folds_one == folds_ranks / 2 && (!whole || t->dt == CNN_DTYPE_F32 || folds_one == 1), name,
+                  "the one rank's BatchNorm took the conv's sums %ld times, the two ranks' %ld (slices of %s tiles)",
+                  folds_one, folds_ranks, whole ? "whole" : "partial");
         }
-        snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d.sums", t->dts, (long long)m, c);
-        check(worst <= 1e-5, name, "the mean's and dbeta's worst relative error %.2e against float64 (<= 1e-5)", worst);
+        { /* and the one rank's sums are the rows' (both runs could drop the same chunk): the mean, and dbeta = the
+           * sum of dy where the ReLU passed */
+            double worst = 0;
+            for (int j = 0; j < c; j++) {
+                double sx = 0, sdy = 0;
+                for (int64_t r = 0; r < m; r++) {
+                    sx += one[BR_X][r * c + j];
+                    sdy += one[BR_Y][r * c + j] > 0 ? rnd(t->dt, dy[r * c + j]) : 0.0;
+                }
+                worst = fmax(worst, fabs(one[BR_MEAN][j] - sx / m) / (fabs(sx / m) + 1));
+                worst = fmax(worst, fabs(one[BR_DB][j] - sdy) / (fabs(sdy) + 1));
+            }
+            snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d.sums", t->dts, (long long)m, c);
+            check(worst <= 1e-5, name, "the mean's and dbeta's worst relative error %.2e against float64 (<= 1e-5)",
+                  worst);
+        }
         for (int i = 0; i < BR_OUTS; i++) free(one[i]), free(r0[i]), free(r1[i]);
-        free(x), free(res), free(dy), free(dres), free(gamma), free(beta), free(rm), free(rv);
+        free(x), free(res), free(dy), free(dres), free(gamma), free(beta), free(rm), free(rv), free(w);
     }
 }
 
