@@ -160,21 +160,41 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_chunk_totals(const 
 }
 #endif
 
-/* --deterministic across rank counts (core/shards.h): totals[w][c] = the pairwise tree over the a.shards slices (a
- * power of two <= 8) of each slice's sum of its a.slice_chunks chunks, partial[w][j][k][c] (w < a.sums <= 2); with
- * dbeta and dgamma (the backward's sums, w = 0 and 1) also the float tree of each slice's sum rounded to float, as
- * the ranks holding the slices make their gradients and sum them. A slice's sum depends on its own chunks alone, so
- * a rank holding fewer slices makes the same: TREE_LANES lanes take its chunks k = lane, lane + TREE_LANES, .. in
- * order, then the lanes are added in order. Every (sum, slice) pair's lanes load at once, the block's FIN_TY lanes
- * split into groups of TREE_LANES, each taking pairs group, group + groups (one pair after another, each a chain of
- * loads and barriers, the kernel took some 40 us per BatchNorm: perf-log step 116). Blocks as the finalize
- * kernels'. */
+/* --deterministic across rank counts (core/shards.h): a slice's sum of its a.slice_chunks chunks, partial[w][j][k][c]
+ * (pair p = w * a.shards + j), is TREE_LANES lane sums, lane l adding chunks k = l, l + TREE_LANES, .. in order, then
+ * the lanes added in order (slice_lanes); the a.shards slices' sums (a power of two <= 8) go up a pairwise tree, in
+ * double and, rounded to float first, in float (slice_tree: the backward's dbeta and dgamma, as the ranks holding the
+ * slices make their gradients and sum them). A slice's sum depends on its own chunks alone, so a rank holding fewer
+ * slices makes the same. bn_shard_tree and the fused kernels' sliced finalize (fused_slice_finalize) both add in
+ * exactly this order, so a rank that takes one agrees with a rank that takes the other (perf-log steps 116, 118). */
 #define TREE_LANES 4
-#define TREE_GROUPS (FIN_TY / TREE_LANES)
+#define TREE_GROUPS 8 /* lane groups of TREE_LANES: a warp's (fused_slice_finalize), FIN_TY's (bn_shard_tree) */
 #define TREE_PAIRS 16 /* sums x slices at most */
+__device__ __forceinline__ double slice_lanes(const double (&l)[TREE_LANES]) {
+    double v = l[0];
+#pragma unroll
+    for (int i = 1; i < TREE_LANES; i++) v += l[i];
+    return v;
+}
+/* u[j], j < shards: the slices' sums; u[0] and f[0] their trees */
+__device__ __forceinline__ void slice_tree(double (&u)[8], float (&f)[8], int shards) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) f[j] = (float)u[j];
+#pragma unroll
+    for (int step = 1; step < 8; step *= 2)
+#pragma unroll
+        for (int j = 0; j + step < 8; j += 2 * step)
+            if (j + step < shards) u[j] += u[j + step], f[j] += f[j + step]; /* adds only: none to contract */
+}
+
+/* totals[w][c] = the tree of the slices' sums (w < a.sums <= 2), and with dbeta and dgamma (w = 0 and 1) their float
+ * trees. Every (sum, slice) pair's lanes load at once: the block's FIN_TY lanes split into TREE_GROUPS groups of
+ * TREE_LANES, each taking pairs group, group + TREE_GROUPS (one pair after another, each a chain of loads and
+ * barriers, the kernel took some 10 us per BatchNorm: perf-log step 116). Blocks as the finalize kernels'. */
 #if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const red_args a) {
     pdl_enter();
+    static_assert(FIN_TY == TREE_GROUPS * TREE_LANES, "the block's lanes: TREE_GROUPS groups of TREE_LANES");
     constexpr int PER = (TREE_PAIRS + TREE_GROUPS - 1) / TREE_GROUPS;
     __shared__ double lanes[TREE_PAIRS][TREE_LANES][RED_TX + 1], slice[TREE_PAIRS][RED_TX + 1];
     const int c = FIN_CHANNEL, tx = threadIdx.x, ty = threadIdx.y;
@@ -196,10 +216,10 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const re
         if (group + i * TREE_GROUPS < pairs) lanes[group + i * TREE_GROUPS][lane][tx] = t[i];
     __syncthreads();
     if (ty < pairs) {
-        double v = lanes[ty][0][tx];
+        double l[TREE_LANES];
 #pragma unroll
-        for (int l = 1; l < TREE_LANES; l++) v += lanes[ty][l][tx];
-        slice[ty][tx] = v;
+        for (int q = 0; q < TREE_LANES; q++) l[q] = lanes[ty][q][tx];
+        slice[ty][tx] = slice_lanes(l);
     }
     __syncthreads();
     if (ty >= a.sums || c >= a.c) return;
@@ -207,15 +227,8 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_shard_tree(const re
     double u[8];
     float f[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        u[j] = j < a.shards ? slice[w * a.shards + j][tx] : 0.0;
-        f[j] = (float)u[j];
-    }
-#pragma unroll
-    for (int step = 1; step < 8; step *= 2)
-#pragma unroll
-        for (int j = 0; j + step < 8; j += 2 * step)
-            if (j + step < a.shards) u[j] += u[j + step], f[j] += f[j + step]; /* adds only: none to contract */
+    for (int j = 0; j < 8; j++) u[j] = j < a.shards ? slice[w * a.shards + j][tx] : 0.0;
+    slice_tree(u, f, a.shards);
     a.totals[(long long)w * a.c + c] = u[0];
     if (w == 0 && a.dbeta) a.dbeta[c] = f[0];
     if (w == 1 && a.dgamma) a.dgamma[c] = f[0];
@@ -249,10 +262,13 @@ extern "C" __global__ void __launch_bounds__(FIN_THREADS) bn_var_finalize(const 
 #endif
 
 /* From the mode 2 sums of channel c: dbeta = sum dy, dgamma = sum dy*xhat, and the coefficients of dx in double. */
-__device__ __forceinline__ void bwd_coef_store(const red_args &a, int c, double sdy, double sdyx) {
+__device__ __forceinline__ void bwd_coef_only(const red_args &a, int c, double sdy, double sdyx) {
     a.coef[c] = (double)a.gamma[c] * (double)a.invstd[c];
     a.coef[a.c + c] = sdy / (double)a.m;
     a.coef[2 * a.c + c] = sdyx / (double)a.m;
+}
+__device__ __forceinline__ void bwd_coef_store(const red_args &a, int c, double sdy, double sdyx) {
+    bwd_coef_only(a, c, sdy, sdyx);
     if (a.dbeta) a.dbeta[c] = (float)sdy;
     if (a.dgamma) a.dgamma[c] = (float)sdyx;
 }
@@ -732,13 +748,56 @@ __device__ __forceinline__ double warp_chunk_sum(const red_args &a, int which, i
     for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     return t;
 }
+/* The finalize phase over slices (a.slice_chunks > 0, --deterministic, this rank's statistics alone): the additions
+ * of bn_shard_tree and then of the finalize kernel over its one chunk (chunk_sums: 0.0 + (0.0 + t), which is t + 0.0),
+ * a warp per channel: lane group g (of TREE_GROUPS) takes pairs g and g + TREE_GROUPS, its TREE_LANES lanes their
+ * chunks; the pairs' lane sums then reach every lane by shuffles, in lane order. */
+template <int MODE> __device__ __forceinline__ void fused_slice_finalize(const red_args &a) {
+    const int lane = threadIdx.x % 32, warps = (int)(cta_count() * (VEC_T / 32));
+    const int sub = lane % TREE_LANES, group = lane / TREE_LANES, pairs = 2 * a.shards;
+    const long long plane = (long long)a.slice_chunks * a.c; /* one pair's chunks */
+    for (int c = (int)(cta_rank() * (VEC_T / 32) + threadIdx.x / 32); c < a.c; c += warps) {
+        double t[2] = {0.0, 0.0};
+        for (int k = sub; k < a.slice_chunks; k += TREE_LANES)
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                if (group + i * TREE_GROUPS < pairs) t[i] += a.partial[(group + i * TREE_GROUPS) * plane + (long long)k * a.c + c];
+        double tot[2];
+        float fl[2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            double uw[8]; /* in registers: every index fixed at compile time */
+            float fw[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int p = w * a.shards + j; /* the pair: its lanes' group p % TREE_GROUPS, register p / TREE_GROUPS */
+                double l[TREE_LANES];
+#pragma unroll
+                for (int q = 0; q < TREE_LANES; q++)
+                    l[q] = __shfl_sync(0xffffffffu, p < TREE_GROUPS ? t[0] : t[1], (p % TREE_GROUPS) * TREE_LANES + q);
+                uw[j] = j < a.shards ? slice_lanes(l) : 0.0;
+            }
+            slice_tree(uw, fw, a.shards);
+            tot[w] = uw[0] + 0.0, fl[w] = fw[0];
+        }
+        if (lane != 0) continue;
+        if (MODE == 0) stats_store(a, c, tot[0], tot[1]);
+        if (MODE == 2) {
+            bwd_coef_only(a, c, tot[0], tot[1]);
+            if (a.dbeta) a.dbeta[c] = fl[0];
+            if (a.dgamma) a.dgamma[c] = fl[1];
+        }
+    }
+}
+
 /* MODE 0 the forward (statistics, running statistics, y), MODE 2 the backward (dgamma, dbeta, dx's coefficients, dx
- * and dres); the finalize phase: warp w of the grid takes channels w, w + warps, ... */
+ * and dres); the finalize phase: warp w of the grid takes channels w, w + warps, ... (over slices: as bn_shard_tree) */
 template <int MODE> __device__ __forceinline__ void fused_vec(const red_args &a) {
     partial_vec<MODE>(a);
     grid_sync(a.barrier);
     const int lane = threadIdx.x % 32, warps = (int)(cta_count() * (VEC_T / 32));
-    for (int c = (int)(cta_rank() * (VEC_T / 32) + threadIdx.x / 32); c < a.c; c += warps) {
+    if (a.slice_chunks > 0) fused_slice_finalize<MODE>(a);
+    for (int c = (int)(cta_rank() * (VEC_T / 32) + threadIdx.x / 32); c < a.c && a.slice_chunks == 0; c += warps) {
         const double s0 = warp_chunk_sum(a, 0, c, lane), s1 = warp_chunk_sum(a, 1, c, lane);
         if (lane == 0 && MODE == 0) stats_store(a, c, s0, s1);
         if (lane == 0 && MODE == 2) bwd_coef_store(a, c, s0, s1);

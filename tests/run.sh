@@ -73,6 +73,9 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     # --deterministic's one launch over a batch of slices takes a slice's kernel (cnn_conv2d.choose_n), bit for bit;
     # with an H100's SM count, so that a slice and the batch get different heuristic choices (split-K in fp32)
     for dt in f32 bf16; do add "emu-choose_n-$dt env CNN_EMU_SMS=132 $EMU --dtype $dt choose_n"; done
+    # --deterministic's BatchNorm: one rank of 4 slices against two ranks of 2 (in turn, the collective's tree)
+    # bitwise, its one-launch path forced on and off, the conv's sums taken by slices (bf16)
+    for dt in f32 bf16; do add "emu-bn_ranks-$dt env CNN_EMU_SMS=132 $EMU --dtype $dt bn_ranks"; done
     # a dry run launches nothing and compiles what the real run (a tuned conv and a ReLU) then needs
     add "emu-dry_run-bf16 $EMU --dtype bf16 dry_run"
 fi

@@ -309,6 +309,7 @@ void cnn_cuda_bn_force_fused(cnn_backend *be, int mode) {
     cuda_impl(be)->bn_fused = mode;
 }
 bool cnn_cuda_coop_ok(cnn_backend *be) { return cuda_impl(be)->coop; }
+int cnn_cuda_sm_count(cnn_backend *be) { return cuda_impl(be)->sm_count; }
 void cnn_cuda_conv_force_winograd(cnn_backend *be, int mode) {
     CNN_ASSERT(mode >= -1 && mode <= 1);
     cuda_impl(be)->winograd = mode;

@@ -78,10 +78,13 @@ static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int entry, long long
 }
 
 /* the size rule of the fused passes (plan_fused): x (the backward's x and dy) against the L2 */
+static bool small_for_l2(const cuda_be *cb, int64_t m, int c, bool forward) {
+    const double bytes = (double)m * c * cnn_dtype_size(cb->pub.act_dtype) * (forward ? 1 : 2);
+    return bytes <= (forward ? cb->l2_bytes / 2.0 : 3.0 * cb->l2_bytes);
+}
 static bool fused_by_size(const cuda_be *cb, int64_t m, int c, bool forward) {
     if (!cb->coop || cb->bn_fused == 0 || cuda_conv_skipped(cb, "bn_fused")) return false;
-    const double bytes = (double)m * c * cnn_dtype_size(cb->pub.act_dtype) * (forward ? 1 : 2);
-    return cb->bn_fused > 0 || bytes <= (forward ? cb->l2_bytes / 2.0 : 3.0 * cb->l2_bytes);
+    return cb->bn_fused > 0 || small_for_l2(cb, m, c, forward);
 }
 
 bool cuda_bn_forward_one_launch(const cuda_be *cb, int64_t m, int c) { return c % 8 == 0 && fused_by_size(cb, m, c, true); }
@@ -267,7 +270,8 @@ cnn_status cuda_pool_tile_backward_sum(cnn_backend *be, const cnn_pool2d *pl, co
  * each summed as a batch of it alone is: one partial launch whose chunks restart at each slice's first row (planned
  * on a slice's rows), then bn_shard_tree adds each slice's chunks in order and the slices in a pairwise tree into
  * `group`, [sums][C], which comm_allreduce continues over the ranks and the finalize kernels read as one chunk. The
- * forward takes the conv's epilogue sums instead where their chunks fall in whole slices; no one-launch path. */
+ * forward takes the conv's epilogue sums instead where their chunks fall in whole slices; a small tensor's pass runs
+ * in one cooperative launch that adds the same sums in the same order (plan_fused_slices). */
 #define SLICES_MAX 8 /* = CNN_SHARDS_MAX (core/shards.h) */
 static int slices_of(const cnn_backend *be, const red_args *a) {
     const int s = be->batch_shards;
@@ -284,9 +288,21 @@ static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec
     *fvec = NULL;
     if (vec_ok(a)) CNN_TRY(plan_chunks_vec(cb, &s, entry_vec, s.m, fvec));
     else plan_chunks(cb, &s);
-    /* a slice's share of a batch's chunks, so that 8 slices fill the GPU as one batch does: a function of the
-     * slice's rows only (the same on a rank holding fewer slices) */
+    /* a slice's share of a batch's chunks, so that 8 slices fill the GPU as one batch does; where 8 slices are small
+     * for the L2 (the size rule of the one-launch pass), at most its share of a resident cooperative grid, so that
+     * the pass can run in one launch (plan_fused_slices: the slices' CTAs were more than fit, perf-log step 119): a
+     * function of the slice's rows only (the same on a rank holding fewer slices) */
     long long per = (s.chunks + SLICES_MAX - 1) / SLICES_MAX;
+    const bool forward = entry_vec == BN_PARTIAL_VEC;
+    if (*fvec && small_for_l2(cb, s.m * SLICES_MAX, a->c, forward)) {
+        CUfunction ff;
+        int per_sm = 1;
+        CNN_TRY(kern(cb, forward ? BN_FUSED_VEC : BN_BWD_FUSED_VEC, &ff));
+        CNN_TRY(cuda_blocks_per_sm(cb, ff, forward ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
+        const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
+        const long long share = (long long)per_sm * cb->sm_count / groups / SLICES_MAX;
+        if (share >= 1 && per > share) per = share;
+    }
     s.rows_per_chunk = (s.m + per - 1) / per;
     s.chunks = (int)((s.m + s.rows_per_chunk - 1) / s.rows_per_chunk);
     a->slice_chunks = s.chunks, a->slice_rows = s.m, a->rows_per_chunk = s.rows_per_chunk;
@@ -297,6 +313,24 @@ static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec
     a->partial = w;
     *group = (double *)w + part;
     if (rest) *rest = *group + 2 * (size_t)a->c;
+    return CNN_OK;
+}
+
+/* The sliced pass in one cooperative launch (kernels/batchnorm.cu, fused_slice_finalize: bn_shard_tree's additions
+ * and the finalize's, in the same order) where plan_fused's size rule takes the tensor, there is no collective
+ * (this rank's statistics alone) and plan_slices's CTAs are all resident at once. Which path a rank takes then
+ * changes no bit of its results (perf-log step 118). */
+static cnn_status plan_fused_slices(cuda_be *cb, const cnn_bn *bn, red_args *a, CUfunction fvec, int entry,
+                                    CUfunction *f, bool *ok) {
+    *ok = false;
+    if (!fvec || bn->comm || !fused_by_size(cb, a->m, a->c, entry == BN_FUSED_VEC)) return CNN_OK;
+    CNN_TRY(kern(cb, entry, f));
+    int per_sm = 1;
+    CNN_TRY(cuda_blocks_per_sm(cb, *f, entry == BN_FUSED_VEC ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
+    const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
+    if ((long long)a->chunks * groups > (long long)per_sm * cb->sm_count || groups > 65535) return CNN_OK;
+    a->barrier = (unsigned *)(uintptr_t)(cb->scratch + CUDA_GRID_BARRIER);
+    *ok = true;
     return CNN_OK;
 }
 
@@ -355,9 +389,12 @@ static cnn_status bn_forward_sliced(cnn_backend *be, const cnn_bn *bn, red_args 
         CNN_TRY(run_per_channel(cb, &g, BN_STATS_FIN, what));
         return run_elementwise(cb, a, BN_APPLY_VEC, what);
     }
-    CUfunction fvec;
+    CUfunction fvec, ffused;
     double *group;
+    bool fused;
     CNN_TRY(plan_slices(be, a, S, BN_PARTIAL_VEC, 0, &fvec, &group, NULL));
+    CNN_TRY(plan_fused_slices(cb, bn, a, fvec, BN_FUSED_VEC, &ffused, &fused));
+    if (fused) return run_fused(cb, ffused, a, 0, what);
     red_args g = *a;
     g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);
     if (fvec) {
@@ -377,9 +414,12 @@ static cnn_status bn_forward_sliced(cnn_backend *be, const cnn_bn *bn, red_args 
  * group's double totals */
 static cnn_status bn_backward_sliced(cnn_backend *be, const cnn_bn *bn, red_args *a, const char *what) {
     cuda_be *cb = cuda_impl(be);
-    CUfunction fvec;
+    CUfunction fvec, ffused;
     double *group;
+    bool fused;
     CNN_TRY(plan_slices(be, a, slices_of(be, a), BN_BWD_PARTIAL_VEC, (size_t)3 * a->c, &fvec, &group, &a->coef));
+    CNN_TRY(plan_fused_slices(cuda_impl(be), bn, a, fvec, BN_BWD_FUSED_VEC, &ffused, &fused));
+    if (fused) return run_fused(cb, ffused, a, 2, what);
     CNN_TRY(slice_totals(be, bn, a, fvec, 2, 2, group, what));
     red_args g = *a;
     g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);

@@ -151,6 +151,8 @@ int cnn_cuda_dgrad_group_row(int i);
 void cnn_cuda_bn_force_fused(cnn_backend *be, int mode);
 /* whether this backend has cooperative launches (the fused BatchNorm kernels need them) */
 bool cnn_cuda_coop_ok(cnn_backend *be);
+/* the GPU's multiprocessors (what a cooperative grid can hold at once scales with them) */
+int cnn_cuda_sm_count(cnn_backend *be);
 /* wgrad on wgmma (conv2d_wgrad.c, sm_90a): its tile configs, whether one runs on this backend, and forcing one
  * (-1 = tuned or heuristic) with `splits` reduction splits (0 = the heuristic's) for every following conv2d_wgrad
  * call the kernel takes. */

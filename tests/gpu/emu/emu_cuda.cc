@@ -88,7 +88,7 @@ static std::vector<ucontext_t> fctx;
 static std::vector<char *> stacks;
 static std::vector<int> fstate, fmask, fbytes; /* fbytes: the payload of each thread's pending shuffle or gather */
 static std::vector<std::vector<unsigned char>> slot, result;
-static void *gather_out[1024];
+static std::vector<void *> gather_out; /* a fiber's pending gather's destination (a cooperative grid's fibers too) */
 static int cur;
 static void (*cur_fn)(const void *);
 static const void *cur_args;
@@ -176,6 +176,7 @@ static void make_fibers(int base, int n) {
         fstate.resize(total);
         fmask.resize(total);
         fbytes.resize(total);
+        gather_out.resize(total);
         slot.resize(total, std::vector<unsigned char>(SLOT));
         result.resize(total, std::vector<unsigned char>(SLOT));
         while (stacks.size() < total) stacks.push_back((char *)malloc(STACK));
