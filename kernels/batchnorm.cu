@@ -761,7 +761,8 @@ template <int MODE> __device__ __forceinline__ void fused_slice_finalize(const r
         for (int k = sub; k < a.slice_chunks; k += TREE_LANES)
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                if (group + i * TREE_GROUPS < pairs) t[i] += a.partial[(group + i * TREE_GROUPS) * plane + (long long)k * a.c + c];
+                if (group + i * TREE_GROUPS < pairs)
+                    t[i] += a.partial[(group + i * TREE_GROUPS) * plane + (long long)k * a.c + c];
         double tot[2];
         float fl[2];
 #pragma unroll
@@ -770,7 +771,7 @@ template <int MODE> __device__ __forceinline__ void fused_slice_finalize(const r
             float fw[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int p = w * a.shards + j; /* the pair: its lanes' group p % TREE_GROUPS, register p / TREE_GROUPS */
+                const int p = w * a.shards + j; /* the pair: lane group p % TREE_GROUPS, register p / TREE_GROUPS */
                 double l[TREE_LANES];
 #pragma unroll
                 for (int q = 0; q < TREE_LANES; q++)

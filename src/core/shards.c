@@ -9,7 +9,9 @@
  * write all the rows in one call (choose_n); channel_sum and dx's channel sums after a dgrad or a pool run slice by
  * slice. A call whose batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over
  * the batch in a way the training step reads. A wrapped op calls its backend's own functions, never the table, so
- * no slice is sliced again. BatchNorm is sliced by the backends themselves (cnn_backend.batch_shards): its sums are inside one op.
+ * no slice is sliced again. BatchNorm is sliced by the backends themselves (cnn_backend.batch_shards): its sums are
+ * inside one op, or in the epilogue of the conv before it (cnn_conv_stats), whose chunks the backend adds by slices
+ * where they fall in whole slices.
  */
 #include "shards.h"
 

@@ -19,7 +19,8 @@
  * bn_backward_pool (the stem's BN -> ReLU -> 3x3/2 max-pool, cuda_bn_pool_fusable) runs the vector backward over 2x2
  * blocks of pixels, making the ReLU output's gradient from the pool's where it is used (perf-log step 95).
  * Under --deterministic (cnn_backend.batch_shards) both passes sum the batch by slices instead (bn_*_sliced below,
- * perf-log step 108; the forward from the conv's sums by slices, step 116).
+ * perf-log step 108; the forward from the conv's sums by slices, step 117; a small tensor's pass in one launch,
+ * steps 118-119).
  */
 #include "cuda/internal.h"
 
@@ -418,7 +419,7 @@ static cnn_status bn_backward_sliced(cnn_backend *be, const cnn_bn *bn, red_args
     double *group;
     bool fused;
     CNN_TRY(plan_slices(be, a, slices_of(be, a), BN_BWD_PARTIAL_VEC, (size_t)3 * a->c, &fvec, &group, &a->coef));
-    CNN_TRY(plan_fused_slices(cuda_impl(be), bn, a, fvec, BN_BWD_FUSED_VEC, &ffused, &fused));
+    CNN_TRY(plan_fused_slices(cb, bn, a, fvec, BN_BWD_FUSED_VEC, &ffused, &fused));
     if (fused) return run_fused(cb, ffused, a, 2, what);
     CNN_TRY(slice_totals(be, bn, a, fvec, 2, 2, group, what));
     red_args g = *a;

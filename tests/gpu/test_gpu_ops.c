@@ -3521,8 +3521,8 @@ static void g_bn_ranks(ctx *t) {
         }
         check(differ == 0 && nan == 0, name, "%lld values differ, %lld NaN%s; the conv's sums taken by %ld and %ld "
               "BatchNorms", (long long)differ, (long long)nan, bad, n_one[1].folds, n_ranks.folds);
-        /* forced, every pass of the one rank that reads its rows is one launch (the forward's too where it does not
-         * take the conv's sums); never unforced... of the ranks, whose collective rules it out */
+        /* forced on, every pass of the one rank that reads its rows runs in one launch (the forward too, where it
+         * does not take the conv's sums); forced off, none; the two ranks' never (their collective rules it out) */
         snprintf(name, sizeof name, "bn_ranks.%s.m%lld_c%d%s.one_launch", t->dts, (long long)m, c,
                  conv ? ".conv_sums" : "");
         const long want_fused = cnn_cuda_coop_ok(t->gpu) ? 2 - n_one[1].folds : 0;
