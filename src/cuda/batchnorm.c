@@ -37,6 +37,22 @@ static cnn_status kern(cuda_be *cb, int entry, CUfunction *f) {
                        f);
 }
 
+/* the vector kernels' CTAs across the channels: groups of up to VEC_T channel vectors */
+static long long vec_groups(int c) {
+    const long long cvt = c / 8 < VEC_T ? c / 8 : VEC_T;
+    return (c / 8 + cvt - 1) / cvt;
+}
+
+/* a fused kernel (BN_FUSED_VEC, BN_BWD_FUSED_VEC) and the CTAs of it that are resident at once: a cooperative grid's
+ * most */
+static cnn_status fused_slots(cuda_be *cb, int entry, CUfunction *f, long long *slots) {
+    CNN_TRY(kern(cb, entry, f));
+    int per_sm = 1;
+    CNN_TRY(cuda_blocks_per_sm(cb, *f, cuda_family_batchnorm.entries[entry], VEC_T, 0, &per_sm));
+    *slots = (long long)per_sm * cb->sm_count;
+    return CNN_OK;
+}
+
 /* chunks of rows for the partial pass: ~8 CTAs per SM in all, at least 64 rows per chunk */
 static void plan_chunks(const cuda_be *cb, red_args *a) {
     long long colblocks = (a->c + RED_TX - 1) / RED_TX;
@@ -66,7 +82,7 @@ static cnn_status plan_chunks_vec(cuda_be *cb, red_args *a, int entry, long long
     CNN_TRY(kern(cb, entry, f));
     int per_sm = 1;
     CNN_TRY(cuda_blocks_per_sm(cb, *f, cuda_family_batchnorm.entries[entry], VEC_T, 0, &per_sm));
-    const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
+    const long long groups = vec_groups(a->c);
     const long long waves = per_sm < 4 ? 4 / per_sm : 1;
     const long long least = entry == BN_BWD_POOL_PARTIAL_VEC || entry == POOL_BWD_TILE_SUM_VEC ? 16 : 64;
     long long chunks = waves * per_sm * cb->sm_count / groups;
@@ -101,11 +117,10 @@ bool cuda_bn_forward_one_launch(const cuda_be *cb, int64_t m, int c) { return c 
 static cnn_status plan_fused(cuda_be *cb, const cnn_bn *bn, red_args *a, bool vec, int entry, CUfunction *f, bool *ok) {
     *ok = false;
     if (!vec || bn->comm || !fused_by_size(cb, a->m, a->c, entry == BN_FUSED_VEC)) return CNN_OK;
-    CNN_TRY(kern(cb, entry, f));
-    int per_sm = 1;
-    CNN_TRY(cuda_blocks_per_sm(cb, *f, entry == BN_FUSED_VEC ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
-    const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
-    long long chunks = (long long)per_sm * cb->sm_count / groups;
+    long long slots;
+    CNN_TRY(fused_slots(cb, entry, f, &slots));
+    const long long groups = vec_groups(a->c);
+    long long chunks = slots / groups;
     const long long max_chunks = (a->m + 63) / 64;
     if (chunks > max_chunks) chunks = max_chunks;
     if (chunks < 1 || groups > 65535) return CNN_OK;
@@ -140,14 +155,19 @@ static void plan_fold(const cuda_be *cb, const cnn_conv_stats *s, int sums, red_
 static cnn_status run_fused(cuda_be *cb, CUfunction f, red_args *a, int mode, const char *what) {
     a->mode = mode;
     cb->stats.bn_fused_launches++;
-    const int cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T;
-    return cuda_launch_cooperative(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c / 8 + cvt - 1) / cvt), VEC_T, a);
+    return cuda_launch_cooperative(cb, f, what, (unsigned)a->chunks, (unsigned)vec_groups(a->c), VEC_T, a);
 }
 
 static cnn_status run_partial_vec(cuda_be *cb, CUfunction f, red_args *a, int mode, const char *what) {
     a->mode = mode;
-    const int cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T;
-    return cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c / 8 + cvt - 1) / cvt), 1, VEC_T, 1, a);
+    return cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)vec_groups(a->c), 1, VEC_T, 1, a);
+}
+
+/* bn_fold_stats over a's plan (plan_fold, or by slices): the conv's float chunks into a's double partials */
+static cnn_status run_fold(cuda_be *cb, red_args *a, const char *what) {
+    CUfunction f;
+    CNN_TRY(kern(cb, BN_FOLD_STATS, &f));
+    return cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)((a->c + RED_TX - 1) / RED_TX), 1, RED_TX, RED_TY, a);
 }
 
 static cnn_status run_partial(cuda_be *cb, red_args *a, int mode, const char *what) {
@@ -226,12 +246,10 @@ cnn_status cuda_channel_sum_partials(cnn_backend *be, const cnn_conv_stats *s, f
     void *ws;
     CNN_TRY(cuda_workspace(cb, (size_t)a.chunks * a.c * sizeof(double), &ws));
     a.partial = ws;
-    CUfunction f;
-    CNN_TRY(kern(cb, BN_FOLD_STATS, &f));
     char what[96];
     snprintf(what, sizeof what, "channel_sum[%s] of %lld chunks c%d", cuda_dtype_str(be->act_dtype),
              (long long)s->chunks, a.c);
-    CNN_TRY(cuda_launch(cb, f, what, (unsigned)a.chunks, (unsigned)((a.c + RED_TX - 1) / RED_TX), 1, RED_TX, RED_TY, &a));
+    CNN_TRY(run_fold(cb, &a, what));
     return run_per_channel(cb, &a, BN_SUM_FIN, what);
 }
 
@@ -297,11 +315,9 @@ static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec
     const bool forward = entry_vec == BN_PARTIAL_VEC;
     if (*fvec && small_for_l2(cb, s.m * SLICES_MAX, a->c, forward)) {
         CUfunction ff;
-        int per_sm = 1;
-        CNN_TRY(kern(cb, forward ? BN_FUSED_VEC : BN_BWD_FUSED_VEC, &ff));
-        CNN_TRY(cuda_blocks_per_sm(cb, ff, forward ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
-        const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
-        const long long share = (long long)per_sm * cb->sm_count / groups / SLICES_MAX;
+        long long slots;
+        CNN_TRY(fused_slots(cb, forward ? BN_FUSED_VEC : BN_BWD_FUSED_VEC, &ff, &slots));
+        const long long share = slots / vec_groups(a->c) / SLICES_MAX;
         if (share >= 1 && per > share) per = share;
     }
     s.rows_per_chunk = (s.m + per - 1) / per;
@@ -325,11 +341,10 @@ static cnn_status plan_fused_slices(cuda_be *cb, const cnn_bn *bn, red_args *a, 
                                     CUfunction *f, bool *ok) {
     *ok = false;
     if (!fvec || bn->comm || !fused_by_size(cb, a->m, a->c, entry == BN_FUSED_VEC)) return CNN_OK;
-    CNN_TRY(kern(cb, entry, f));
-    int per_sm = 1;
-    CNN_TRY(cuda_blocks_per_sm(cb, *f, entry == BN_FUSED_VEC ? "bn_fused_vec" : "bn_bwd_fused_vec", VEC_T, 0, &per_sm));
-    const long long cvt = a->c / 8 < VEC_T ? a->c / 8 : VEC_T, groups = (a->c / 8 + cvt - 1) / cvt;
-    if ((long long)a->chunks * groups > (long long)per_sm * cb->sm_count || groups > 65535) return CNN_OK;
+    long long slots;
+    CNN_TRY(fused_slots(cb, entry, f, &slots));
+    const long long groups = vec_groups(a->c);
+    if ((long long)a->chunks * groups > slots || groups > 65535) return CNN_OK;
     a->barrier = (unsigned *)(uintptr_t)(cb->scratch + CUDA_GRID_BARRIER);
     *ok = true;
     return CNN_OK;
@@ -378,9 +393,7 @@ static cnn_status bn_forward_sliced(cnn_backend *be, const cnn_bn *bn, red_args 
         CNN_TRY(cuda_workspace(cb, (part + 2 * (size_t)a->c) * sizeof(double), &w));
         a->partial = w;
         double *group = (double *)w + part;
-        CUfunction f;
-        CNN_TRY(kern(cb, BN_FOLD_STATS, &f));
-        CNN_TRY(cuda_launch(cb, f, what, (unsigned)a->chunks, (unsigned)groups, 1, RED_TX, RED_TY, a));
+        CNN_TRY(run_fold(cb, a, what));
         cb->stats.bn_stats_folds++;
         red_args t = *a, g = *a;
         t.totals = group;
@@ -457,7 +470,6 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     bool fused = false;
     if (sums) {
         plan_fold(cb, sums, 2, &a);
-        CNN_TRY(kern(cb, BN_FOLD_STATS, &fpart));
     } else {
         CNN_TRY(plan_fused(cb, bn, &a, vec, BN_FUSED_VEC, &fpart, &fused));
         if (!fused && vec) CNN_TRY(plan_chunks_vec(cb, &a, BN_PARTIAL_VEC, a.m, &fpart));
@@ -478,8 +490,7 @@ cnn_status cuda_bn_forward_train(cnn_backend *be, const cnn_bn *bn, const void *
     if (fused) return run_fused(cb, fpart, &a, 0, what);
     if (vec) {
         if (sums) {
-            CNN_TRY(cuda_launch(cb, fpart, what, (unsigned)a.chunks, (unsigned)((a.c + RED_TX - 1) / RED_TX), 1, RED_TX,
-                                RED_TY, &a));
+            CNN_TRY(run_fold(cb, &a, what));
             cb->stats.bn_stats_folds++;
         } else {
             CNN_TRY(run_partial_vec(cb, fpart, &a, 0, what));
