@@ -302,16 +302,19 @@ static int slices_of(const cnn_backend *be, const red_args *a) {
 static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec, size_t extra, CUfunction *fvec,
                               double **group, double **rest) {
     cuda_be *cb = cuda_impl(be);
-    red_args s = *a;
+    red_args s = *a, b = *a;
     s.m = a->m / S;
+    /* a slice's share of the chunks of 8 slices planned as one batch, so that 8 slices fill the GPU as one batch
+     * does (a slice planned alone was held to 64 rows a chunk before the share: 2 chunks a slice at 4x4 and 7x7,
+     * perf-log step 120); where 8 slices are small for the L2 (the size rule of the one-launch pass), at most its
+     * share of a resident cooperative grid, so that the pass can run in one launch (plan_fused_slices: the slices'
+     * CTAs were more than fit, step 119): a function of the slice's rows only (the same on a rank holding fewer
+     * slices), whether the pass is forced or not */
+    b.m = s.m * SLICES_MAX;
     *fvec = NULL;
-    if (vec_ok(a)) CNN_TRY(plan_chunks_vec(cb, &s, entry_vec, s.m, fvec));
-    else plan_chunks(cb, &s);
-    /* a slice's share of a batch's chunks, so that 8 slices fill the GPU as one batch does; where 8 slices are small
-     * for the L2 (the size rule of the one-launch pass), at most its share of a resident cooperative grid, so that
-     * the pass can run in one launch (plan_fused_slices: the slices' CTAs were more than fit, perf-log step 119): a
-     * function of the slice's rows only (the same on a rank holding fewer slices) */
-    long long per = (s.chunks + SLICES_MAX - 1) / SLICES_MAX;
+    if (vec_ok(a)) CNN_TRY(plan_chunks_vec(cb, &b, entry_vec, b.m, fvec));
+    else plan_chunks(cb, &b);
+    long long per = (b.chunks + SLICES_MAX - 1) / SLICES_MAX;
     const bool forward = entry_vec == BN_PARTIAL_VEC;
     if (*fvec && small_for_l2(cb, s.m * SLICES_MAX, a->c, forward)) {
         CUfunction ff;

@@ -3435,7 +3435,8 @@ static void g_bn_ranks(ctx *t) {
         int c;
         conv_case conv; /* n > 0: the BatchNorm's input a conv's output (4 slices of n images), with its sums */
     } cases[] = {{4 * 3 * 5 * 7, 24, {0}},
-                 {4 * 16 * 32 * 32, 64, {0}} /* 132 SMs: 32 chunks a slice, or a cooperative grid's share */,
+                 {4 * 8 * 32 * 32, 64, {0}} /* 132 SMs: 8 slices small for the L2, a slice's chunks a cooperative
+                                              * grid's share (batchnorm.c, plan_slices) */,
                  {4 * 9 * 11, 136, {0}},
                  {0, 0, {2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1}} /* slices of 512 rows: whole tiles */,
                  {0, 0, {2, 64, 32, 32, 256, 1, 1, 1, 1, 0, 0}} /* 2048 rows x 256: a fold adds several chunks */,
