@@ -19,9 +19,13 @@
  *   The gathers of step 2 are issued for the next block before step 3, their stores made after it.
  * Each CTA writes its partial dW to ws[blockIdx.x] and conv2d_wgrad_few_reduce adds the CTAs' partials in CTA order:
  * the result depends on the grid only, never on timing (--deterministic holds). With one CTA it writes dW itself.
- * Fields of conv_args: the problem, gk = N*P*Q, gn = R*S*C, ktiles_per_split = pixel blocks per CTA, splits = CTAs,
- * x, dy, out (dW, float KRSC), ws. Specialisation: ACT (F16/BF16), FEW_COLS (32 or 160: the 3x3 stems' tile of dW
- * takes a quarter of the registers, so twice the CTAs fit).
+ * A batch of slices (gridDim.y = a.wg_groups > 1, cnn_conv2d.choose_n): blockIdx.y is the slice, whose a.gk pixels
+ * start at its first image, whose CTAs' partials are its own and whose sum goes to out + y * a.wg_out_stride: each
+ * slice's bits those of a launch over it alone.
+ * Fields of conv_args: the problem, gk = a slice's N*P*Q (the batch's without slices), gn = R*S*C, ktiles_per_split
+ * = pixel blocks per CTA, splits = a slice's CTAs, x, dy, out (dW, float KRSC), ws, wg_groups, wg_out_stride.
+ * Specialisation: ACT (F16/BF16), FEW_COLS (32 or 160: the 3x3 stems' tile of dW takes a quarter of the registers,
+ * so twice the CTAs fit).
  */
 #include "common.cuh"
 #include "params.cuh"
@@ -96,9 +100,11 @@ extern "C" __global__ void __launch_bounds__(FEW_THREADS, FEW_CTAS) conv2d_wgrad
     pdl_enter();
     __shared__ __align__(16) act_t dys[2][FEW_PIX][FEW_DY_PITCH];
     __shared__ __align__(16) act_t xs[FEW_PIX][FEW_PITCH];
-    const act_t *x = (const act_t *)a.x, *dy = (const act_t *)a.dy;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int ncols = a.gn, nt = (ncols + 7) / 8, ncols8 = 8 * nt, pq = a.p * a.q;
+    /* slice blockIdx.y's images (a.gk / pq of them) and output gradient */
+    const act_t *x = (const act_t *)a.x + (long long)blockIdx.y * (a.gk / pq) * a.h * a.w * a.c;
+    const act_t *dy = (const act_t *)a.dy + (long long)blockIdx.y * a.gk * a.k;
     __shared__ few_col col_tab[FEW_COLS];
     for (int col = tid; col < FEW_COLS; col += FEW_THREADS) {
         const int c = col % a.c, rs = col / a.c, s = rs % a.s, r = rs / a.s;
@@ -189,7 +195,8 @@ extern "C" __global__ void __launch_bounds__(FEW_THREADS, FEW_CTAS) conv2d_wgrad
     }
     /* the partial (or, alone, the result): D[g][2t..2t+1] and D[g+8][2t..2t+1] of each tile */
     if (!rows_live) return;
-    float *out = a.splits > 1 ? a.ws + (long long)blockIdx.x * a.k * ncols : (float *)a.out;
+    float *out = a.splits > 1 ? a.ws + ((long long)blockIdx.y * a.splits + blockIdx.x) * a.k * ncols
+                              : (float *)a.out + blockIdx.y * a.wg_out_stride;
 #pragma unroll
     for (int j = 0; j < FEW_NT_WARP; j++) {
         const int col = 8 * (nt0 + j) + 2 * t4;
@@ -205,25 +212,27 @@ extern "C" __global__ void __launch_bounds__(FEW_THREADS, FEW_CTAS) conv2d_wgrad
 
 /* dW = the CTAs' partials added in CTA order: blocks of 32 elements x RED_LANES lanes, lane l adding CTAs l, l +
  * RED_LANES, ... in order, then lane 0 adding the lanes in order (deterministic). One thread walking hundreds of
- * CTAs' partials was a chain of loads (perf-log step 92). */
+ * CTAs' partials was a chain of loads (perf-log step 92). blockIdx.y: the slice whose CTAs this block adds. */
 #define RED_LANES 8
 extern "C" __global__ void __launch_bounds__(32 * RED_LANES) conv2d_wgrad_few_reduce(const conv_args a) {
     pdl_enter();
     __shared__ float sh[RED_LANES][32];
     const long long total = (long long)a.k * a.gn;
     const int tx = threadIdx.x & 31, ly = threadIdx.x >> 5;
+    const float *ws = a.ws + (long long)blockIdx.y * a.splits * total;
+    float *out = (float *)a.out + blockIdx.y * a.wg_out_stride;
     for (long long base = (long long)blockIdx.x * 32; base < total; base += (long long)gridDim.x * 32) {
         const long long i = base + tx;
         float s = 0.0f;
         if (i < total)
 #pragma unroll 4
-            for (int c = ly; c < a.splits; c += RED_LANES) s += a.ws[c * total + i];
+            for (int c = ly; c < a.splits; c += RED_LANES) s += ws[c * total + i];
         sh[ly][tx] = s;
         __syncthreads();
         if (ly == 0 && i < total) {
             float t = sh[0][tx];
             for (int l = 1; l < RED_LANES; l++) t += sh[l][tx];
-            ((float *)a.out)[i] = t;
+            out[i] = t;
         }
         __syncthreads();
     }

@@ -63,7 +63,8 @@ typedef struct conv_args {
     int ft_base, ft_dr, ft_ds;
     /* wgrad on wgmma over a batch of slices (cnn_conv2d.choose_n; conv2d_wgrad_wgmma.cu): wg_groups > 1 slices of
      * wg_group_slices reduction slices each, splits / wg_groups splits apiece; slice g's sum is written (or reduced)
-     * to out + g * wg_out_stride floats. 0 or 1: one sum, as without */
+     * to out + g * wg_out_stride floats. 0 or 1: one sum, as without. The few-channel wgrad
+     * (conv2d_wgrad_few.cu) takes wg_groups slices of gk pixels apiece, splits CTAs each, its sums as these */
     int wg_groups, wg_group_slices;
     long long wg_out_stride;
 } conv_args;

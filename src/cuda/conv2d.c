@@ -139,9 +139,9 @@ cnn_status cuda_conv2d_wgrad(cnn_backend *be, const cnn_conv2d *cv, const void *
     CNN_ASSERT(x && dy && dw);
     const bool generic_forced = cb->conv_force_cfg >= 0 && cb->conv_force_cfg < conv_n_generic();
     if (!generic_forced && cuda_wgrad_wgmma_fits(cb, cv, x, dy)) return cuda_wgrad_wgmma(be, cv, x, dy, dw);
+    if (!generic_forced && cuda_wgrad_few_fits(cb, cv, dy)) return cuda_wgrad_few(be, cv, x, dy, dw);
     if (cv->choose_n > 0 && cv->choose_n < cv->n) /* a batch of slices (cnn_conv2d): each slice's sum alone */
         return conv_wgrad_by_slices(be, cv, x, dy, dw, cuda_conv2d_wgrad);
-    if (!generic_forced && cuda_wgrad_few_fits(cb, cv, dy)) return cuda_wgrad_few(be, cv, x, dy, dw);
     int v;
     CUfunction f, fr = NULL;
     CNN_TRY(prepare(be, cv, PASS_WGRAD, WGRAD_MAIN, &v, &f));

@@ -203,8 +203,8 @@ cnn_status conv_tma_encode_ft(cuda_be *cb, const conv_row *r, const cnn_conv2d *
 /* The problem a choice is made for: cv, or where cv->choose_n is set, cv over cv->choice_n images (else choose_n),
  * whose heuristic choice (never timed: conv_tune_level) the launch over cv's images takes: this backend's kernels
  * give an image the same bits whatever the launch's batch, once the choice (tile, splits) is made. The sub-problems
- * a path builds (dgrad phases, rewrites, Winograd's GEMMs) pass both on. A wgrad's splits are then each slice's
- * share of that choice's (conv_choose_wgrad). */
+ * a path builds (dgrad phases, rewrites, Winograd's GEMMs) pass both on. A wgrad on wgmma chooses for one slice
+ * among the global batch's instead, each slice taking the splits (conv2d_choose_wgrad.c, choice_problem). */
 static inline cnn_conv2d conv_choice_view(const cnn_conv2d *cv) {
     cnn_conv2d v = *cv;
     if (cv->choose_n > 0) v.n = cv->choice_n > 0 ? cv->choice_n : cv->choose_n;
@@ -347,7 +347,7 @@ cnn_status cuda_dgrad_phases_relu(cnn_backend *be, const cnn_conv2d *cv, const v
 bool cuda_wgrad_wgmma_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *x, const void *dy);
 /* conv2d_wgrad.c: wgrad over few input channels on mma.sync (F16/BF16, sm_80+; kernels/conv2d_wgrad_few.cu):
  * whether it takes a problem (K <= 64, K % 8 == 0, R*S*C <= 160, C <= 4, dy 16-byte aligned, 32-bit indices,
- * CNN_CONV_SKIP not naming "wgrad_few"), and the launch */
+ * CNN_CONV_SKIP not naming "wgrad_few"), and the launch (with choose_n: every slice's sum in one launch) */
 bool cuda_wgrad_few_fits(const cuda_be *cb, const cnn_conv2d *cv, const void *dy);
 cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);
 cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x, const void *dy, float *dw);

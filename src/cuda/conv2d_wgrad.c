@@ -162,7 +162,12 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     cuda_be *cb = cuda_impl(be);
     CNN_ASSERT(cuda_wgrad_few_fits(cb, cv, dy));
     CUfunction f, fr;
-    conv_args a = conv_make_args(cv, PASS_WGRAD, FEW_PIX); /* gm = K, gn = R*S*C, gk = N*P*Q */
+    conv_args a = conv_make_args(cv, PASS_WGRAD, FEW_PIX); /* gm = K, gn = R*S*C */
+    /* with choose_n, a batch of slices in one launch (gridDim.y), each slice's sum into its row */
+    const int groups = cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
+    CNN_ASSERT(cv->n % groups == 0);
+    a.gk = cv->n / groups * cv->p * cv->q; /* a slice's pixels */
+    a.wg_groups = groups, a.wg_out_stride = cnn_sum_rows((int64_t)a.gm * a.gn);
     int cfg = 0;
     while (cuda_wgrad_few_cols[cfg] < a.gn) cfg++; /* the narrowest tile: more CTAs per SM (perf-log step 93) */
     CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, cfg, WGRAD_MAIN, &f));
@@ -171,28 +176,33 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     snprintf(what, sizeof what, "conv2d_wgrad_few[%s, cols%d] n%d c%d h%d w%d k%d r%d s%d stride %dx%d pad %dx%d",
              cuda_dtype_str(be->act_dtype), cuda_wgrad_few_cols[cfg], cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s,
              cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w);
-    /* as many CTAs as fit at once (each holds all of dW), each a contiguous range of 64-pixel blocks; the CTA count
-     * depends on the GPU only, so the reduction order does too */
+    if (groups > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " per slice, %d slices", groups);
+    /* as many CTAs as fit at once (each holds all of dW), each a contiguous range of 64-pixel blocks; with choice_n
+     * a slice's share of them among the global batch's choice_n / choose_n slices (the same on every rank: one
+     * launch over the slices, not one per slice, perf-log step 122). The CTA count depends on the GPU and those
+     * counts only, so the reduction order does too. */
     int per_sm = 1;
     CNN_TRY(cuda_blocks_per_sm(cb, f, what, FEW_THREADS, 0, &per_sm));
+    const int share = cv->choose_n > 0 && cv->choice_n > cv->choose_n ? cv->choice_n / cv->choose_n : 1;
     const int64_t blocks = cdiv(a.gk, FEW_PIX);
-    int64_t ctas = (int64_t)per_sm * cb->sm_count;
+    int64_t ctas = (int64_t)per_sm * cb->sm_count / share;
     if (ctas > blocks) ctas = blocks;
+    if (ctas < 1) ctas = 1;
     const int64_t per = cdiv(blocks, ctas);
     ctas = cdiv(blocks, per); /* no CTA without a block */
     a.ktiles_per_split = (int)per, a.splits = (int)ctas;
     if (ctas > 1) {
         CNN_TRY(cuda_kernel(cb, &cuda_family_conv2d_wgrad_few, be->act_dtype, cfg, WGRAD_REDUCE, &fr));
         void *ws;
-        CNN_TRY(cuda_workspace(cb, (size_t)ctas * (size_t)a.gm * (size_t)a.gn * sizeof(float), &ws));
+        CNN_TRY(cuda_workspace(cb, (size_t)groups * (size_t)ctas * (size_t)a.gm * (size_t)a.gn * sizeof(float), &ws));
         a.ws = ws;
     }
-    CNN_TRY(cuda_launch(cb, f, what, (unsigned)ctas, 1, 1, FEW_THREADS, 1, &a));
+    CNN_TRY(cuda_launch(cb, f, what, (unsigned)ctas, (unsigned)groups, 1, FEW_THREADS, 1, &a));
     if (ctas > 1) {
         size_t n = strlen(what);
         snprintf(what + n, sizeof what - n, " reduce of %lld CTAs", (long long)ctas);
-        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a.gm * a.gn * WGRAD_RED_LANES, 256), 1, 1, 256, 1,
-                            &a));
+        CNN_TRY(cuda_launch(cb, fr, what, cuda_grid_1d(cb, (long long)a.gm * a.gn * WGRAD_RED_LANES, 256),
+                            (unsigned)groups, 1, 256, 1, &a));
     }
     cb->stats.wgrad_few_launches++;
     return CNN_OK;

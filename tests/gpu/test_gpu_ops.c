@@ -3570,7 +3570,7 @@ static void g_bn_ranks(ctx *t) {
  * choice made for the whole batch of S * m instead (choice_n, as every rank makes it): the slices' launches against
  * the heuristic's launch over the batch (choose_n = S * m); where a slice's choice differs from the batch's (the
  * case that splits K for a slice), a backend that ignored choice_n fails it. A wgrad's: its one launch over the
- * slices against S launches, each slice taking its share of the batch's splits. */
+ * slices against S launches, each slice taking the splits chosen for one slice among the batch's S. */
 enum { CH_FPROP, CH_FPROP_POOL, CH_DGRAD, CH_DGRAD_ACC, CH_DGRAD_RELU, CH_PAIR, CH_WGRAD };
 typedef struct choose_case {
     int pass;
@@ -3599,6 +3599,7 @@ static const choose_case choose_cases[] = {
     {.pass = CH_WGRAD, .cv = {4, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* im2col, 64 pixels a slice */
     {.pass = CH_WGRAD, .cv = {3, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* 48 pixels: a launch per slice */
     {.pass = CH_WGRAD, .cv = {2, 3, 16, 14, 64, 7, 7, 2, 2, 3, 3}, .slices = 4},   /* the stem: few channels */
+    {.pass = CH_WGRAD, .cv = {3, 3, 9, 11, 24, 3, 3, 1, 1, 1, 1}, .slices = 2},    /* a 3x3 stem's narrow tile, K = 24 */
     {.pass = CH_WGRAD, .cv = {4, 64, 16, 16, 64, 1, 1, 1, 1, 0, 0}, .slices = 4},  /* a slice's splits reduced */
     {.pass = CH_WGRAD, .cv = {4, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1}, .slices = 4},  /* the same, halo */
 };
