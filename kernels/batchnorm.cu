@@ -137,13 +137,14 @@ __device__ __forceinline__ double chunk_sum(const red_args &a, int which, int c)
 #define FIN_CHANNEL (blockIdx.x * RED_TX + threadIdx.x)
 #define FIN_WRITES(c) (threadIdx.y == 0 && (c) < a.c)
 
-/* channel_sum: fout[c] = sum of the chunks (mode 0 partials) */
+/* channel_sum: fout[c] = sum of the chunks (mode 0 partials); by slices, a.chunks a slice's, slice blockIdx.y's
+ * into its row of fout */
 #if BN_PART == 0
 extern "C" __global__ void __launch_bounds__(FIN_THREADS) chan_sum_finalize(const red_args a) {
     pdl_enter();
     const int c = FIN_CHANNEL;
-    const double t = chunk_sum(a, 0, c);
-    if (FIN_WRITES(c)) a.fout[c] = (float)t;
+    const double t = chunk_sum(a, blockIdx.y, c);
+    if (FIN_WRITES(c)) a.fout[blockIdx.y * a.fout_stride + c] = (float)t;
 }
 #endif
 

@@ -173,7 +173,8 @@ typedef struct red_args {
     void *dres;              /* bn backward: the residual's gradient (M, C) act or NULL */
     double *partial;         /* (2, chunks, C) workspace */
     double *coef;            /* (3, C) workspace of bn backward: gamma*invstd, mean dy, mean dy*xhat */
-    float *fout;             /* channel_sum result (C) */
+    float *fout;             /* channel_sum result (C); by slices, a row per slice (chan_sum_finalize's blockIdx.y) */
+    long long fout_stride;   /* channel_sum by slices: floats between fout's rows */
     const float *gamma, *beta;
     const float *scale, *shift;      /* scale_shift (C) or NULL */
     float *mean, *invstd;            /* save_mean / save_invstd (C) */

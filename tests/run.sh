@@ -56,8 +56,9 @@ if [ -x "$BUILD/gpu_test_ops" ]; then
     add "emu-conv_dgrad-bf16 $EMU --dtype bf16 conv_dgrad"
     # dgrad with the ReLU before the conv taken in (the FILT_T epilogue's gate; the rewrite and the pass)
     add "emu-dgrad_relu-bf16 $EMU --dtype bf16 dgrad_relu"
-    # BatchNorm's training kernels with the residual add and ReLU fused, scalar and vector paths
-    add "emu-bn-bf16 $EMU --dtype bf16 bn"
+    # BatchNorm's training kernels with the residual add and ReLU fused, scalar and vector paths; channel sums, whole
+    # and by --deterministic's slices in one call (channel_sum_rows)
+    add "emu-bn-bf16 $EMU --dtype bf16 bn channel_sum"
     # the stem's BatchNorm backward with its max-pool's taken in (the pool's gradient never stored)
     for dt in bf16 f32; do add "emu-bn_pool-$dt $EMU --dtype $dt bn_pool"; done
     for dt in bf16 f16; do # the first-layer kernels and the fused stem + max-pool

@@ -327,6 +327,11 @@ struct cnn_backend {
 
     /* sum over the M rows of an (M, C) view: bias gradients */
     cnn_status (*channel_sum)(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
+    /* optional: channel_sum of each of `slices` equal slices of the M rows (images outermost) into out's rows,
+     * `stride` floats apart, each row bit for bit channel_sum over its slice alone, in one call (--deterministic's
+     * slices: core/shards.c calls channel_sum slice by slice where this is NULL) */
+    cnn_status (*channel_sum_rows)(cnn_backend *be, int slices, int64_t m, int c, const void *dy, float *out,
+                                   int64_t stride);
 
     /* batch norm in training, with the residual add and ReLU that may follow it fused:
      *     y = relu?((x - mean) * invstd * gamma + beta + residual)      (residual NULL = none)

@@ -6,12 +6,12 @@
  * chosen for the global batch where the backend's bits allow (choice_n), which gives each image the bits of its
  * slice's own launch on any rank, a rank of one slice included. A sum over the batch is each slice's own, in row j
  * of the scratch for slice j, and tree_sum adds the rows into its output: a wgrad and the linear layer's backward
- * write all the rows in one call (choose_n); channel_sum and dx's channel sums after a dgrad or a pool run slice by
- * slice. A call whose batch S does not divide (an evaluation's last batch) runs whole: nothing of it is summed over
- * the batch in a way the training step reads. A wrapped op calls its backend's own functions, never the table, so
- * no slice is sliced again. BatchNorm is sliced by the backends themselves (cnn_backend.batch_shards): its sums are
- * inside one op, or in the epilogue of the conv before it (cnn_conv_stats), whose chunks the backend adds by slices
- * where they fall in whole slices.
+ * write all the rows in one call (choose_n); channel_sum and dx's channel sums after a dgrad or a pool run by
+ * slices (one channel_sum_rows call where the backend has it, else slice by slice). A call whose batch S does not
+ * divide (an evaluation's last batch) runs whole: nothing of it is summed over the batch in a way the training step
+ * reads. A wrapped op calls its backend's own functions, never the table, so no slice is sliced again. BatchNorm is
+ * sliced by the backends themselves (cnn_backend.batch_shards): its sums are inside one op, or in the epilogue of
+ * the conv before it (cnn_conv_stats), whose chunks the backend adds by slices where they fall in whole slices.
  */
 #include "shards.h"
 
@@ -73,7 +73,10 @@ static cnn_conv2d conv_whole(const cnn_shards *sh, const cnn_conv2d *cv) {
 static cnn_status slice_sums(cnn_backend *be, cnn_shards *sh, int64_t m, int c, const void *x, float *out) {
     const int64_t rows = m / sh->n, bytes = rows * c * (int64_t)cnn_dtype_size(be->act_dtype);
     cnn_status st = CNN_OK;
-    for (int j = 0; j < sh->n && st == CNN_OK; j++) st = sh->saved.channel_sum(be, rows, c, at(x, j * bytes), row(sh, c, j));
+    if (sh->saved.channel_sum_rows) st = sh->saved.channel_sum_rows(be, sh->n, m, c, x, row(sh, c, 0), stride(c));
+    else
+        for (int j = 0; j < sh->n && st == CNN_OK; j++)
+            st = sh->saved.channel_sum(be, rows, c, at(x, j * bytes), row(sh, c, j));
     return st == CNN_OK ? tree(be, sh, c, sh->scratch, out) : st;
 }
 

@@ -481,6 +481,7 @@ cnn_status cnn_cuda_backend_create(const cnn_backend_opts *opts, cnn_backend **o
     be->conv2d_fprop_pair = cuda_conv2d_fprop_pair;
     be->conv2d_pair_fusable = cuda_conv2d_pair_fusable;
     be->channel_sum = cuda_channel_sum;
+    be->channel_sum_rows = cuda_channel_sum_rows;
     be->bn_forward_train = cuda_bn_forward_train;
     be->bn_backward = cuda_bn_backward;
     be->bn_backward_pool = cuda_bn_backward_pool;

@@ -219,21 +219,34 @@ static void check_mc(int64_t m, int c) {
     CNN_ASSERT(m <= INT64_MAX / c);
 }
 
-cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out) {
+/* channel_sum of each of `slices` equal slices of the m rows (1: of the whole) into out's rows, `stride` floats
+ * apart: one partial pass over every slice's chunks, each slice's planned as a launch over that slice alone plans
+ * them, and one finalize with a slice per blockIdx.y, so each row has the bits of channel_sum over its slice */
+cnn_status cuda_channel_sum_rows(cnn_backend *be, int slices, int64_t m, int c, const void *dy, float *out,
+                                 int64_t stride) {
     cuda_be *cb = cuda_impl(be);
     cuda_bind(cb);
     check_mc(m, c);
-    CNN_ASSERT(dy && out);
+    CNN_ASSERT(dy && out && slices >= 1 && slices <= 65535 && m % slices == 0 && (slices == 1 || stride >= c));
     red_args a = {0};
-    a.m = m, a.c = c, a.x = dy, a.fout = out;
+    a.m = m / slices, a.c = c, a.x = dy, a.fout = out, a.fout_stride = stride;
     plan_chunks(cb, &a);
+    if (slices > 1) a.slice_chunks = a.chunks, a.slice_rows = a.m, a.m = m, a.chunks *= slices;
     void *ws;
     CNN_TRY(cuda_workspace(cb, (size_t)a.chunks * c * sizeof(double), &ws));
     a.partial = ws;
-    char what[96];
-    snprintf(what, sizeof what, "channel_sum[%s] m%lld c%d", cuda_dtype_str(be->act_dtype), (long long)m, c);
+    char what[112];
+    snprintf(what, sizeof what, "channel_sum[%s] m%lld c%d in %d slices", cuda_dtype_str(be->act_dtype), (long long)m,
+             c, slices);
     CNN_TRY(run_partial(cb, &a, 0, what));
-    return run_per_channel(cb, &a, BN_SUM_FIN, what);
+    a.chunks /= slices; /* the finalize's: a slice's */
+    CUfunction f;
+    CNN_TRY(kern(cb, BN_SUM_FIN, &f));
+    return cuda_launch(cb, f, what, (unsigned)((c + RED_TX - 1) / RED_TX), (unsigned)slices, 1, RED_TX, FIN_TY, &a);
+}
+
+cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out) {
+    return cuda_channel_sum_rows(be, 1, m, c, dy, out, c);
 }
 
 cnn_status cuda_channel_sum_partials(cnn_backend *be, const cnn_conv_stats *s, float *out) {

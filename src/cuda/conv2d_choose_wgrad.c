@@ -36,9 +36,8 @@ static int wgrad_splits(const cuda_be *cb, const wgrad_config *c, const cnn_conv
  * config's slice at the slower of its products and its copies from L2, or with a ring of two stages their sum (the
  * copies no longer hidden: those configs ran 1.4-1.7x slower than the four-stage ones over the same pixels, perf-log
  * step 121, where the estimate had ranked 16x8/s2 first for --deterministic's slices of 32x32 images). Slices
- * whose reduction is not whole slices
- * of an im2col config run a launch each (conv2d_wgrad.c), their rounds one after another. For the heuristic's
- * order only. */
+ * whose reduction is not whole slices of an im2col config run a launch each (conv2d_wgrad.c), their rounds one
+ * after another. For the heuristic's order only. */
 static double wgrad_estimate(const cuda_be *cb, const wgrad_config *c, const cnn_conv2d *cv, int splits, int groups) {
     const int64_t tiles = wgrad_tiles(c, cv), slices = wgrad_slices(c, cv), per = cdiv(slices, splits);
     const double sm_flops = 7.0e12 * c->eff; /* an H100 SM's dense bf16 rate */

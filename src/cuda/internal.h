@@ -427,6 +427,8 @@ cnn_status cuda_linear_backward(cnn_backend *be, const cnn_linear *ln, const voi
  * sums (cnn_conv_stats) would save nothing (conv2d_fast.c asks) */
 bool cuda_bn_forward_one_launch(const cuda_be *cb, int64_t m, int c);
 cnn_status cuda_channel_sum(cnn_backend *be, int64_t m, int c, const void *dy, float *out);
+cnn_status cuda_channel_sum_rows(cnn_backend *be, int slices, int64_t m, int c, const void *dy, float *out,
+                                 int64_t stride);
 /* channel_sum of a tensor from the sums a conv's epilogue wrote of it (s: the first of its arrays, a gating dgrad's
  * in conv2d_dgrad.c) instead of a pass over it: out (s->c) = the sum of s's chunks */
 cnn_status cuda_channel_sum_partials(cnn_backend *be, const cnn_conv_stats *s, float *out);

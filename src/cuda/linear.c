@@ -3,7 +3,7 @@
  * shift, dx is conv dgrad, dw is conv wgrad (the reduction over the batch, split and deterministic), and dbias
  * is channel_sum over the rows of dy. Same kernels, same tile configs, same tests. choose_n and choice_n pass to
  * the convolution's (backend.h): one launch over a batch of slices, and a wgrad's row of sums per slice; dbias's
- * rows are a channel_sum per slice.
+ * rows in one channel_sum_rows.
  */
 #include "cuda/internal.h"
 
@@ -29,9 +29,7 @@ cnn_status cuda_linear_backward(cnn_backend *be, const cnn_linear *ln, const voi
     if (dbias) {
         const int per = ln->choose_n > 0 && ln->choose_n < ln->n ? ln->choose_n : ln->n;
         CNN_ASSERT(ln->n % per == 0);
-        const int64_t ys = (int64_t)per * ln->out * cnn_dtype_size(be->act_dtype);
-        for (int j = 0; j < ln->n / per; j++)
-            CNN_TRY(cuda_channel_sum(be, per, ln->out, (const char *)dy + j * ys, dbias + j * cnn_sum_rows(ln->out)));
+        CNN_TRY(cuda_channel_sum_rows(be, ln->n / per, ln->n, ln->out, dy, dbias, cnn_sum_rows(ln->out)));
     }
     if (dx) CNN_TRY(cuda_conv2d_dgrad(be, &cv, dy, w, dx, accumulate));
     return CNN_OK;

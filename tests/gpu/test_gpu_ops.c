@@ -666,6 +666,42 @@ static void g_channel_sum(ctx *t) {
         arr_free(t, &dy);
         arr_free(t, &out);
     }
+    /* channel_sum_rows (--deterministic's bias gradients by slices): each row bit for bit channel_sum over its slice
+     * alone, in one call; rows cnn_sum_rows(C) apart, NaN-poisoned, the floats between them left so; a slice's rows
+     * odd and, for 17 channels, more than one chunk (the partial pass's chunks restart at each slice) */
+    static const struct {
+        int slices;
+        int64_t rows;
+        int c;
+    } rcases[] = {{8, 64, 10} /* the CIFAR classifier's dbias at b512 */, {4, 777, 17}, {2, 3, 130}, {8, 5, 8}};
+    for (size_t k = 0; k < sizeof rcases / sizeof rcases[0]; k++) {
+        const int S = rcases[k].slices, c = rcases[k].c;
+        const int64_t rows = rcases[k].rows, m = S * rows, stride = cnn_sum_rows(c);
+        arr dy = arr_in(t, m * c, true, 1230 + k, -1, 1.5f, 0);
+        arr whole = arr_out(t, S * stride, false, 0), one = arr_out(t, S * stride, false, 0);
+        char name[96];
+        snprintf(name, sizeof name, "channel_sum_rows.%s.%dx%lld_c%d", t->dts, S, (long long)rows, c);
+        expect_ok(t->gpu->channel_sum_rows(t->gpu, S, m, c, dy.g.p, (float *)whole.g.p, stride), name);
+        for (int j = 0; j < S; j++)
+            expect_ok(t->gpu->channel_sum(t->gpu, rows, c, (const char *)dy.g.p + j * rows * c * esize(t->dt),
+                                          (float *)one.g.p + j * stride),
+                      name);
+        float *a = arr_gpu(t, &whole), *o = arr_gpu(t, &one);
+        int64_t differ = 0, nan = 0, gaps = 0;
+        for (int64_t i = 0; i < S * stride; i++) {
+            if (i % stride >= c) { /* between the rows: nobody's */
+                gaps += !isnan(a[i]);
+                continue;
+            }
+            nan += isnan(a[i]) || isnan(o[i]);
+            differ += memcmp(&a[i], &o[i], 4) != 0;
+        }
+        check(differ == 0 && nan == 0 && gaps == 0, name, "one call against %d channel_sums: %lld of %lld differ, %lld "
+              "NaN, %lld floats between the rows written", S, (long long)differ, (long long)(S * c), (long long)nan,
+              (long long)gaps);
+        free(a), free(o);
+        arr_free(t, &dy), arr_free(t, &whole), arr_free(t, &one);
+    }
 }
 
 /* ---- batch norm ----------------------------------------------------------------------------------------- */
@@ -3599,7 +3635,7 @@ static const choose_case choose_cases[] = {
     {.pass = CH_WGRAD, .cv = {4, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* im2col, 64 pixels a slice */
     {.pass = CH_WGRAD, .cv = {3, 128, 8, 8, 256, 3, 3, 2, 2, 1, 1}, .slices = 4},  /* 48 pixels: a launch per slice */
     {.pass = CH_WGRAD, .cv = {2, 3, 16, 14, 64, 7, 7, 2, 2, 3, 3}, .slices = 4},   /* the stem: few channels */
-    {.pass = CH_WGRAD, .cv = {3, 3, 9, 11, 24, 3, 3, 1, 1, 1, 1}, .slices = 2},    /* a 3x3 stem's narrow tile, K = 24 */
+    {.pass = CH_WGRAD, .cv = {3, 3, 9, 11, 24, 3, 3, 1, 1, 1, 1}, .slices = 2},    /* a 3x3 stem's narrow tile, K 24 */
     {.pass = CH_WGRAD, .cv = {4, 64, 16, 16, 64, 1, 1, 1, 1, 0, 0}, .slices = 4},  /* a slice's splits reduced */
     {.pass = CH_WGRAD, .cv = {4, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1}, .slices = 4},  /* the same, halo */
 };
