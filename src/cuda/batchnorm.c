@@ -232,6 +232,7 @@ cnn_status cuda_channel_sum_rows(cnn_backend *be, int slices, int64_t m, int c, 
     a.m = m / slices, a.c = c, a.x = dy, a.fout = out, a.fout_stride = stride;
     plan_chunks(cb, &a);
     if (slices > 1) a.slice_chunks = a.chunks, a.slice_rows = a.m, a.m = m, a.chunks *= slices;
+    CNN_ASSERT(a.chunks <= 65535); /* the partial pass's grid.y: 8 slices of at most 8 x SMs chunks */
     void *ws;
     CNN_TRY(cuda_workspace(cb, (size_t)a.chunks * c * sizeof(double), &ws));
     a.partial = ws;
@@ -318,7 +319,7 @@ static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec
     red_args s = *a, b = *a;
     s.m = a->m / S;
     /* a slice's share of the chunks of 8 slices planned as one batch, so that 8 slices fill the GPU as one batch
-     * does (a slice planned alone was held to 64 rows a chunk before the share: 2 chunks a slice at 4x4 and 7x7,
+     * does (a slice planned alone was held to 64 rows a chunk before the share: 2-4 chunks a slice at 4x4 and 7x7,
      * perf-log step 120); where 8 slices are small for the L2 (the size rule of the one-launch pass), at most its
      * share of a resident cooperative grid, so that the pass can run in one launch (plan_fused_slices: the slices'
      * CTAs were more than fit, step 119): a function of the slice's rows only (the same on a rank holding fewer

@@ -165,7 +165,7 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     conv_args a = conv_make_args(cv, PASS_WGRAD, FEW_PIX); /* gm = K, gn = R*S*C */
     /* with choose_n, a batch of slices in one launch (gridDim.y), each slice's sum into its row */
     const int groups = cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
-    CNN_ASSERT(cv->n % groups == 0);
+    CNN_ASSERT(cv->n % groups == 0 && groups <= 65535); /* gridDim.y */
     a.gk = cv->n / groups * cv->p * cv->q; /* a slice's pixels */
     a.wg_groups = groups, a.wg_out_stride = cnn_sum_rows((int64_t)a.gm * a.gn);
     int cfg = 0;
