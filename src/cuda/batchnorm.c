@@ -330,7 +330,7 @@ static cnn_status plan_slices(cnn_backend *be, red_args *a, int S, int entry_vec
     else plan_chunks(cb, &b);
     long long per = (b.chunks + SLICES_MAX - 1) / SLICES_MAX;
     const bool forward = entry_vec == BN_PARTIAL_VEC;
-    if (*fvec && small_for_l2(cb, s.m * SLICES_MAX, a->c, forward)) {
+    if (*fvec && small_for_l2(cb, b.m, a->c, forward)) {
         CUfunction ff;
         long long slots;
         CNN_TRY(fused_slots(cb, forward ? BN_FUSED_VEC : BN_BWD_FUSED_VEC, &ff, &slots));
@@ -367,18 +367,24 @@ static cnn_status plan_fused_slices(cuda_be *cb, const cnn_bn *bn, red_args *a, 
     return CNN_OK;
 }
 
-/* the partial pass in `mode` over all slices, their tree into group (with a's dgamma/dbeta: the backward's floats),
- * the ranks' sum */
+/* a's slices' chunks (partial, by slices) in their tree into group (with a's dgamma/dbeta: the backward's floats),
+ * then the ranks' sum */
+static cnn_status slice_tree(cnn_backend *be, const cnn_bn *bn, const red_args *a, int sums, double *group,
+                             const char *what) {
+    CNN_ASSERT(sums >= 1 && sums <= 2 && a->shards <= SLICES_MAX); /* bn_shard_tree's pairs: 16 at most */
+    red_args t = *a;
+    t.totals = group, t.sums = sums;
+    CNN_TRY(run_per_channel(cuda_impl(be), &t, BN_SHARD_TREE, what));
+    if (bn->comm) CNN_TRY(be->comm_allreduce(be, bn->comm, group, (int64_t)sums * a->c, CNN_COMM_SUM_F64, false));
+    return CNN_OK;
+}
+
+/* the partial pass in `mode` over all slices, then slice_tree */
 static cnn_status slice_totals(cnn_backend *be, const cnn_bn *bn, red_args *a, CUfunction fvec, int mode, int sums,
                                double *group, const char *what) {
     cuda_be *cb = cuda_impl(be);
-    CNN_ASSERT(sums >= 1 && sums <= 2 && a->shards <= SLICES_MAX); /* bn_shard_tree's pairs: 16 at most */
     CNN_TRY(fvec ? run_partial_vec(cb, fvec, a, mode, what) : run_partial(cb, a, mode, what));
-    red_args t = *a;
-    t.totals = group, t.sums = sums;
-    CNN_TRY(run_per_channel(cb, &t, BN_SHARD_TREE, what));
-    if (bn->comm) CNN_TRY(be->comm_allreduce(be, bn->comm, group, (int64_t)sums * a->c, CNN_COMM_SUM_F64, false));
-    return CNN_OK;
+    return slice_tree(be, bn, a, sums, group, what);
 }
 
 /* The conv's sums (conv_sums) by slices: where a slice's rows are whole tiles of the conv's, its chunks are those a
@@ -412,10 +418,8 @@ static cnn_status bn_forward_sliced(cnn_backend *be, const cnn_bn *bn, red_args 
         double *group = (double *)w + part;
         CNN_TRY(run_fold(cb, a, what));
         cb->stats.bn_stats_folds++;
-        red_args t = *a, g = *a;
-        t.totals = group;
-        CNN_TRY(run_per_channel(cb, &t, BN_SHARD_TREE, what));
-        if (bn->comm) CNN_TRY(be->comm_allreduce(be, bn->comm, group, 2 * (int64_t)a->c, CNN_COMM_SUM_F64, false));
+        CNN_TRY(slice_tree(be, bn, a, 2, group, what));
+        red_args g = *a;
         g.partial = group, g.chunks = 1, g.m = a->m * (bn->comm ? bn->world : 1);
         CNN_TRY(run_per_channel(cb, &g, BN_STATS_FIN, what));
         return run_elementwise(cb, a, BN_APPLY_VEC, what);

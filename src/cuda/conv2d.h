@@ -211,6 +211,14 @@ static inline cnn_conv2d conv_choice_view(const cnn_conv2d *cv) {
     v.choose_n = v.choice_n = 0;
     return v;
 }
+/* With choose_n, the slices a launch over cv holds (cv->n / choose_n), and the slices of the global batch that share
+ * the GPU with each (choice_n / choose_n: the same on every rank); 1 without */
+static inline int conv_launch_slices(const cnn_conv2d *cv) {
+    return cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
+}
+static inline int conv_choice_slices(const cnn_conv2d *cv) {
+    return cv->choose_n > 0 && cv->choice_n > cv->choose_n ? cv->choice_n / cv->choose_n : 1;
+}
 static inline cnn_tune conv_tune_level(const cuda_be *cb, const cnn_conv2d *cv) {
     return cv->choose_n > 0 ? CNN_TUNE_NONE : cb->tune;
 }

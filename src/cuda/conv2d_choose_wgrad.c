@@ -104,8 +104,8 @@ static int wgrad_candidates(const cuda_be *cb, const cnn_conv2d *cv, int groups,
  * perf-log step 121) */
 static cnn_conv2d choice_problem(const cnn_conv2d *cv, int *groups) {
     cnn_conv2d v = conv_choice_view(cv);
-    *groups = 1;
-    if (cv->choose_n > 0 && cv->choice_n > cv->choose_n) v.n = cv->choose_n, *groups = cv->choice_n / cv->choose_n;
+    *groups = conv_choice_slices(cv);
+    if (*groups > 1) v.n = cv->choose_n;
     return v;
 }
 

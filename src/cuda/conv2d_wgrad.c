@@ -117,7 +117,7 @@ cnn_status cuda_wgrad_wgmma(cnn_backend *be, const cnn_conv2d *cv, const void *x
     const conv_operands op = {.be = be, .cv = cv, .x = x, .w = dy};
     conv_cand c;
     CNN_TRY(conv_choose_wgrad(&op, wgrad_candidate_launch, &c));
-    const int groups = cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
+    const int groups = conv_launch_slices(cv);
     CNN_ASSERT(cv->n % groups == 0 && cv->n / groups == (groups > 1 ? cv->choose_n : cv->n));
     if (groups > 1 && !wgrad_configs[c.row].qb && (int64_t)cv->choose_n * cv->p * cv->q % WGRAD_BK != 0)
         return conv_wgrad_by_slices(be, cv, x, dy, dw, cuda_wgrad_wgmma); /* each slice chooses c again */
@@ -164,7 +164,7 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
     CUfunction f, fr;
     conv_args a = conv_make_args(cv, PASS_WGRAD, FEW_PIX); /* gm = K, gn = R*S*C */
     /* with choose_n, a batch of slices in one launch (gridDim.y), each slice's sum into its row */
-    const int groups = cv->choose_n > 0 && cv->choose_n < cv->n ? cv->n / cv->choose_n : 1;
+    const int groups = conv_launch_slices(cv);
     CNN_ASSERT(cv->n % groups == 0 && groups <= 65535); /* gridDim.y */
     a.gk = cv->n / groups * cv->p * cv->q; /* a slice's pixels */
     a.wg_groups = groups, a.wg_out_stride = cnn_sum_rows((int64_t)a.gm * a.gn);
@@ -183,9 +183,8 @@ cnn_status cuda_wgrad_few(cnn_backend *be, const cnn_conv2d *cv, const void *x, 
      * counts only, so the reduction order does too. */
     int per_sm = 1;
     CNN_TRY(cuda_blocks_per_sm(cb, f, what, FEW_THREADS, 0, &per_sm));
-    const int share = cv->choose_n > 0 && cv->choice_n > cv->choose_n ? cv->choice_n / cv->choose_n : 1;
     const int64_t blocks = cdiv(a.gk, FEW_PIX);
-    int64_t ctas = (int64_t)per_sm * cb->sm_count / share;
+    int64_t ctas = (int64_t)per_sm * cb->sm_count / conv_choice_slices(cv);
     if (ctas > blocks) ctas = blocks;
     if (ctas < 1) ctas = 1;
     const int64_t per = cdiv(blocks, ctas);
