@@ -4,7 +4,7 @@
  * Device memory is host memory (filled with 0xFF bytes on allocation, i.e. NaN, like the tests' poison), with a
  * budget of CNN_EMU_MEM_MB (default 1024) MiB so out-of-memory paths can be tested. One stream, executed
  * synchronously. Modules are the shared objects emu_nvrtc.cc builds; cuLaunchKernel runs every block of the grid
- * in turn, one fiber (ucontext) per CUDA thread: __syncthreads() and warp shuffles are rendezvous points of the
+ * in turn, one fiber per CUDA thread: __syncthreads() and warp shuffles are rendezvous points of the
  * fiber scheduler. It reports, as a sticky CUDA_ERROR_LAUNCH_FAILED with a message on stderr:
  *     barrier divergence  (some threads of a block exited while others wait at __syncthreads)
  *     deadlock            (threads wait at different kinds of rendezvous, or spin on mbarriers -- they yield
@@ -18,11 +18,14 @@
 #include <cuda.h>
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <map>
 #include <string>
@@ -34,6 +37,7 @@
 #define EMU_ASAN 1
 extern "C" void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+extern "C" void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #else
 #define EMU_ASAN 0
 #endif
@@ -82,9 +86,64 @@ enum { F_RUN, F_BAR, F_WARP, F_GATHER, F_DONE, F_YIELD, F_GRID };
 #define SLOT 64
 #define STACK (512 * 1024)
 
+/* A fiber's saved context. glibc's swapcontext makes a sigprocmask system call at every switch, and a launch
+ * switches at every barrier and shuffle of every thread (perf-log step 124: most of the emulator's time), so on
+ * x86-64 a switch is ctx_swap below: the callee-saved registers, MXCSR and the x87 control word pushed on the old
+ * stack, the stack pointers exchanged. Elsewhere, ucontext. */
+#if defined(__x86_64__)
+typedef void *fiber_ctx; /* the fiber's stack pointer while it is switched out */
+/* ctx_swap(save, next): saves the running context on its stack and its stack pointer in *save, then resumes the
+ * context whose stack pointer is next */
+extern "C" void emu_ctx_swap(void **save, void *next);
+asm(".text\n"
+    ".globl emu_ctx_swap\n"
+    ".hidden emu_ctx_swap\n"
+    ".type emu_ctx_swap,@function\n"
+    "emu_ctx_swap:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_swap, .-emu_ctx_swap\n");
+static void ctx_swap(fiber_ctx *save, fiber_ctx *next) { emu_ctx_swap(save, *next); }
+/* a context that starts fn on the stack [stack, stack + size): the frame ctx_swap pops (the caller's MXCSR and
+ * control word, zero registers) under fn's address, and under that a null return address, so that fn starts with
+ * the stack aligned as after a call; fn must never return */
+static void ctx_make(fiber_ctx *c, char *stack, size_t size, void (*fn)(void)) {
+#if EMU_ASAN
+    /* the frames of the fiber that ran here last keep their redzones (ASan clears a stack in swapcontext only) */
+    __asan_unpoison_memory_region(stack, size);
+#endif
+    unsigned mxcsr;
+    unsigned short fpcw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpcw));
+    void **sp = (void **)(((uintptr_t)stack + size) & ~(uintptr_t)15);
+    *--sp = NULL;
+    *--sp = (void *)fn;
+    for (int r = 0; r < 6; r++) *--sp = NULL;
+    *--sp = NULL;
+    memcpy(sp, &mxcsr, 4);
+    memcpy((char *)sp + 4, &fpcw, 2);
+    *c = sp;
+}
+#else
+typedef ucontext_t fiber_ctx;
+static void ctx_swap(fiber_ctx *save, fiber_ctx *next) { swapcontext(save, next); }
+static void ctx_make(fiber_ctx *c, char *stack, size_t size, void (*fn)(void)) {
+    getcontext(c);
+    c->uc_stack.ss_sp = stack;
+    c->uc_stack.ss_size = size;
+    c->uc_link = NULL;
+    makecontext(c, fn, 0);
+}
+#endif
+
 static emu_rt rt;
-static ucontext_t sched;
-static std::vector<ucontext_t> fctx;
+static fiber_ctx sched;
+static std::vector<fiber_ctx> fctx;
 static std::vector<char *> stacks;
 static std::vector<int> fstate, fmask, fbytes; /* fbytes: the payload of each thread's pending shuffle or gather */
 static std::vector<std::vector<unsigned char>> slot, result;
@@ -101,27 +160,22 @@ static void to_fiber(int t) {
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(&sched_fake_stack, stacks[t], STACK);
 #endif
-    swapcontext(&sched, &fctx[t]);
+    ctx_swap(&sched, &fctx[t]);
 #if EMU_ASAN
     __sanitizer_finish_switch_fiber(sched_fake_stack, NULL, NULL);
 #endif
 }
 
 static void to_scheduler(bool finished) {
+    /* a finished fiber's context is saved too, and never resumed: make_fibers makes it afresh */
 #if EMU_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(finished ? NULL : &fake, NULL, 0);
-    if (finished) {
-        setcontext(&sched);
-    } else {
-        swapcontext(&fctx[cur], &sched);
-        __sanitizer_finish_switch_fiber(fake, NULL, NULL);
-    }
+    ctx_swap(&fctx[cur], &sched);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
-    if (finished)
-        setcontext(&sched);
-    else
-        swapcontext(&fctx[cur], &sched);
+    (void)finished;
+    ctx_swap(&fctx[cur], &sched);
 #endif
 }
 
@@ -182,11 +236,7 @@ static void make_fibers(int base, int n) {
         while (stacks.size() < total) stacks.push_back((char *)malloc(STACK));
     }
     for (size_t t = (size_t)base; t < total; t++) {
-        getcontext(&fctx[t]);
-        fctx[t].uc_stack.ss_sp = stacks[t];
-        fctx[t].uc_stack.ss_size = STACK;
-        fctx[t].uc_link = &sched;
-        makecontext(&fctx[t], fiber_main, 0);
+        ctx_make(&fctx[t], stacks[t], STACK, fiber_main);
         fstate[t] = F_RUN;
     }
 }
